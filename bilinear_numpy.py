@@ -1,0 +1,989 @@
+"""bilinear_numpy: gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy.
+
+A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Bilinear
+Attention" (arXiv 2606.22172). Read it top to bottom:
+
+1. Activations          sigma and its derivative, numerically stable, dtype-preserving.
+2. Formulations         forward/backward pairs with an explicit cache (CS231n style):
+                        key-value memory MLP, static global query, full bilinear attention,
+                        rank-r and rank-1 bilinear, gated MLP (GLU family), gated rank-r.
+3. Gradient checking    rel_error, numerical_gradient, gradcheck.
+4. The paper's claims   equivalences, the symmetry table, the conservation identity,
+                        each returning measured numbers.
+5. Command line         `python bilinear_numpy.py` prints the verification report.
+
+Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
+(..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r));
+V has shape (m, d_out); A has shape (m, d, d). Gradients are named dx, dQ, dK, dV, dA.
+The mathematics of every function is derived in derivations.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# =============================================================================
+# 1. Activations
+# =============================================================================
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An elementwise activation sigma with its derivative.
+
+    Attributes:
+        name: key in ACTIVATIONS.
+        f: z -> sigma(z), elementwise; same shape and dtype (float32 or float64) as z.
+        df: z -> sigma'(z), elementwise; same shape and dtype as z.
+        linear: True if sigma(z) = c * z for a constant c (only `identity` here).
+        positively_homogeneous: True if sigma(alpha * z) = alpha * sigma(z) for every
+            alpha > 0 (identity and relu).
+        kink: True if sigma' jumps somewhere (relu at 0): finite differences across the
+            jump are wrong by construction, so gradcheck keeps its probe points away.
+
+    Source: paper.md, "The symmetries" (which activations keep which symmetry).
+    """
+
+    name: str
+    f: Callable[[np.ndarray], np.ndarray]
+    df: Callable[[np.ndarray], np.ndarray]
+    linear: bool
+    positively_homogeneous: bool
+    kink: bool = False
+
+
+def _identity(z):
+    return np.array(z, copy=True)
+
+
+def _identity_grad(z):
+    return np.ones_like(z)
+
+
+def _relu(z):
+    return np.maximum(z, 0)
+
+
+def _relu_grad(z):
+    return (z > 0).astype(z.dtype)  # relu'(0) is taken as 0
+
+
+def _sigmoid(z):
+    # 1 / (1 + e^-z) = (1 + tanh(z/2)) / 2: tanh never overflows, so no exp(+large).
+    return 0.5 * (1 + np.tanh(0.5 * z))
+
+
+def _sigmoid_grad(z):
+    s = _sigmoid(z)
+    return s * (1 - s)  # sigma' = s (1 - s): both factors bounded, never inf/inf
+
+
+def _silu(z):
+    return z * _sigmoid(z)  # Swish_1(z) = z * sigmoid(z)
+
+
+def _silu_grad(z):
+    s = _sigmoid(z)
+    return s * (1 + z * (1 - s))  # d/dz [z s] = s + z s (1 - s)
+
+
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+# NumPy has no erfc: a deliberate element-by-element call of the standard library's.
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _normal_cdf(z):
+    # Phi(z) = erfc(-z / sqrt 2) / 2; erfc avoids the cancellation of 1 + erf(z) for z << 0.
+    z64 = np.asarray(z, dtype=np.float64)
+    return (0.5 * _erfc(-z64 / _SQRT2).astype(np.float64)).astype(z.dtype)
+
+
+def _normal_pdf(z):
+    zc = np.clip(z, -40, 40)  # phi(40) underflows to 0 anyway; clipping avoids z*z overflow
+    return _INV_SQRT_2PI * np.exp(-0.5 * zc * zc)
+
+
+def _gelu(z):
+    return z * _normal_cdf(z)  # GELU(z) = z Phi(z)  (Hendrycks & Gimpel 2016)
+
+
+def _gelu_grad(z):
+    return _normal_cdf(z) + z * _normal_pdf(z)  # Phi(z) + z phi(z)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def _gelu_tanh_inner(z):
+    # For |z| >= 50 the tanh below is exactly +-1 already; clipping keeps z^3 finite.
+    zc = np.clip(z, -50, 50)
+    return zc, np.tanh(_GELU_C * (zc + _GELU_A * zc * zc * zc))
+
+
+def _gelu_tanh(z):
+    _, t = _gelu_tanh_inner(z)
+    return 0.5 * z * (1 + t)  # z (1 + tanh(c (z + a z^3))) / 2
+
+
+def _gelu_tanh_grad(z):
+    zc, t = _gelu_tanh_inner(z)
+    return 0.5 * (1 + t) + 0.5 * zc * (1 - t * t) * _GELU_C * (1 + 3 * _GELU_A * zc * zc)
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "identity": Activation("identity", _identity, _identity_grad, True, True),
+    "relu": Activation("relu", _relu, _relu_grad, False, True, kink=True),
+    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False),
+    "silu": Activation("silu", _silu, _silu_grad, False, False),
+    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False),
+    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False),
+}
+
+
+def get_activation(act: str | Activation) -> Activation:
+    """Return the Activation for a name in ACTIVATIONS (or an Activation itself).
+
+    Args:
+        act: str, one of ACTIVATIONS' keys, or an Activation.
+    Returns:
+        Activation.
+    Raises:
+        ValueError: unknown name (the message lists the valid names).
+        TypeError: act is neither a str nor an Activation.
+    Source: paper.md, formulation 6 (the GLU family's activations).
+    """
+    if isinstance(act, Activation):
+        return act
+    if not isinstance(act, str):
+        raise TypeError(f"act: expected an activation name or Activation, got {type(act).__name__}")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {act!r}; expected one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[act]
+
+
+# =============================================================================
+# 2. Formulations: forward/backward pairs
+# =============================================================================
+# Every forward takes x of shape (..., d), flattens the leading axes into N rows
+# once, and returns y of shape (..., d_out) with a cache dict. The cache holds
+# private copies, so later changes to x or a parameter cannot change the gradients;
+# backward never writes into the cache. cache["z"] is the activation's argument
+# (used by gradcheck to stay away from ReLU's kink).
+
+
+def _as_float(name, a):
+    a = np.asarray(a)
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected a float32 or float64 array, got dtype {a.dtype}")
+    return a
+
+
+def _check_shape(name, a, expected, symbols):
+    if a.shape != tuple(expected):
+        raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
+
+
+def _prepare(x, params, shapes):
+    """Validate x and the parameters; return x as an array and private copies of the
+    parameters. shapes maps each name to (expected shape, symbolic text). Every array
+    must have x's float dtype."""
+    x = _as_float("x", x)
+    copies = {}
+    for name, (expected, symbols) in shapes.items():
+        p = _as_float(name, params[name])
+        _check_shape(name, p, expected, symbols)
+        if p.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
+        copies[name] = p.copy()
+    return x, copies
+
+
+def _flatten_x(x, d):
+    if x.ndim == 0 or x.shape[-1] != d:
+        raise ValueError(f"x: expected shape (..., d) = (..., {d}), got {x.shape}")
+    return x.reshape(-1, d).copy()  # (N, d), a private copy
+
+
+def _check_dy(dy, cache):
+    dy = _as_float("dy", dy)
+    expected = cache["x_shape"][:-1] + (cache["d_out"],)
+    if dy.shape != expected:
+        raise ValueError(f"dy: expected shape (..., d_out) = {expected}, got {dy.shape}")
+    if dy.dtype != cache["dtype"]:
+        raise TypeError(f"dy: expected dtype {cache['dtype']} (the forward's), got {dy.dtype}")
+    return dy.reshape(-1, cache["d_out"])  # (N, d_out)
+
+
+def _nd(name, a, what):
+    # what is the symbolic shape, e.g. "(m, d)"; its number of axes is checked here.
+    a = _as_float(name, a)
+    ndim = what.count(",") + 1
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array of shape {what}, got shape {a.shape}")
+    return a
+
+
+def _finish(y_flat, x, d_out):
+    return y_flat.reshape(x.shape[:-1] + (d_out,))
+
+
+def _common_cache(x, X, d_out, act):
+    return {"x_shape": x.shape, "X": X, "d_out": d_out, "dtype": x.dtype, "act": act}
+
+
+# ----- (1) key-value memory MLP ---------------------------------------------
+
+
+def mlp_forward(x, K, V, act="relu"):
+    """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
+
+    Args:
+        x: (..., d) float32 or float64, tokens as rows.
+        K: (m, d) same dtype, the static keys (W1).
+        V: (m, d_out) same dtype, the values (W2).
+        act: activation name in ACTIVATIONS, or an Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache: dict for mlp_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on a non-float
+        or mixed dtype.
+    Source: paper eq. (1); Geva et al. 2021. Derivation: derivations.md, section 2-3.
+    """
+    act = get_activation(act)
+    K, V = _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
+    m, d = K.shape
+    x, p = _prepare(x, {"K": K, "V": V}, {"K": (K.shape, "(m, d)"),
+                                                "V": ((m, V.shape[1]), "(m, d_out)")})
+    X = _flatten_x(x, d)                          # (N, d)
+    z = X @ p["K"].T                              # (N, m)   z = x K^T
+    h = act.f(z)                                  # (N, m)   h = sigma(z)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def mlp_backward(dy, cache):
+    """Backward pass of mlp_forward.
+
+    Args:
+        dy: (..., d_out), the dtype of the forward, upstream gradient dL/dy.
+        cache: from mlp_forward (not modified).
+    Returns:
+        {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}; parameter gradients
+        summed over every leading axis of x.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (1); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)                     # (N, d_out)
+    X, K, V, z, h = cache["X"], cache["K"], cache["V"], cache["z"], cache["h"]
+    dV = h.T @ dY                                 # (m, d_out)
+    dz = (dY @ V.T) * cache["act"].df(z)          # (N, m)   dz = (dy V^T) * sigma'(z)
+    dK = dz.T @ X                                 # (m, d)
+    dX = dz @ K                                   # (N, d)
+    return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
+
+
+# ----- (2) static global query ----------------------------------------------
+
+
+def static_query_mlp_forward(x, Q, K, V, act="relu"):
+    """Static global query: y = sigma(x Q K^T) V, one query matrix shared by every unit.
+
+    It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q: (d, d) same dtype, the global query.
+        K: (m, d) same dtype; V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for static_query_mlp_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper eq. (2). Derivation: derivations.md, sections 2-3.
+    """
+    act = get_activation(act)
+    K, V = _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
+    m, d = K.shape
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V},
+                          {"Q": ((d, d), "(d, d)"), "K": (K.shape, "(m, d)"),
+                           "V": ((m, V.shape[1]), "(m, d_out)")})
+    X = _flatten_x(x, d)                          # (N, d)
+    P = X @ p["Q"]                                # (N, d)   p = x Q
+    z = P @ p["K"].T                              # (N, m)   z = x Q K^T
+    h = act.f(z)                                  # (N, m)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "P": P, "z": z, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def static_query_mlp_backward(dy, cache):
+    """Backward pass of static_query_mlp_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (2); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, P = cache["X"], cache["Q"], cache["K"], cache["V"], cache["P"]
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    dz = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
+    dK = dz.T @ P                                 # (m, d)
+    dP = dz @ K                                   # (N, d)
+    dQ = X.T @ dP                                 # (d, d)
+    dX = dP @ Q.T                                 # (N, d)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- (3) full bilinear attention ------------------------------------------
+
+
+def _outer_rows(X):
+    # Row n holds vec(x_n^T x_n): (N, d*d). Then x A_j x^T = vec(x^T x) . vec(A_j).
+    N, d = X.shape
+    return (X[:, :, None] * X[:, None, :]).reshape(N, d * d)
+
+
+def bilinear_forward(x, A, V, act="identity"):
+    """Full bilinear attention: y = sum_j sigma(x A_j x^T) v_j.
+
+    Each unit's score is a quadratic form: query x Q_j and key x K_j with A_j = Q_j K_j^T.
+    Computed as vec(x^T x) . vec(A_j): one matrix product, no (N, m, d, d) array.
+
+    Args:
+        x: (..., d) float32 or float64.
+        A: (m, d, d) same dtype, one interaction matrix per unit.
+        V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for bilinear_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper eq. (3). Derivation: derivations.md, sections 2-3.
+    """
+    act = get_activation(act)
+    A, V = _nd("A", A, "(m, d, d)"), _nd("V", V, "(m, d_out)")
+    m, d, _ = A.shape
+    x, p = _prepare(x, {"A": A, "V": V}, {"A": ((m, d, d), "(m, d, d)"),
+                                                "V": ((m, V.shape[1]), "(m, d_out)")})
+    X = _flatten_x(x, d)                          # (N, d)
+    XX = _outer_rows(X)                           # (N, d*d)
+    s = XX @ p["A"].reshape(m, d * d).T           # (N, m)   s_j = x A_j x^T
+    h = act.f(s)                                  # (N, m)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def bilinear_backward(dy, cache):
+    """Backward pass of bilinear_forward.
+
+    ds/dx = x (A_j + A_j^T), ds/dA_j = x^T x.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (3); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, A, V = cache["X"], cache["A"], cache["V"]
+    m, d, _ = A.shape
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
+    dA = (ds.T @ _outer_rows(X)).reshape(m, d, d) # (m, d, d)  sum_n ds_nj x_n^T x_n
+    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
+    M = (ds @ A_sym).reshape(-1, d, d)            # (N, d, d)  sum_j ds_nj (A_j + A_j^T)
+    dX = np.matmul(X[:, None, :], M)[:, 0, :]     # (N, d)     x_n M_n
+    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
+
+
+# ----- (4) rank-r bilinear ----------------------------------------------------
+
+
+def _rank_r_shapes(Q, K, V):
+    Q, K, V = _nd("Q", Q, "(m, d, r)"), _nd("K", K, "(m, d, r)"), _nd("V", V, "(m, d_out)")
+    m, d, r = Q.shape
+    return Q, K, V, m, d, r, {"Q": (Q.shape, "(m, d, r)"), "K": ((m, d, r), "(m, d, r)"),
+                              "V": ((m, V.shape[1]), "(m, d_out)")}
+
+
+def _project_rank_r(X, W):
+    # (N, d) x (m, d, r) -> (N, m, r): entry [n, j, rho] = x_n . W[j, :, rho]
+    m, d, r = W.shape
+    return (X @ W.transpose(1, 0, 2).reshape(d, m * r)).reshape(-1, m, r)
+
+
+def _project_rank_r_back(X, dP, W):
+    # Gradients of P = _project_rank_r(X, W) given dP (N, m, r): (dX (N, d), dW (m, d, r)).
+    m, d, r = W.shape
+    dP2 = dP.reshape(-1, m * r)                   # (N, m*r)
+    dW = (X.T @ dP2).reshape(d, m, r).transpose(1, 0, 2)
+    dX = dP2 @ W.transpose(1, 0, 2).reshape(d, m * r).T
+    return dX, np.ascontiguousarray(dW)
+
+
+def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
+    """Rank-r bilinear: y = sum_j sigma(s_j) v_j, s_j = sum_rho (x . Q[j,:,rho]) (x . K[j,:,rho]).
+
+    This is full bilinear attention with A_j = Q_j K_j^T of rank at most r.
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q, K: (m, d, r) same dtype, query and key factors of each unit.
+        V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for rank_r_bilinear_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper eq. (4) (the outlook; the exact form is this project's).
+    Derivation: derivations.md, sections 2-3 and 6.
+    """
+    act = get_activation(act)
+    Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
+    X = _flatten_x(x, d)                          # (N, d)
+    a = _project_rank_r(X, p["Q"])                # (N, m, r)  queries x Q_j
+    b = _project_rank_r(X, p["K"])                # (N, m, r)  keys    x K_j
+    s = (a * b).sum(axis=2)                       # (N, m)     s_j = (x Q_j) . (x K_j)
+    h = act.f(s)                                  # (N, m)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def rank_r_bilinear_backward(dy, cache):
+    """Backward pass of rank_r_bilinear_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (4); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
+    da = ds[:, :, None] * b                       # (N, m, r)  ds/da = b
+    db = ds[:, :, None] * a                       # (N, m, r)  ds/db = a
+    dX_q, dQ = _project_rank_r_back(X, da, Q)
+    dX_k, dK = _project_rank_r_back(X, db, K)
+    return {"x": (dX_q + dX_k).reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
+
+
+def _rank1_shapes(Q, K, V):
+    Q, K, V = _nd("Q", Q, "(m, d)"), _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
+    m, d = Q.shape
+    return Q, K, V, m, d, {"Q": (Q.shape, "(m, d)"), "K": ((m, d), "(m, d)"),
+                           "V": ((m, V.shape[1]), "(m, d_out)")}
+
+
+def rank1_bilinear_forward(x, Q, K, V, act="identity"):
+    """Rank-1 (symmetric) bilinear: y = sigma((x Q^T) * (x K^T)) V  (* elementwise).
+
+    With act="identity" this is the "Bilinear" GLU variant (Sharkey 2023; Pearce et al.
+    2024). Q and K enter symmetrically: exchanging them changes nothing, for every sigma.
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q, K: (m, d) same dtype, query and key rows q_j, k_j.
+        V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for rank1_bilinear_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper eq. (5). Derivation: derivations.md, sections 2-3.
+    """
+    act = get_activation(act)
+    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
+    X = _flatten_x(x, d)                          # (N, d)
+    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
+    b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
+    s = a * b                                     # (N, m)   s = a * b
+    h = act.f(s)                                  # (N, m)   h = sigma(s)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def rank1_bilinear_backward(dy, cache):
+    """Backward pass of rank1_bilinear_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (5); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)   ds = (dy V^T) * sigma'(s)
+    da = ds * b                                   # (N, m)
+    db = ds * a                                   # (N, m)
+    dQ = da.T @ X                                 # (m, d)
+    dK = db.T @ X                                 # (m, d)
+    dX = da @ Q + db @ K                          # (N, d)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- (6) gated MLP: the GLU family -----------------------------------------
+
+
+def gated_mlp_forward(x, Q, K, V, act="silu"):
+    """Gated MLP (GLU family): y = (sigma(x Q^T) * (x K^T)) V  (* elementwise).
+
+    The rank-1 bilinear form with sigma moved onto the query factor. sigmoid: GLU;
+    identity: Bilinear; relu: ReGLU; gelu: GEGLU; silu: SwiGLU. In common code Q is the
+    gate projection (w1, gate_proj), K the up projection (w3, up_proj), V the down
+    projection (w2, down_proj).
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q: (m, d) same dtype, gate rows q_j; K: (m, d) same dtype, linear rows k_j.
+        V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for gated_mlp_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper eq. (6); Shazeer 2020; Dauphin et al. 2017. derivations.md, sections 2-3.
+    """
+    act = get_activation(act)
+    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
+    X = _flatten_x(x, d)                          # (N, d)
+    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
+    b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
+    g = act.f(a)                                  # (N, m)   g = sigma(a)
+    h = g * b                                     # (N, m)   h = sigma(a) * b
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def gated_mlp_backward(dy, cache):
+    """Backward pass of gated_mlp_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule on paper eq. (6); derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, b, g = (cache[k] for k in ("X", "Q", "K", "V", "b", "g"))
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    dh = dY @ V.T                                 # (N, m)
+    da = dh * b * cache["act"].df(cache["z"])     # (N, m)   da = dh * b * sigma'(a)
+    db = dh * g                                   # (N, m)   db = dh * sigma(a)
+    dQ = da.T @ X                                 # (m, d)
+    dK = db.T @ X                                 # (m, d)
+    dX = da @ Q + db @ K                          # (N, d)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- (7) gated rank-r (this project's generalization) -----------------------
+
+
+def gated_rank_r_forward(x, Q, K, V, act="silu"):
+    """Gated rank-r: y = sum_j (sum_rho sigma(x . Q[j,:,rho]) (x . K[j,:,rho])) v_j.
+
+    sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP. This generalization is
+    the project's, not the paper's.
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q, K: (m, d, r) same dtype; V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for gated_rank_r_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: paper.md, formulation 6 (gated rank-r); derivations.md, sections 3 and 6.
+    """
+    act = get_activation(act)
+    Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
+    X = _flatten_x(x, d)                          # (N, d)
+    a = _project_rank_r(X, p["Q"])                # (N, m, r)  gates
+    b = _project_rank_r(X, p["K"])                # (N, m, r)  linear parts
+    g = act.f(a)                                  # (N, m, r)
+    h = (g * b).sum(axis=2)                       # (N, m)     h_j = sum_rho sigma(a) b
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def gated_rank_r_backward(dy, cache):
+    """Backward pass of gated_rank_r_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule; derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, b, g = (cache[k] for k in ("X", "Q", "K", "V", "b", "g"))
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
+    da = dh * b * cache["act"].df(cache["z"])     # (N, m, r)
+    db = dh * g                                   # (N, m, r)
+    dX_q, dQ = _project_rank_r_back(X, da, Q)
+    dX_k, dK = _project_rank_r_back(X, db, K)
+    return {"x": (dX_q + dX_k).reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- The registry ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Formulation:
+    """One formulation: its equation, its forward/backward pair, its parameter shapes.
+
+    Attributes:
+        name: key in FORMULATIONS.
+        equation: the equation as text.
+        forward: (x, **params, act) -> (y, cache).
+        backward: (dy, cache) -> dict of gradients keyed by argument name.
+        param_names: the parameter names in order, e.g. ("Q", "K", "V").
+        shapes: (d, m, d_out, r) -> dict name -> shape.
+        cost: multiply-adds per token of the forward pass, as text.
+        init_scales: (d, m, r) -> dict name -> standard deviation used by init.
+    Source: paper.md, "The formulations".
+    """
+
+    name: str
+    equation: str
+    forward: Callable
+    backward: Callable
+    param_names: tuple
+    shapes: Callable = field(repr=False)
+    cost: str
+    init_scales: Callable = field(repr=False)
+
+    def param_shapes(self, d, m, d_out=None, r=1):
+        """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
+
+        Raises ValueError if a size is not a positive integer.
+        """
+        d_out = d if d_out is None else d_out
+        for size_name, size in (("d", d), ("m", m), ("d_out", d_out), ("r", r)):
+            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+                raise ValueError(f"{size_name}: expected a positive integer, got {size!r}")
+        return self.shapes(int(d), int(m), int(d_out), int(r))
+
+    def n_params(self, d, m, d_out=None, r=1):
+        """Number of parameters for these sizes (see param_shapes)."""
+        return sum(math.prod(s) for s in self.param_shapes(d, m, d_out, r).values())
+
+    def init(self, rng, d, m, d_out=None, r=1, dtype=np.float64):
+        """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
+        pre-activations and the output are O(1).
+
+        Args:
+            rng: np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
+        Returns:
+            dict name -> array of param_shapes(...)[name], dtype `dtype`; no two share memory.
+        Raises:
+            ValueError for a non-positive size; TypeError for another dtype or a non-Generator.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
+        if np.dtype(dtype) not in FLOAT_DTYPES:
+            raise TypeError(f"dtype: expected float32 or float64, got {np.dtype(dtype)}")
+        shapes = self.param_shapes(d, m, d_out, r)
+        scales = self.init_scales(d, m, r)
+        return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
+
+
+def _kv_shapes(d, m, d_out, r):
+    return {"K": (m, d), "V": (m, d_out)}
+
+
+def _static_shapes(d, m, d_out, r):
+    return {"Q": (d, d), "K": (m, d), "V": (m, d_out)}
+
+
+def _bilinear_shapes(d, m, d_out, r):
+    return {"A": (m, d, d), "V": (m, d_out)}
+
+
+def _rank1_param_shapes(d, m, d_out, r):
+    return {"Q": (m, d), "K": (m, d), "V": (m, d_out)}
+
+
+def _rank_r_param_shapes(d, m, d_out, r):
+    return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
+
+
+# Standard deviations: x.k_j ~ N(0, 1) with std 1/sqrt(d); a product of two such is O(1);
+# a sum of r products is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
+FORMULATIONS: dict[str, Formulation] = {
+    f.name: f for f in [
+        Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+                    _kv_shapes, "m d + m d_out",
+                    lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}),
+        Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
+                    static_query_mlp_backward, ("Q", "K", "V"), _static_shapes,
+                    "d^2 + m d + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
+        Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", bilinear_forward,
+                    bilinear_backward, ("A", "V"), _bilinear_shapes,
+                    "m d^2 + d^2 + m d_out",
+                    lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}),
+        Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
+                    rank_r_bilinear_forward, rank_r_bilinear_backward, ("Q", "K", "V"),
+                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
+                                     "V": m ** -0.5}),
+        Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
+                    rank1_bilinear_forward, rank1_bilinear_backward, ("Q", "K", "V"),
+                    _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
+        Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
+                    gated_mlp_forward, gated_mlp_backward, ("Q", "K", "V"),
+                    _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
+        Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
+                    gated_rank_r_forward, gated_rank_r_backward, ("Q", "K", "V"),
+                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5}),
+    ]
+}
+
+# The GLU family (Shazeer 2020) as (formulation, activation).
+GLU_VARIANTS: dict[str, tuple[str, str]] = {
+    "GLU": ("gated_mlp", "sigmoid"),
+    "Bilinear": ("gated_mlp", "identity"),
+    "ReGLU": ("gated_mlp", "relu"),
+    "GEGLU": ("gated_mlp", "gelu"),
+    "SwiGLU": ("gated_mlp", "silu"),
+}
+
+
+def get_formulation(name: str) -> Formulation:
+    """Return FORMULATIONS[name]; ValueError listing the valid names if unknown."""
+    if name not in FORMULATIONS:
+        raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
+    return FORMULATIONS[name]
+
+
+# =============================================================================
+# 3. Gradient checking
+# =============================================================================
+
+
+def rel_error(a, b) -> float:
+    """Relative error of b against a, measured on the scale of the whole tensor:
+
+        rel_error(a, b) = max|a - b| / max(1e-8, max(|a| + |b|)).
+
+    A per-element ratio would blow up on an element that is near zero by chance (its
+    rounding error is set by the tensor's scale, not its own); the 1e-8 floor keeps
+    two all-zero tensors from dividing 0 by 0.
+
+    Args:
+        a, b: array-likes of one shape (any float dtype; compared in float64).
+    Returns:
+        float >= 0; inf if either holds a NaN or an infinity (never NaN, never a pass);
+        0.0 for two empty arrays.
+    Raises:
+        ValueError if the shapes differ.
+    Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"rel_error: expected two arrays of one shape, got {a.shape} and {b.shape}")
+    if a.size == 0:
+        return 0.0
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return math.inf
+    return float(np.max(np.abs(a - b)) / max(1e-8, float(np.max(np.abs(a) + np.abs(b)))))
+
+
+def numerical_gradient(f, x, dy, h=1e-6):
+    """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
+
+        dL/dx[i] ~ (L(x + h e_i) - L(x - h e_i)) / (2 h),  error O(h^2) + O(eps / h).
+
+    A deliberate teaching loop over the entries of x: each probe changes one entry of a
+    private copy of x and restores it before the next, so the caller's x is untouched.
+
+    Args:
+        f: function of an array of x's shape, returning an array of dy's shape.
+        x: float64 array of any shape.
+        dy: float64 array, the upstream gradient (use random values, not ones).
+        h: float > 0, the step.
+    Returns:
+        float64 array of x's shape.
+    Raises:
+        TypeError if x or dy is not float64 (float32 rounding, about 1e-7, divided by
+        h = 1e-6 leaves no correct digit); ValueError if h <= 0 or f(x)'s shape differs
+        from dy's.
+    Source: CS231n gradient_check.py; derivations.md, section 7.
+    """
+    x = np.asarray(x)
+    dy = np.asarray(dy)
+    for name, arr in (("x", x), ("dy", dy)):
+        if arr.dtype != np.float64:
+            raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
+                            "float32 rounding (~1e-7) divided by h leaves no correct digit")
+    if not h > 0:
+        raise ValueError(f"numerical_gradient: expected h > 0, got {h}")
+    xp = x.copy()
+    grad = np.zeros_like(xp)
+
+    def loss(arr):
+        out = np.asarray(f(arr))
+        if out.shape != dy.shape:
+            raise ValueError(f"numerical_gradient: f(x) has shape {out.shape}, dy has {dy.shape}")
+        return float(np.sum(out * dy))
+
+    for i in np.ndindex(xp.shape):
+        old = xp[i]
+        xp[i] = old + h
+        plus = loss(xp)
+        xp[i] = old - h
+        minus = loss(xp)
+        xp[i] = old                               # restore before the next probe
+        grad[i] = (plus - minus) / (2 * h)
+    return grad
+
+
+@dataclass(frozen=True)
+class GradcheckRow:
+    """One tensor's verdict: shapes, the largest absolute difference, its index, and
+    rel_error(analytic, numerical)."""
+
+    tensor: str
+    shape: tuple
+    max_abs_diff: float
+    worst_index: tuple
+    rel_error: float
+
+
+@dataclass(frozen=True)
+class GradcheckReport:
+    """The per-tensor report of gradcheck; str() prints it as a table.
+
+    Attributes: formulation, activation, rows (list of GradcheckRow), tol, draws (how
+    many random draws were needed to keep every pre-activation away from a kink).
+    """
+
+    formulation: str
+    activation: str
+    rows: list
+    tol: float
+    draws: int = 1
+
+    @property
+    def worst(self) -> float:
+        """The largest relative error over all tensors."""
+        return max(row.rel_error for row in self.rows)
+
+    @property
+    def passed(self) -> bool:
+        """True if every tensor's relative error is at most tol."""
+        return self.worst <= self.tol
+
+    def __str__(self):
+        lines = [f"gradcheck {self.formulation} / {self.activation} (tol {self.tol:.0e})",
+                 f"  {'tensor':<6} {'shape':<14} {'max |diff|':>11} {'at index':<14} "
+                 f"{'rel error':>10}  verdict"]
+        for row in self.rows:
+            verdict = "ok" if row.rel_error <= self.tol else "WRONG"
+            lines.append(f"  {row.tensor:<6} {str(row.shape):<14} {row.max_abs_diff:>11.2e} "
+                         f"{str(row.worst_index):<14} {row.rel_error:>10.2e}  {verdict}")
+        return "\n".join(lines)
+
+
+def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, tol=1e-7,
+              kink_margin=1e-3, max_draws=100):
+    """Compare every gradient of a formulation with central differences, in float64.
+
+    Draws x ~ N(0, 1) of shape x_shape (d = x_shape[-1]), parameters from the
+    formulation's init, and a random upstream gradient dy (never all ones, which can
+    hide a wrong transpose). For an activation with a kink (relu), a draw in which any
+    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of
+    size h moves a pre-activation by far less than kink_margin, so no probe crosses the
+    kink, ReLU is linear around every probe, and the same tol applies.
+
+    Args:
+        name: a key of FORMULATIONS; act: activation name or Activation.
+        x_shape: tuple, shape of x, e.g. (d,), (N, d) or (B, T, d).
+        m, d_out, r: sizes; seed: int for np.random.default_rng; h: probe step.
+        tol: the relative error a tensor may have; kink_margin: see above;
+        max_draws: how many draws to try before giving up.
+    Returns:
+        GradcheckReport with one row per tensor ("x" and each parameter).
+    Raises:
+        ValueError for an unknown name or activation, or if no draw avoids the kink.
+    Source: CS231n gradient_check.py; derivations.md, section 7.
+    """
+    form, act = get_formulation(name), get_activation(act)
+    rng = np.random.default_rng(seed)
+    d = x_shape[-1]
+    for draw in range(1, max_draws + 1):
+        x = rng.standard_normal(x_shape)
+        params = form.init(rng, d, m, d_out, r)
+        y, cache = form.forward(x, **params, act=act)
+        if not act.kink or x.size == 0 or np.min(np.abs(cache["z"])) > kink_margin:
+            break
+    else:
+        raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
+                         f"{kink_margin} away from the kink")
+    dy = rng.standard_normal(y.shape)
+    analytic = form.backward(dy, cache)
+    inputs = {"x": x} | params
+    rows = []
+    for tensor, value in inputs.items():
+        def f(v, tensor=tensor):
+            return form.forward(**(inputs | {tensor: v}), act=act)[0]
+        numeric = numerical_gradient(f, value, dy, h)
+        diff = np.abs(analytic[tensor] - numeric)
+        worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
+        rows.append(GradcheckRow(tensor, value.shape, float(diff.max(initial=0.0)),
+                                 tuple(int(i) for i in worst),
+                                 rel_error(analytic[tensor], numeric)))
+    return GradcheckReport(name, act.name, rows, tol, draw)
