@@ -987,3 +987,510 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                                  tuple(int(i) for i in worst),
                                  rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
+
+
+# =============================================================================
+# 4. The paper's claims, as functions that return measured numbers
+# =============================================================================
+# Every claim is checked in float64 on random inputs: a deviation (rel_error of two
+# outputs that theory says are equal) at rounding level, about 1e-15, means it holds.
+
+CLAIM_TOL = 1e-10  # deviations below this are rounding; broken claims give about 1e-2 or more
+
+
+def _draw(name, seed, d=6, m=5, d_out=3, r=2, n_tokens=7):
+    """Random float64 x (n_tokens, d) and parameters of formulation `name`."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n_tokens, d))
+    return x, get_formulation(name).init(rng, d, m, d_out, r)
+
+
+def _max_over_activations(compare, acts=None):
+    return max(compare(act) for act in (acts or ACTIVATIONS))
+
+
+# ----- Equivalences ------------------------------------------------------------
+
+
+def equiv_rank1_as_bilinear(seed=0):
+    """rank1_bilinear(Q, K, V) = bilinear(A, V) with A_j = q_j^T k_j, for every sigma.
+
+    (x . q)(x . k) = x (q^T k) x^T: the rank-1 form is full bilinear attention whose
+    interaction matrices are outer products. Returns the largest rel_error of the two
+    outputs over all activations (float). Source: paper eqs. (3), (5).
+    """
+    x, p = _draw("rank1_bilinear", seed)
+    A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
+    return _max_over_activations(lambda act: rel_error(
+        rank1_bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A, p["V"], act)[0]))
+
+
+def equiv_rank_r_as_bilinear(seed=0):
+    """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
+
+    Returns the largest rel_error over all activations. Source: paper eqs. (3), (4).
+    """
+    x, p = _draw("rank_r_bilinear", seed, r=3)
+    A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
+    return _max_over_activations(lambda act: rel_error(
+        rank_r_bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A, p["V"], act)[0]))
+
+
+def equiv_static_query_as_mlp(seed=0):
+    """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
+
+    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys. Returns the
+    largest rel_error over all activations. Source: paper eq. (2).
+    """
+    x, p = _draw("static_query_mlp", seed)
+    K_prime = p["K"] @ p["Q"].T                           # (m, d)
+    return _max_over_activations(lambda act: rel_error(
+        static_query_mlp_forward(x, **p, act=act)[0], mlp_forward(x, K_prime, p["V"], act)[0]))
+
+
+def equiv_mlp_as_rank1_static_query(seed=0):
+    """mlp(K, V)(x) = rank1_bilinear(Q', K', V)(x'), every sigma, where x' = [1, x],
+    q'_j = e_0 (a static query) and k'_j = [0, k_j].
+
+    (x' . e_0)(x' . k'_j) = 1 * (x . k_j): the key-value MLP is a bilinear unit whose
+    query ignores the input. Returns the largest rel_error over all activations.
+    Source: paper.md, "Facts that follow".
+    """
+    x, p = _draw("mlp", seed)
+    m, d = p["K"].shape
+    x1 = np.concatenate([np.ones((x.shape[0], 1)), x], axis=1)   # (N, d + 1)
+    Q1 = np.zeros((m, d + 1))
+    Q1[:, 0] = 1.0                                               # q'_j = e_0
+    K1 = np.concatenate([np.zeros((m, 1)), p["K"]], axis=1)      # k'_j = [0, k_j]
+    return _max_over_activations(lambda act: rel_error(
+        mlp_forward(x, **p, act=act)[0], rank1_bilinear_forward(x1, Q1, K1, p["V"], act)[0]))
+
+
+def equiv_bilinear_glu_as_rank1(seed=0):
+    """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
+
+    Returns rel_error of the two outputs. Source: paper eqs. (5), (6).
+    """
+    x, p = _draw("gated_mlp", seed)
+    return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
+                     rank1_bilinear_forward(x, **p, act="identity")[0])
+
+
+def equiv_squared_relu_as_tied_reglu(seed=0):
+    """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
+
+    relu(a) * a = relu(a)^2. Returns rel_error of the two outputs.
+    Source: So et al. 2021 (Primer); paper.md, "Facts that follow".
+    """
+    x, p = _draw("gated_mlp", seed)
+    squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
+    return rel_error(gated_mlp_forward(x, p["K"], p["K"], p["V"], "relu")[0], squared)
+
+
+def equiv_gated_rank_r_at_r1(seed=0):
+    """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
+
+    Returns the largest rel_error over all activations. Source: paper.md, formulation 6.
+    """
+    x, p = _draw("gated_mlp", seed)
+    Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
+    return _max_over_activations(lambda act: rel_error(
+        gated_rank_r_forward(x, Q3, K3, p["V"], act)[0], gated_mlp_forward(x, **p, act=act)[0]))
+
+
+def equiv_rank_r_at_r1(seed=0):
+    """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
+
+    Returns the largest rel_error over all activations. Source: paper eqs. (4), (5).
+    """
+    x, p = _draw("rank1_bilinear", seed)
+    Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
+    return _max_over_activations(lambda act: rel_error(
+        rank_r_bilinear_forward(x, Q3, K3, p["V"], act)[0],
+        rank1_bilinear_forward(x, **p, act=act)[0]))
+
+
+def equiv_bilinear_symmetric_part(seed=0):
+    """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
+    only the symmetric part of each A_j matters.
+
+    Returns the largest rel_error over all activations. Source: paper.md, "The symmetries".
+    """
+    x, p = _draw("bilinear", seed)
+    A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
+    return _max_over_activations(lambda act: rel_error(
+        bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A_sym, p["V"], act)[0]))
+
+
+def eigen_factors(A):
+    """Rank-1 factors of each symmetrized A_j from its eigendecomposition, largest |lambda| first.
+
+    (A_j + A_j^T) / 2 = sum_i lambda_i u_i u_i^T, so x A_j x^T = sum_i lambda_i (x . u_i)^2.
+
+    Args:
+        A: (m, d, d) float64 (or float32).
+    Returns:
+        Q, K: (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns ordered
+        by decreasing |lambda_i|; keeping the first r columns gives the best rank-r
+        approximation of the symmetric part (Eckart-Young). lam: (m, d), the sorted eigenvalues.
+    Raises:
+        ValueError if A is not of shape (m, d, d).
+    Source: Pearce et al. 2024; paper.md, "Facts that follow"; derivations.md, section 6.
+    """
+    A = _nd("A", A, "(m, d, d)")
+    if A.shape[1] != A.shape[2]:
+        raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
+    lam, U = np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
+    order = np.argsort(-np.abs(lam), axis=1)                     # largest |lambda| first
+    lam = np.take_along_axis(lam, order, axis=1)
+    U = np.take_along_axis(U, order[:, None, :], axis=2)
+    return U * lam[:, None, :], U, lam
+
+
+def equiv_bilinear_as_rank_d(seed=0):
+    """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
+
+    Returns the largest rel_error over all activations. Source: paper eq. (4) ("r = d
+    recovers (3)"); Pearce et al. 2024.
+    """
+    x, p = _draw("bilinear", seed)
+    Q, K, _ = eigen_factors(p["A"])
+    return _max_over_activations(lambda act: rel_error(
+        bilinear_forward(x, **p, act=act)[0], rank_r_bilinear_forward(x, Q, K, p["V"], act)[0]))
+
+
+EQUIVALENCES = {
+    "rank1_as_bilinear": ("rank-1 = full bilinear with A_j = q_j^T k_j", equiv_rank1_as_bilinear),
+    "rank_r_as_bilinear": ("rank-r = full bilinear with A_j = Q_j K_j^T", equiv_rank_r_as_bilinear),
+    "static_query_as_mlp": ("static query = key-value MLP with K' = K Q^T",
+                            equiv_static_query_as_mlp),
+    "mlp_as_rank1_static_query": ("key-value MLP = rank-1 with x' = [1, x], q_j = e_0",
+                                  equiv_mlp_as_rank1_static_query),
+    "bilinear_glu_as_rank1": ("gated, identity (Bilinear) = rank-1, identity",
+                              equiv_bilinear_glu_as_rank1),
+    "squared_relu_as_tied_reglu": ("gated ReLU with Q = K = relu(x K^T)^2 V",
+                                   equiv_squared_relu_as_tied_reglu),
+    "gated_rank_r_at_r1": ("gated rank-r at r = 1 = gated MLP", equiv_gated_rank_r_at_r1),
+    "rank_r_at_r1": ("rank-r at r = 1 = rank-1", equiv_rank_r_at_r1),
+    "bilinear_symmetric_part": ("full bilinear sees only (A_j + A_j^T)/2",
+                                equiv_bilinear_symmetric_part),
+    "bilinear_as_rank_d": ("full bilinear = rank-d from the eigendecomposition",
+                           equiv_bilinear_as_rank_d),
+}
+
+
+def equivalences(seed=0):
+    """Measure every equivalence of EQUIVALENCES.
+
+    Args:
+        seed: int for the random inputs.
+    Returns:
+        list of dicts with keys name, statement, deviation (float), holds (deviation <=
+        CLAIM_TOL).
+    Source: paper.md, "The formulations" and "Facts that follow".
+    """
+    rows = []
+    for name, (statement, measure) in EQUIVALENCES.items():
+        deviation = measure(seed)
+        rows.append({"name": name, "statement": statement, "deviation": deviation,
+                     "holds": deviation <= CLAIM_TOL})
+    return rows
+
+
+# ----- Symmetries ----------------------------------------------------------------
+
+SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
+              "key_value_rescaling", "permutation")
+_GATED = ("gated_mlp", "gated_rank_r")
+_SYMMETRIC = ("rank_r_bilinear", "rank1_bilinear")
+
+
+def symmetry_expected(formulation, act, symmetry):
+    """What theory says: does `symmetry` leave `formulation` with `act` unchanged?
+
+    exchange (Q <-> K; for bilinear A_j <-> A_j^T): always in the symmetric forms, only for
+    a linear sigma in the gated forms. inverse_scaling_pos / _neg ((alpha Q, K / alpha),
+    alpha > 0 / < 0): always in the symmetric forms and the static query; in the gated
+    forms for positively homogeneous sigma (alpha > 0) or linear sigma (alpha < 0).
+    key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
+    A_j): always in the gated forms (k is the linear factor), else only for positively
+    homogeneous sigma. permutation of units: always.
+
+    Args:
+        formulation: key of FORMULATIONS; act: activation name or Activation;
+        symmetry: one of SYMMETRIES.
+    Returns:
+        True / False, or None where the symmetry does not apply (the form lacks the factors).
+    Raises:
+        ValueError for an unknown name.
+    Source: paper.md, "The symmetries" and "Other symmetries"; derivations.md, section 4.
+    """
+    get_formulation(formulation)
+    act = get_activation(act)
+    if symmetry not in SYMMETRIES:
+        raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
+    gated = formulation in _GATED
+    if symmetry == "permutation":
+        return True
+    if symmetry == "key_value_rescaling":
+        return True if gated else act.positively_homogeneous
+    if symmetry == "exchange":
+        if formulation in ("mlp", "static_query_mlp"):
+            return None
+        return act.linear if gated else True
+    if formulation in ("mlp", "bilinear"):               # no (Q, K) pair to rescale
+        return None
+    if symmetry == "inverse_scaling_pos":
+        return act.positively_homogeneous if gated else True
+    return act.linear if gated else True                 # inverse_scaling_neg
+
+
+def _scale_units(P, alpha):
+    # Multiply unit j of P (leading axis m) by alpha[j].
+    return P * alpha.reshape((-1,) + (1,) * (P.ndim - 1))
+
+
+def transform_params(formulation, params, symmetry, alpha):
+    """Apply a symmetry transformation to a copy of the parameters.
+
+    Args:
+        formulation: key of FORMULATIONS; params: dict of its parameters;
+        symmetry: one of SYMMETRIES; alpha: (m,) float array of per-unit factors
+        (a scalar alpha[0] is used for the global Q of static_query_mlp; for
+        permutation, the units are reversed and alpha is unused).
+    Returns:
+        a new dict of parameters (the input dict and arrays are not modified).
+    Raises:
+        ValueError if the symmetry does not apply to the formulation.
+    Source: paper.md, "The symmetries".
+    """
+    p = {k: v.copy() for k, v in params.items()}
+    if symmetry_expected(formulation, "identity", symmetry) is None:
+        raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
+    key = "A" if formulation == "bilinear" else "K"
+    if symmetry == "exchange":
+        if formulation == "bilinear":
+            p["A"] = params["A"].transpose(0, 2, 1).copy()
+        else:
+            p["Q"], p["K"] = params["K"].copy(), params["Q"].copy()
+    elif symmetry in ("inverse_scaling_pos", "inverse_scaling_neg"):
+        if formulation == "static_query_mlp":
+            p["Q"], p["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
+        else:
+            p["Q"], p["K"] = _scale_units(params["Q"], alpha), _scale_units(params["K"], 1 / alpha)
+    elif symmetry == "key_value_rescaling":
+        p[key], p["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
+    else:                                                # permutation: reverse the units
+        for name in (key, "V") + (("Q",) if "Q" in p and formulation != "static_query_mlp" else ()):
+            p[name] = params[name][::-1].copy()
+    return p
+
+
+def symmetry_deviation(formulation, act, symmetry, seed=0):
+    """rel_error between the outputs before and after a symmetry transformation.
+
+    Uses per-unit factors alpha_j = geomspace(0.5, 2, m) (negated for inverse_scaling_neg).
+
+    Args:
+        formulation, act, symmetry: as in symmetry_expected; seed: int.
+    Returns:
+        float: about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
+    Raises:
+        ValueError for an unknown name or a symmetry that does not apply.
+    Source: paper.md, "The symmetries".
+    """
+    x, p = _draw(formulation, seed)
+    m = p["V"].shape[0]
+    alpha = np.geomspace(0.5, 2.0, m) * (-1 if symmetry == "inverse_scaling_neg" else 1)
+    form = get_formulation(formulation)
+    y = form.forward(x, **p, act=act)[0]
+    y_t = form.forward(x, **transform_params(formulation, p, symmetry, alpha), act=act)[0]
+    return rel_error(y, y_t)
+
+
+def symmetry_table(seed=0):
+    """Measure every symmetry of every formulation with every activation.
+
+    Args:
+        seed: int for the random inputs.
+    Returns:
+        list of dicts with keys formulation, activation, symmetry, deviation (float),
+        holds (deviation <= CLAIM_TOL) and expected (symmetry_expected); cells where the
+        symmetry does not apply are left out.
+    Source: paper.md, "The symmetries"; derivations.md, section 4.
+    """
+    rows = []
+    for formulation in FORMULATIONS:
+        for act in ACTIVATIONS:
+            for symmetry in SYMMETRIES:
+                expected = symmetry_expected(formulation, act, symmetry)
+                if expected is None:
+                    continue
+                deviation = symmetry_deviation(formulation, act, symmetry, seed)
+                rows.append({"formulation": formulation, "activation": act,
+                             "symmetry": symmetry, "deviation": deviation,
+                             "holds": deviation <= CLAIM_TOL, "expected": expected})
+    return rows
+
+
+# ----- Symmetry => conservation law ----------------------------------------------
+
+
+def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
+    """Per unit j: <p_j, dL/dp_j> - <q_j, dL/dq_j> for the two parameters in `pair`.
+
+    If L is invariant under (p_j, q_j) -> (alpha p_j, q_j / alpha), differentiating at
+    alpha = 1 gives zero: so this is zero to rounding for ("Q", "K") exactly where the
+    positive inverse-scaling symmetry holds, and for ("K", "V") (("A", "V") for
+    bilinear) where key-value rescaling holds. Under gradient flow, ||p_j||^2 - ||q_j||^2
+    is then conserved. L = sum(y * G) with a random G.
+
+    Args:
+        formulation: key of FORMULATIONS whose parameters include both of `pair`, with
+            the unit on the leading axis; act: activation; pair: two parameter names;
+        seed: int.
+    Returns:
+        (residual, scale): two (m,) float64 arrays; scale = |<p_j, dp_j>| + |<q_j, dq_j>|,
+        to judge the residual against.
+    Raises:
+        ValueError if the pair is not per-unit parameters of the formulation.
+    Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, section 5.
+    """
+    form = get_formulation(formulation)
+    per_unit = [n for n in form.param_names if not (formulation == "static_query_mlp" and n == "Q")]
+    if len(pair) != 2 or any(n not in per_unit for n in pair):
+        raise ValueError(f"pair: expected two of {per_unit} for {formulation!r}, got {pair}")
+    x, p = _draw(formulation, seed)
+    y, cache = form.forward(x, **p, act=act)
+    G = np.random.default_rng(seed + 1).standard_normal(y.shape)
+    grads = form.backward(G, cache)
+
+    def unit_inner(name):
+        m = p[name].shape[0]
+        return np.sum((p[name] * grads[name]).reshape(m, -1), axis=1)   # (m,)
+
+    first, second = unit_inner(pair[0]), unit_inner(pair[1])
+    return first - second, np.abs(first) + np.abs(second)
+
+
+def conservation_table(seed=0):
+    """The conservation identity for every formulation and activation.
+
+    Returns:
+        list of dicts with keys formulation, activation, pair (e.g. "Q,K"), residual
+        (max_j |residual_j| / max(1e-12, max_j scale_j)), holds (residual <= CLAIM_TOL),
+        expected (the matching symmetry's symmetry_expected).
+    Source: derivations.md, section 5.
+    """
+    rows = []
+    for formulation, form in FORMULATIONS.items():
+        key = "A" if formulation == "bilinear" else "K"
+        pairs = [((key, "V"), "key_value_rescaling")]
+        if formulation in _GATED + _SYMMETRIC:
+            pairs.insert(0, (("Q", "K"), "inverse_scaling_pos"))
+        for act in ACTIVATIONS:
+            for pair, symmetry in pairs:
+                res, scale = conservation_residual(formulation, act, pair, seed)
+                residual = float(np.max(np.abs(res)) / max(1e-12, np.max(scale)))
+                rows.append({"formulation": formulation, "activation": act,
+                             "pair": ",".join(pair), "residual": residual,
+                             "holds": residual <= CLAIM_TOL,
+                             "expected": symmetry_expected(formulation, act, symmetry)})
+    return rows
+
+
+# =============================================================================
+# 5. The command line
+# =============================================================================
+
+
+def _mark(ok):
+    return "ok" if ok else "DISAGREES"
+
+
+def verification_report(seed=0, out=print):
+    """Print every check of the paper's claims; return the number of disagreements.
+
+    Sections: equivalences; the symmetry table; the gradient check of every formulation
+    x activation on x of shape (2, 3, 4); the conservation identity.
+
+    Args:
+        seed: int for every random draw; out: function that prints one line.
+    Returns:
+        int, the number of checks that disagree with theory (0 when all agree).
+    Source: paper.md; derivations.md.
+    """
+    failures = 0
+    out("bilinear-numpy: the paper's claims, measured in float64 (deviation = rel_error)\n")
+    out(f"1. Equivalences (hold when deviation <= {CLAIM_TOL:.0e})")
+    for row in equivalences(seed):
+        failures += not row["holds"]
+        out(f"   {row['statement']:<54} {row['deviation']:9.1e}  {_mark(row['holds'])}")
+
+    out("\n2. Symmetries: kept / broken with the measured deviation ('!' = disagrees with theory)")
+    rows = symmetry_table(seed)
+    acts = list(ACTIVATIONS)
+    labels = {"exchange": "exchange Q<->K", "inverse_scaling_pos": "(aQ, K/a), a>0",
+              "inverse_scaling_neg": "(aQ, K/a), a<0", "key_value_rescaling": "(ak, v/a), a>0",
+              "permutation": "permutation"}
+    out(f"   {'formulation':<17}{'symmetry':<16}" + "".join(f"{a:>13}" for a in acts))
+    for formulation in FORMULATIONS:
+        for symmetry in SYMMETRIES:
+            cells = {r["activation"]: r for r in rows
+                     if r["formulation"] == formulation and r["symmetry"] == symmetry}
+            if not cells:
+                continue
+            text = ""
+            for a in acts:
+                r = cells[a]
+                flag = "" if r["holds"] == r["expected"] else "!"
+                failures += r["holds"] != r["expected"]
+                text += f"{('kept' if r['holds'] else 'broken') + flag:>7} {r['deviation']:5.0e}"
+            out(f"   {formulation:<17}{labels[symmetry]:<16}{text}")
+    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j)")
+
+    out("\n3. Gradient check (float64, x of shape (2, 3, 4), worst relative error, tol 1e-7)")
+    out(f"   {'formulation':<17}" + "".join(f"{a:>11}" for a in acts))
+    for formulation in FORMULATIONS:
+        reports = [gradcheck(formulation, a, seed=seed) for a in acts]
+        failures += sum(not rep.passed for rep in reports)
+        out(f"   {formulation:<17}" + "".join(
+            f"{rep.worst:>10.1e}{'' if rep.passed else '!'}" for rep in reports))
+
+    out("\n4. Conservation: max_j |<p_j, dL/dp_j> - <q_j, dL/dq_j>| / scale (0 <=> symmetry)")
+    for row in conservation_table(seed):
+        failures += row["holds"] != row["expected"]
+        if row["activation"] in ("relu", "silu"):
+            word = "conserved" if row["holds"] else "not conserved"
+            out(f"   {row['formulation']:<17} {row['activation']:<9} ({row['pair']}) "
+                f"{row['residual']:9.1e}  {word:<14}{'' if row['holds'] == row['expected'] else 'DISAGREES'}")
+    out("   (every activation is checked; relu and silu are shown)")
+
+    out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
+    return failures
+
+
+def build_parser():
+    """The argparse parser: subcommands of `python bilinear_numpy.py`."""
+    parser = argparse.ArgumentParser(
+        prog="bilinear_numpy.py",
+        description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
+                    "With no subcommand, runs `verify`.")
+    sub = parser.add_subparsers(dest="command")
+    verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
+                                           "conservation identity; exit 1 on a disagreement")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the random draws")
+    return parser
+
+
+def main(argv=None):
+    """Entry point. Returns the process exit status (0 when every check agrees)."""
+    args = build_parser().parse_args(argv)
+    if args.command in (None, "verify"):
+        failures = verification_report(seed=getattr(args, "seed", 0))
+        return 1 if failures else 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
