@@ -216,7 +216,7 @@ def test_wrong_parameter_shapes(name):
         bad = dict(p)
         axis = 0 if key == "V" else -1                             # (a doubled d_out is valid)
         bad[key] = np.concatenate([p[key], p[key]], axis=axis)     # one axis doubled
-        with pytest.raises(ValueError, match=rf"(x|{key}|V|K): expected .*got"):
+        with pytest.raises(ValueError, match=r"(x|Q|K|V|A): expected .*got"):
             form.forward(x, **bad, act="relu")
         bad[key] = p[key][0]                                       # one axis too few
         with pytest.raises(ValueError, match=rf"{key}: expected .*got"):
