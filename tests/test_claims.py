@@ -1,0 +1,139 @@
+"""The paper's claims: equivalences, the symmetry table, the conservation identity."""
+import numpy as np
+import pytest
+
+import bilinear_numpy as bn
+
+SEEDS = [0, 1, 2]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", list(bn.EQUIVALENCES))
+def test_equivalence_holds(name, seed):
+    statement, measure = bn.EQUIVALENCES[name]
+    assert measure(seed) <= 1e-13, statement
+
+
+def test_equivalences_table():
+    rows = bn.equivalences()
+    assert [r["name"] for r in rows] == list(bn.EQUIVALENCES)
+    assert all(r["holds"] for r in rows)
+
+
+def test_equivalence_can_fail():
+    # A wrong A (transposed factors for a non-symmetric pairing) must not match rank-1
+    # gated output: the gated MLP is not the rank-1 form with a nonlinear sigma.
+    x, p = bn._draw("gated_mlp", 0)
+    y_gated = bn.gated_mlp_forward(x, **p, act="silu")[0]
+    y_rank1 = bn.rank1_bilinear_forward(x, **p, act="silu")[0]
+    assert bn.rel_error(y_gated, y_rank1) > 1e-2
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_symmetry_table_agrees_with_theory(seed):
+    rows = bn.symmetry_table(seed)
+    disagree = [r for r in rows if r["holds"] != r["expected"]]
+    assert disagree == []
+    kept = [r["deviation"] for r in rows if r["expected"]]
+    broken = [r["deviation"] for r in rows if not r["expected"]]
+    assert max(kept) < 1e-14 and min(broken) > 1e-3     # a wide gap, no borderline cell
+
+
+def test_symmetry_table_covers_every_cell():
+    rows = bn.symmetry_table()
+    cells = {(r["formulation"], r["activation"], r["symmetry"]) for r in rows}
+    for f in bn.FORMULATIONS:
+        for a in bn.ACTIVATIONS:
+            for s in bn.SYMMETRIES:
+                applies = bn.symmetry_expected(f, a, s) is not None
+                assert ((f, a, s) in cells) == applies
+
+
+@pytest.mark.parametrize("act, exchange, pos, neg", [
+    ("identity", True, True, True),
+    ("relu", False, True, False),       # ReGLU: keeps alpha > 0, loses alpha < 0
+    ("sigmoid", False, False, False),
+    ("silu", False, False, False),
+    ("gelu", False, False, False),
+    ("gelu_tanh", False, False, False),
+])
+@pytest.mark.parametrize("form", ["gated_mlp", "gated_rank_r"])
+def test_gated_symmetries_from_the_paper(form, act, exchange, pos, neg):
+    assert bn.symmetry_expected(form, act, "exchange") is exchange
+    assert bn.symmetry_expected(form, act, "inverse_scaling_pos") is pos
+    assert bn.symmetry_expected(form, act, "inverse_scaling_neg") is neg
+    assert (bn.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange
+    assert (bn.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is pos
+    assert (bn.symmetry_deviation(form, act, "inverse_scaling_neg") < 1e-12) is neg
+
+
+@pytest.mark.parametrize("act", list(bn.ACTIVATIONS))
+@pytest.mark.parametrize("form", ["rank1_bilinear", "rank_r_bilinear"])
+def test_symmetric_forms_keep_exchange_and_scaling_for_every_sigma(form, act):
+    for s in ("exchange", "inverse_scaling_pos", "inverse_scaling_neg"):
+        assert bn.symmetry_deviation(form, act, s) < 1e-14
+
+
+def test_bilinear_exchange_is_transpose():
+    x, p = bn._draw("bilinear", 0)
+    t = bn.transform_params("bilinear", p, "exchange", np.ones(5))
+    assert np.array_equal(t["A"], p["A"].transpose(0, 2, 1))
+
+
+def test_transform_does_not_modify_params():
+    x, p = bn._draw("gated_mlp", 0)
+    saved = {k: v.copy() for k, v in p.items()}
+    for s in bn.SYMMETRIES:
+        bn.transform_params("gated_mlp", p, s, np.geomspace(0.5, 2, 5))
+    assert all(np.array_equal(saved[k], p[k]) for k in p)
+
+
+def test_transform_rejects_symmetry_that_does_not_apply():
+    x, p = bn._draw("mlp", 0)
+    with pytest.raises(ValueError, match="'exchange' does not apply to 'mlp'"):
+        bn.transform_params("mlp", p, "exchange", np.ones(5))
+    with pytest.raises(ValueError, match="unknown symmetry"):
+        bn.symmetry_expected("mlp", "relu", "rotation")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_conservation_table_agrees_with_theory(seed):
+    rows = bn.conservation_table(seed)
+    assert [r for r in rows if r["holds"] != r["expected"]] == []
+    assert max(r["residual"] for r in rows if r["expected"]) < 1e-14
+    assert min(r["residual"] for r in rows if not r["expected"]) > 1e-3
+
+
+@pytest.mark.parametrize("act", ["relu", "identity"])
+def test_conservation_holds_per_unit_for_gated_relu(act):
+    res, scale = bn.conservation_residual("gated_mlp", act, ("Q", "K"))
+    assert res.shape == (5,) and np.all(scale > 1e-6)
+    assert np.max(np.abs(res)) < 1e-14 * np.max(scale)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "sigmoid"])
+def test_conservation_fails_for_gated_smooth(act):
+    res, scale = bn.conservation_residual("gated_mlp", act, ("Q", "K"))
+    assert np.max(np.abs(res)) > 1e-3 * np.max(scale)
+    res_kv, scale_kv = bn.conservation_residual("gated_mlp", act, ("K", "V"))
+    assert np.max(np.abs(res_kv)) < 1e-14 * np.max(scale_kv)   # key-value identity holds
+
+
+def test_conservation_bad_pair():
+    with pytest.raises(ValueError, match="pair: expected two of"):
+        bn.conservation_residual("mlp", "relu", ("Q", "K"))
+
+
+def test_eigen_factors_best_rank_r_truncation_error_decreases():
+    x, p = bn._draw("bilinear", 0, d=6)
+    Q, K, lam = bn.eigen_factors(p["A"])
+    assert np.all(np.diff(np.abs(lam), axis=1) <= 1e-15)         # sorted by |lambda|
+    A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
+    errors = []
+    for r in range(1, 7):
+        A_r = Q[:, :, :r] @ K[:, :, :r].transpose(0, 2, 1)
+        errors.append(np.linalg.norm(A_sym - A_r))
+    assert all(a > b for a, b in zip(errors, errors[1:-1]))
+    assert errors[-1] < 1e-13
+    # Eckart-Young: the squared error of the rank-r truncation is the sum of the dropped lambda^2
+    assert errors[0] ** 2 == pytest.approx(np.sum(lam[:, 1:] ** 2), rel=1e-10)
