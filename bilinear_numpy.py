@@ -1470,26 +1470,37 @@ def verification_report(seed=0, out=print):
     return failures
 
 
+def _cmd_verify(args):
+    return 1 if verification_report(seed=args.seed) else 0
+
+
 def build_parser():
-    """The argparse parser: subcommands of `python bilinear_numpy.py`."""
+    """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
+
+    Subcommands whose code lives in the experiments/ package import it inside their
+    func, so that `import bilinear_numpy` needs NumPy alone.
+    """
     parser = argparse.ArgumentParser(
         prog="bilinear_numpy.py",
         description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
                     "With no subcommand, runs `verify`.")
-    sub = parser.add_subparsers(dest="command")
+    parser.set_defaults(func=_cmd_verify, seed=0)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
     verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
                                            "conservation identity; exit 1 on a disagreement")
     verify.add_argument("--seed", type=int, default=0, help="seed of the random draws")
+    verify.set_defaults(func=_cmd_verify)
     return parser
 
 
 def main(argv=None):
-    """Entry point. Returns the process exit status (0 when every check agrees)."""
+    """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
+
+    Returns the process exit status: 0 when everything agrees with theory.
+    """
     args = build_parser().parse_args(argv)
-    if args.command in (None, "verify"):
-        failures = verification_report(seed=getattr(args, "seed", 0))
-        return 1 if failures else 0
-    return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":
