@@ -618,6 +618,63 @@ def gated_mlp_backward(dy, cache):
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
+# ----- (6b) double-gated MLP (this project's ablation form) --------------------
+
+
+def double_gated_mlp_forward(x, Q, K, V, act="silu"):
+    """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
+
+    Both factors go through sigma, so Q and K enter symmetrically again: exchange symmetry
+    holds for every sigma, while inverse scaling (alpha Q, K / alpha) holds only for a
+    positively homogeneous sigma (alpha > 0). It separates the two symmetries that the
+    gated MLP breaks together (issue "Which broken symmetry matters?").
+
+    Args:
+        x: (..., d) float32 or float64.
+        Q, K: (m, d) same dtype; V: (m, d_out) same dtype.
+        act: activation name or Activation.
+    Returns:
+        y: (..., d_out), x's dtype; cache for double_gated_mlp_backward.
+    Raises:
+        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
+    Source: this project's ablation form (not in the paper); derivations.md, section 4.
+    """
+    act = get_activation(act)
+    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
+    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
+    X = _flatten_x(x, d)                          # (N, d)
+    z = X @ np.concatenate([p["Q"], p["K"]]).T    # (N, 2m)  [a | b] = [x Q^T | x K^T]
+    g = act.f(z)                                  # (N, 2m)  [sigma(a) | sigma(b)]
+    h = g[:, :m] * g[:, m:]                       # (N, m)   h = sigma(a) * sigma(b)
+    y = h @ p["V"]                                # (N, d_out)
+    cache = _common_cache(x, X, V.shape[1], act) | {
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "g": g, "z": z, "h": h}
+    return _finish(y, x, V.shape[1]), cache
+
+
+def double_gated_mlp_backward(dy, cache):
+    """Backward pass of double_gated_mlp_forward.
+
+    Args:
+        dy: (..., d_out) upstream gradient; cache from the forward.
+    Returns:
+        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises:
+        ValueError / TypeError if dy's shape or dtype differs from y's.
+    Source: chain rule; derivations.md, section 3.
+    """
+    dY = _check_dy(dy, cache)
+    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
+    m = Q.shape[0]
+    dV = cache["h"].T @ dY                        # (m, d_out)
+    dh = dY @ V.T                                 # (N, m)
+    dg = np.concatenate([dh * g[:, m:], dh * g[:, :m]], axis=1)   # (N, 2m) [dh sig(b) | dh sig(a)]
+    dz = dg * cache["act"].df(cache["z"])         # (N, 2m)  [da | db]
+    dW = dz.T @ X                                 # (2m, d)  [dQ; dK]
+    dX = dz @ np.concatenate([Q, K])              # (N, d)   da Q + db K
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dW[:m], "K": dW[m:], "V": dV}
+
+
 # ----- (7) gated rank-r (this project's generalization) -----------------------
 
 
@@ -782,6 +839,10 @@ FORMULATIONS: dict[str, Formulation] = {
                     lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
         Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
                     gated_mlp_forward, gated_mlp_backward, ("Q", "K", "V"),
+                    _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
+        Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
+                    double_gated_mlp_forward, double_gated_mlp_backward, ("Q", "K", "V"),
                     _rank1_param_shapes, "2 m d + m + m d_out",
                     lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
         Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
@@ -1076,6 +1137,16 @@ def equiv_bilinear_glu_as_rank1(seed=0):
                      rank1_bilinear_forward(x, **p, act="identity")[0])
 
 
+def equiv_double_gated_identity_as_rank1(seed=0):
+    """double_gated_mlp with identity = rank1_bilinear with identity (no sigma anywhere).
+
+    Returns rel_error of the two outputs. Source: this project's ablation form.
+    """
+    x, p = _draw("double_gated_mlp", seed)
+    return rel_error(double_gated_mlp_forward(x, **p, act="identity")[0],
+                     rank1_bilinear_forward(x, **p, act="identity")[0])
+
+
 def equiv_squared_relu_as_tied_reglu(seed=0):
     """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
 
@@ -1168,6 +1239,8 @@ EQUIVALENCES = {
                                   equiv_mlp_as_rank1_static_query),
     "bilinear_glu_as_rank1": ("gated, identity (Bilinear) = rank-1, identity",
                               equiv_bilinear_glu_as_rank1),
+    "double_gated_identity_as_rank1": ("double-gated, identity = rank-1, identity",
+                                       equiv_double_gated_identity_as_rank1),
     "squared_relu_as_tied_reglu": ("gated ReLU with Q = K = relu(x K^T)^2 V",
                                    equiv_squared_relu_as_tied_reglu),
     "gated_rank_r_at_r1": ("gated rank-r at r = 1 = gated MLP", equiv_gated_rank_r_at_r1),
@@ -1214,7 +1287,9 @@ def symmetry_expected(formulation, act, symmetry):
     forms for positively homogeneous sigma (alpha > 0) or linear sigma (alpha < 0).
     key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
     A_j): always in the gated forms (k is the linear factor), else only for positively
-    homogeneous sigma. permutation of units: always.
+    homogeneous sigma. permutation of units: always. double_gated_mlp (sigma on both
+    factors): exchange always; inverse_scaling_pos and key_value_rescaling for positively
+    homogeneous sigma; inverse_scaling_neg for linear sigma.
 
     Args:
         formulation: key of FORMULATIONS; act: activation name or Activation;
@@ -1232,6 +1307,10 @@ def symmetry_expected(formulation, act, symmetry):
     gated = formulation in _GATED
     if symmetry == "permutation":
         return True
+    if formulation == "double_gated_mlp":                # sigma on both factors
+        return {"exchange": True, "inverse_scaling_pos": act.positively_homogeneous,
+                "inverse_scaling_neg": act.linear,
+                "key_value_rescaling": act.positively_homogeneous}[symmetry]
     if symmetry == "key_value_rescaling":
         return True if gated else act.positively_homogeneous
     if symmetry == "exchange":
@@ -1386,7 +1465,7 @@ def conservation_table(seed=0):
     for formulation, form in FORMULATIONS.items():
         key = "A" if formulation == "bilinear" else "K"
         pairs = [((key, "V"), "key_value_rescaling")]
-        if formulation in _GATED + _SYMMETRIC:
+        if formulation in _GATED + _SYMMETRIC + ("double_gated_mlp",):
             pairs.insert(0, (("Q", "K"), "inverse_scaling_pos"))
         for act in ACTIVATIONS:
             for pair, symmetry in pairs:

@@ -137,3 +137,23 @@ def test_eigen_factors_best_rank_r_truncation_error_decreases():
     assert errors[-1] < 1e-13
     # Eckart-Young: the squared error of the rank-r truncation is the sum of the dropped lambda^2
     assert errors[0] ** 2 == pytest.approx(np.sum(lam[:, 1:] ** 2), rel=1e-10)
+
+
+# The 2x2 ablation's table (issue "Which broken symmetry matters?"): which form keeps what.
+@pytest.mark.parametrize("form, act, exchange_kept, scaling_kept", [
+    ("rank1_bilinear", "silu", True, True),
+    ("rank1_bilinear", "gelu", True, True),
+    ("double_gated_mlp", "silu", True, False),
+    ("double_gated_mlp", "gelu", True, False),
+    ("double_gated_mlp", "relu", True, True),
+    ("gated_mlp", "relu", False, True),
+    ("gated_mlp", "silu", False, False),
+    ("gated_mlp", "gelu", False, False),
+])
+def test_ablation_cells(form, act, exchange_kept, scaling_kept):
+    assert (bn.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange_kept
+    assert (bn.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is scaling_kept
+    assert bn.symmetry_expected(form, act, "exchange") is exchange_kept
+    assert bn.symmetry_expected(form, act, "inverse_scaling_pos") is scaling_kept
+    res, scale = bn.conservation_residual(form, act, ("Q", "K"))
+    assert bool(np.max(np.abs(res)) < 1e-12 * np.max(scale)) is scaling_kept

@@ -99,6 +99,7 @@ def test_param_shapes_and_counts(name):
                 "rank_r_bilinear": 2 * m * d * r + m * d_out,
                 "rank1_bilinear": 2 * m * d + m * d_out,
                 "gated_mlp": 2 * m * d + m * d_out,
+                "double_gated_mlp": 2 * m * d + m * d_out,
                 "gated_rank_r": 2 * m * d * r + m * d_out}[name]
     assert form.n_params(d, m, d_out, r) == expected
     assert form.param_shapes(d, m)["V"] == (m, d)     # d_out defaults to d
@@ -142,6 +143,17 @@ def test_gated_mlp_matches_an_independent_loop():
         for j in range(3):
             expected[n] += silu(x[n] @ p["Q"][j]) * (x[n] @ p["K"][j]) * p["V"][j]
     y, _ = bn.gated_mlp_forward(x, **p, act="silu")
+    assert bn.rel_error(y, expected) < 1e-14
+
+
+def test_double_gated_matches_an_independent_loop():
+    x, p = draw("double_gated_mlp", x_shape=(3, 4))
+    gelu = lambda t: t * 0.5 * math.erfc(-t / math.sqrt(2))
+    expected = np.zeros((3, 2))
+    for n in range(3):
+        for j in range(3):
+            expected[n] += gelu(x[n] @ p["Q"][j]) * gelu(x[n] @ p["K"][j]) * p["V"][j]
+    y, _ = bn.double_gated_mlp_forward(x, **p, act="gelu")
     assert bn.rel_error(y, expected) < 1e-14
 
 
