@@ -6,7 +6,8 @@ Attention" (arXiv 2606.22172). Read it top to bottom:
 1. Activations          sigma and its derivative, numerically stable, dtype-preserving.
 2. Formulations         forward/backward pairs with an explicit cache (CS231n style):
                         key-value memory MLP, static global query, full bilinear attention,
-                        rank-r and rank-1 bilinear, gated MLP (GLU family), gated rank-r.
+                        rank-r and rank-1 bilinear, gated MLP (GLU family), and this
+                        project's double-gated MLP and gated rank-r.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, the conservation identity,
                         each returning measured numbers.
@@ -884,23 +885,28 @@ def rel_error(a, b) -> float:
     two all-zero tensors from dividing 0 by 0.
 
     Args:
-        a, b: array-likes of one shape (any float dtype; compared in float64).
+        a, b: array-likes of one shape, of real numbers (bool, integer or float; compared
+            in float64).
     Returns:
         float >= 0; inf if either holds a NaN or an infinity (never NaN, never a pass);
         0.0 for two empty arrays.
     Raises:
-        ValueError if the shapes differ.
+        ValueError if the shapes differ; TypeError for complex, string or object input.
     Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a, b = np.asarray(a), np.asarray(b)
+    for name, arr in (("a", a), ("b", b)):
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"rel_error: {name} must hold real numbers, got dtype {arr.dtype}")
     if a.shape != b.shape:
         raise ValueError(f"rel_error: expected two arrays of one shape, got {a.shape} and {b.shape}")
     if a.size == 0:
         return 0.0
+    a, b = a.astype(np.float64), b.astype(np.float64)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return math.inf
-    return float(np.max(np.abs(a - b)) / max(1e-8, float(np.max(np.abs(a) + np.abs(b)))))
+    a, b = a / 2, b / 2    # halving changes no ratio and keeps |a| + |b| finite near 1e308
+    return float(np.max(np.abs(a - b)) / max(0.5e-8, np.max(np.abs(a) + np.abs(b))))
 
 
 def numerical_gradient(f, x, dy, h=1e-6):
@@ -919,9 +925,9 @@ def numerical_gradient(f, x, dy, h=1e-6):
     Returns:
         float64 array of x's shape.
     Raises:
-        TypeError if x or dy is not float64 (float32 rounding, about 1e-7, divided by
-        h = 1e-6 leaves no correct digit); ValueError if h <= 0 or f(x)'s shape differs
-        from dy's.
+        TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
+        by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
+        or f(x)'s shape differs from dy's.
     Source: CS231n gradient_check.py; derivations.md, section 7.
     """
     x = np.asarray(x)
@@ -929,9 +935,9 @@ def numerical_gradient(f, x, dy, h=1e-6):
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "float32 rounding (~1e-7) divided by h leaves no correct digit")
-    if not h > 0:
-        raise ValueError(f"numerical_gradient: expected h > 0, got {h}")
+                            "in lower precision, rounding divided by h leaves no correct digit")
+    if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h < math.inf:
+        raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
     xp = x.copy()
     grad = np.zeros_like(xp)
 
@@ -939,6 +945,8 @@ def numerical_gradient(f, x, dy, h=1e-6):
         out = np.asarray(f(arr))
         if out.shape != dy.shape:
             raise ValueError(f"numerical_gradient: f(x) has shape {out.shape}, dy has {dy.shape}")
+        if out.dtype != np.float64:
+            raise TypeError(f"numerical_gradient: f(x) must be float64, got {out.dtype}")
         return float(np.sum(out * dy))
 
     for i in np.ndindex(xp.shape):
@@ -1019,17 +1027,25 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     Returns:
         GradcheckReport with one row per tensor ("x" and each parameter).
     Raises:
-        ValueError for an unknown name or activation, or if no draw avoids the kink.
+        ValueError for an unknown name or activation, an x_shape with no token or no
+        width (nothing would be checked), max_draws < 1, or if no draw avoids the kink
+        (use fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin).
     Source: CS231n gradient_check.py; derivations.md, section 7.
     """
     form, act = get_formulation(name), get_activation(act)
+    x_shape = tuple(x_shape)
+    if len(x_shape) == 0 or math.prod(x_shape) == 0:
+        raise ValueError(f"gradcheck: x_shape must hold at least one token of width d >= 1 "
+                         f"(nothing would be checked), got {x_shape}")
+    if max_draws < 1:
+        raise ValueError(f"gradcheck: expected max_draws >= 1, got {max_draws}")
     rng = np.random.default_rng(seed)
     d = x_shape[-1]
     for draw in range(1, max_draws + 1):
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
         y, cache = form.forward(x, **params, act=act)
-        if not act.kink or x.size == 0 or np.min(np.abs(cache["z"])) > kink_margin:
+        if not act.kink or np.min(np.abs(cache["z"])) > kink_margin:
             break
     else:
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
@@ -1340,12 +1356,23 @@ def transform_params(formulation, params, symmetry, alpha):
     Returns:
         a new dict of parameters (the input dict and arrays are not modified).
     Raises:
-        ValueError if the symmetry does not apply to the formulation.
+        ValueError if the symmetry does not apply to the formulation, or if alpha is not
+        of shape (m,), holds a zero or a non-finite value, or has the wrong sign
+        (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: paper.md, "The symmetries".
     """
-    p = {k: v.copy() for k, v in params.items()}
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
+    m = params["V"].shape[0]
+    alpha = np.asarray(alpha, dtype=params["V"].dtype)
+    if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
+        raise ValueError(f"alpha: expected {m} finite non-zero factors, shape ({m},), got "
+                         f"shape {alpha.shape}")
+    if symmetry in ("inverse_scaling_pos", "key_value_rescaling") and np.any(alpha < 0):
+        raise ValueError(f"alpha: {symmetry} needs alpha > 0, got {alpha}")
+    if symmetry == "inverse_scaling_neg" and np.any(alpha > 0):
+        raise ValueError(f"alpha: inverse_scaling_neg needs alpha < 0, got {alpha}")
+    p = {k: v.copy() for k, v in params.items()}
     key = "A" if formulation == "bilinear" else "K"
     if symmetry == "exchange":
         if formulation == "bilinear":
@@ -1563,12 +1590,14 @@ def build_parser():
         prog="bilinear_numpy.py",
         description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
                     "With no subcommand, runs `verify`.")
-    parser.set_defaults(func=_cmd_verify, seed=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of verify's random draws")
+    parser.set_defaults(func=_cmd_verify)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
                                            "conservation identity; exit 1 on a disagreement")
-    verify.add_argument("--seed", type=int, default=0, help="seed of the random draws")
+    verify.add_argument("--seed", type=int, default=argparse.SUPPRESS,
+                        help="seed of the random draws (default 0)")
     verify.set_defaults(func=_cmd_verify)
     return parser
 

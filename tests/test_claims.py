@@ -84,8 +84,30 @@ def test_transform_does_not_modify_params():
     x, p = bn._draw("gated_mlp", 0)
     saved = {k: v.copy() for k, v in p.items()}
     for s in bn.SYMMETRIES:
-        bn.transform_params("gated_mlp", p, s, np.geomspace(0.5, 2, 5))
+        sign = -1 if s == "inverse_scaling_neg" else 1
+        bn.transform_params("gated_mlp", p, s, sign * np.geomspace(0.5, 2, 5))
     assert all(np.array_equal(saved[k], p[k]) for k in p)
+
+
+@pytest.mark.parametrize("alpha, symmetry, message", [
+    (np.ones(1), "key_value_rescaling", r"shape \(5,\), got shape \(1,\)"),   # no broadcast
+    (2.0, "key_value_rescaling", r"shape \(5,\), got shape \(\)"),
+    (np.ones(6), "inverse_scaling_pos", r"got shape \(6,\)"),
+    (np.array([1, 1, 0, 1, 1.0]), "inverse_scaling_pos", "non-zero"),
+    (-np.ones(5), "inverse_scaling_pos", "needs alpha > 0"),
+    (np.ones(5), "inverse_scaling_neg", "needs alpha < 0"),
+])
+def test_transform_checks_alpha(alpha, symmetry, message):
+    x, p = bn._draw("gated_mlp", 0)
+    with pytest.raises(ValueError, match=message):
+        bn.transform_params("gated_mlp", p, symmetry, alpha)
+
+
+def test_transform_keeps_float32():
+    x, p = bn._draw("gated_mlp", 0)
+    p32 = {k: v.astype(np.float32) for k, v in p.items()}
+    t = bn.transform_params("gated_mlp", p32, "inverse_scaling_pos", np.geomspace(0.5, 2, 5))
+    assert all(v.dtype == np.float32 for v in t.values())
 
 
 def test_transform_rejects_symmetry_that_does_not_apply():
