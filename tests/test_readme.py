@@ -23,7 +23,7 @@ def test_ci_runs_the_readme_test_command():
     assert "python -m pytest" in bash_blocks[1]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install --quiet -r requirements.txt" in ci
-    assert ci.strip().endswith("python -m pytest")
+    assert "\npython -m pytest\n" in ci
     assert "pip install -r requirements.txt" in bash_blocks[0]
 
 
