@@ -1,0 +1,121 @@
+"""Command line of the exercise checker.
+
+    python -m exercises                 progress over every exercise
+    python -m exercises check N         the checks of exercise N, a row each, and a hint
+    python -m exercises --solutions     the same on exercises/solutions/
+    python -m exercises --folder DIR    the same on DIR (e.g. a student's hand-in)
+
+Exit status: 0 when every started exercise passes, 1 when any fails, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from exercises import checker
+from exercises.course import COURSE
+
+
+def shown(path):
+    """The path relative to the working folder when it is inside it."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:          # another drive on Windows
+        return str(path)
+
+
+def find_exercise(key):
+    """Exercise number from '3', '03', 'ex03', 'ex03_full_bilinear' or 'full_bilinear'."""
+    key = key.strip().lower().removesuffix(".py")
+    for number, exercise in enumerate(COURSE, start=1):
+        stem = checker.file_name(number, exercise).removesuffix(".py")
+        if key in (str(number), f"{number:02d}", f"ex{number:02d}", stem, exercise.slug):
+            return number
+    return None
+
+
+def show_progress(folder):
+    results = [checker.run_exercise(n, ex, folder) for n, ex in enumerate(COURSE, start=1)]
+    print(f"{checker.progress_bar(results)}   ({shown(folder)})")
+    width = max(len(exercise.title) for exercise in COURSE)
+    for result in results:
+        print(checker.summary_line(result, width))
+    nxt = next((r for r in results if r.status != "done"), None)
+    if nxt is None:
+        print("\nEvery exercise is done.")
+    else:
+        print(f"\nNext: open {shown(nxt.path)}, then run `python -m exercises check {nxt.number}`")
+    return checker.exit_status(results)
+
+
+def show_check(number, folder):
+    exercise = COURSE[number - 1]
+    result = checker.run_exercise(number, exercise, folder)
+    print(f"Exercise {number}: {exercise.title}\nFile: {shown(result.path)}\n")
+    if result.status == "missing":
+        print(f"Result: missing: {shown(result.path)} does not exist.")
+        return 0
+    print(checker.format_rows(result.rows))
+    n_ok = sum(row.verdict == "ok" for row in result.rows)
+    print(f"\nResult: {result.status} ({n_ok} of {len(result.rows)} checks ok)")
+    hints = checker.load_hints()
+    if result.status == "not started":
+        print(f"Open {shown(result.path)} and complete the functions and answers marked TODO.")
+        print(f"Hint: {hints.get(exercise.slug, {}).get('general', '')}")
+    elif result.status == "failing":
+        row = result.first_failure
+        print(f"First failing check: {row.check} ({row.verdict})")
+        print(f"Hint ({row.topic}): {checker.hint_for(result, hints)}")
+    elif number < len(COURSE):
+        print(f"Well done. Next: python -m exercises check {number + 1}")
+    return checker.exit_status([result])
+
+
+def add_folder_options(parser, default):
+    """--solutions and --folder, accepted before or after the command."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--solutions", action="store_true", default=default,
+                       help="check the solved copies in exercises/solutions/")
+    where.add_argument("--folder", type=Path, default=default,
+                       help="check the exercise files in this folder")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m exercises",
+        description="Check the course's exercises. With no command, show the progress "
+                    "over every exercise.")
+    add_folder_options(parser, None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    check = sub.add_parser("check", help="run the checks of one exercise, a row per check")
+    check.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
+    add_folder_options(check, argparse.SUPPRESS)   # keep the values given before "check"
+    return parser
+
+
+def main(argv=None):
+    # Show what a console cannot encode as '?' instead of failing (e.g. a Windows code page).
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+    args = build_parser().parse_args(argv)
+    folder = (checker.SOLUTIONS_FOLDER if args.solutions else
+              args.folder if args.folder is not None else checker.STUDENT_FOLDER)
+    if not folder.is_dir():
+        print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
+        return 2
+    if args.command == "check":
+        number = find_exercise(args.exercise)
+        if number is None:
+            names = ", ".join(f"{n} {ex.slug}" for n, ex in enumerate(COURSE, start=1))
+            print(f"error: no exercise {args.exercise!r}; expected one of: {names}", file=sys.stderr)
+            return 2
+        return show_check(number, folder)
+    return show_progress(folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

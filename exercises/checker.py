@@ -1,0 +1,346 @@
+"""The exercise checker: import a student's file, run its checks, report a row per check.
+
+Each exercise (see course.py) has a check function that receives a `Checks` object and
+adds rows to it. A row runs the student's code inside a try/except, compares what came
+back with what `bilinear_numpy` (or a finite difference) gives, and records a verdict:
+
+    ok      the comparison ran and passed
+    WRONG   the comparison ran and failed (wrong value, shape or type)
+    ERROR   the student's code raised an exception (its message is kept)
+    TODO    the student's code still raises NotImplementedError, or an answer is None
+
+An exercise whose rows are all TODO is "not started"; all ok is "done"; anything else is
+"failing". No row says ok without a comparison that returned True.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import bilinear_numpy as bn
+
+PACKAGE = Path(__file__).resolve().parent          # exercises/
+STUDENT_FOLDER = PACKAGE                           # exercises/exNN_*.py
+SOLUTIONS_FOLDER = PACKAGE / "solutions"           # exercises/solutions/exNN_*.py
+HINTS_FILE = PACKAGE / "hints.json"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of the course.
+
+    Attributes:
+        slug: the topic part of the file name, e.g. "key_value_memory"; also the key of
+            its hints in hints.json.
+        title: one line shown in the progress list.
+        check: function(Checks) that adds one row per check.
+        forbidden: names of bilinear_numpy that are switched off while the student's code
+            runs (the functions the exercise asks the student to write).
+    """
+
+    slug: str
+    title: str
+    check: Callable
+    forbidden: tuple = ()
+
+
+def file_name(number, exercise):
+    """The file of exercise `number` (1-based): ex01_key_value_memory.py."""
+    return f"ex{number:02d}_{exercise.slug}.py"
+
+
+@dataclass
+class Row:
+    """One check: what was expected, what came back, the max |difference| and the verdict."""
+
+    check: str
+    topic: str            # the student's function or answer checked (a key of hints.json)
+    expected: str
+    got: str
+    max_diff: float | None
+    rel_err: float | None
+    verdict: str          # "ok", "WRONG", "ERROR" or "TODO"
+    message: str = ""
+
+
+@dataclass
+class Result:
+    """The outcome of one exercise: status is "done", "failing", "not started" or "missing"."""
+
+    number: int
+    exercise: Exercise
+    path: Path
+    status: str
+    rows: list = field(default_factory=list)
+
+    @property
+    def first_failure(self):
+        """The first row that is not ok (None when every row is ok)."""
+        return next((row for row in self.rows if row.verdict != "ok"), None)
+
+
+class ForbiddenCall(Exception):
+    """Raised when the student's code calls the bilinear_numpy function it should write."""
+
+
+class MissingName(Exception):
+    """Raised when the student's file does not define a function or answer the check needs."""
+
+
+@contextlib.contextmanager
+def switched_off(names):
+    """Replace bilinear_numpy.<name> by a function that raises ForbiddenCall, then restore."""
+    saved = {name: getattr(bn, name) for name in names}
+
+    def make_blocker(name):
+        def blocker(*args, **kwargs):
+            raise ForbiddenCall(f"this exercise asks you to write {name} yourself: "
+                                f"bn.{name} is switched off while your code is checked")
+        return blocker
+
+    try:
+        for name in names:
+            setattr(bn, name, make_blocker(name))
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(bn, name, value)
+
+
+# ----- How values are shown and compared --------------------------------------------
+
+
+def describe(value, width=18):
+    """Short text for a value: a number, an array's shape, or a cut repr."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.6g}"
+    if isinstance(value, np.ndarray):
+        return f"array{value.shape}" if value.ndim else f"{value.item():.6g}"
+    if isinstance(value, (set, frozenset)):
+        value = "{" + ", ".join(repr(v) for v in sorted(value, key=str)) + "}"
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def compare_close(expected, got, tol):
+    """Arrays: same shape (no broadcasting) and rel_error <= tol.
+
+    Returns (verdict, got text, max |diff|, rel error, message)."""
+    expected = np.asarray(expected, dtype=np.float64)
+    try:
+        got_array = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        return "WRONG", describe(got), None, None, f"expected numbers, got {type(got).__name__}"
+    if got_array.shape != expected.shape:
+        return ("WRONG", describe(got_array), None, None,
+                f"shape {got_array.shape}, expected {expected.shape}")
+    diff = float(np.max(np.abs(got_array - expected), initial=0.0))
+    rel = bn.rel_error(expected, got_array)          # inf for NaN or inf: never a pass
+    if rel <= tol:
+        return "ok", describe(got_array), diff, rel, ""
+    where = np.unravel_index(np.argmax(np.abs(got_array - expected)), expected.shape)
+    worst = tuple(int(i) for i in where)
+    return ("WRONG", describe(got_array), diff, rel,
+            f"rel error {rel:.1e} > tol {tol:.0e}; worst at index {worst}: "
+            f"got {got_array[where]:.6g}, expected {expected[where]:.6g}")
+
+
+def compare_equal(expected, got):
+    """Exact equality of numbers, strings, sets, tuples or booleans."""
+    if isinstance(expected, (set, frozenset)) and isinstance(got, (list, tuple)):
+        got = set(got)                               # a list of names is accepted as a set
+    try:
+        same = bool(got == expected)
+    except (TypeError, ValueError):                  # e.g. an array compared with a set
+        same = False
+    if same:
+        return "ok", describe(got), None, None, ""
+    return "WRONG", describe(got), None, None, f"expected {describe(expected, 60)}, got {describe(got, 60)}"
+
+
+def exception_message(error, path):
+    """'TypeError: message (ex01_x.py, line 12)': the error and the deepest line of the
+    student's file in its traceback."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if path is not None and Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    where = f" ({path.name}, line {line})" if line else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
+# ----- The object a check function fills ---------------------------------------------
+
+
+class Checks:
+    """Runs one exercise's checks against a student's module and collects the rows."""
+
+    def __init__(self, module, forbidden=(), path=None):
+        self.module = module
+        self.forbidden = tuple(forbidden)
+        self.path = path
+        self.rows = []
+
+    def call(self, name, *args, **kwargs):
+        """Call the student's function `name` with the exercise's forbidden names off."""
+        fn = getattr(self.module, name, None)
+        if not callable(fn):
+            raise MissingName(f"{name} is not defined as a function in the file")
+        with switched_off(self.forbidden):
+            return fn(*args, **kwargs)
+
+    def answer(self, name):
+        """The student's answer variable `name`; NotImplementedError while it is None."""
+        if not hasattr(self.module, name):
+            raise MissingName(f"{name} is not defined in the file")
+        value = getattr(self.module, name)
+        if value is None:
+            raise NotImplementedError(f"{name} is still None")
+        return value
+
+    def _row(self, check, topic, expected, got_fn, compare):
+        try:
+            got = got_fn()
+        except NotImplementedError as error:
+            text = str(error) or f"{topic}: not written yet"
+            self.rows.append(Row(check, topic, describe(expected), "not written", None, None,
+                                 "TODO", text))
+            return
+        except Exception as error:  # the student's exception becomes a failing row
+            self.rows.append(Row(check, topic, describe(expected), "raised", None, None,
+                                 "ERROR", exception_message(error, self.path)))
+            return
+        try:
+            verdict, got_text, diff, rel, message = compare(got)
+        except Exception as error:  # a comparison that cannot run is a failed one
+            verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
+                                                     f"could not compare: {error}")
+        self.rows.append(Row(check, topic, describe(expected), got_text, diff, rel,
+                             verdict, message))
+
+    def close(self, check, topic, expected, got_fn, tol=1e-10):
+        """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol."""
+        self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol))
+
+    def equal(self, check, topic, expected, got_fn):
+        """Row: got_fn() == expected exactly (numbers, strings, sets, booleans)."""
+        self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
+
+    def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
+        """Row: predicate(got_fn()) is True. expected_text says what must hold."""
+        def compare(got):
+            if predicate(got):
+                return "ok", describe(got), None, None, ""
+            return "WRONG", describe(got), None, None, explain or f"expected {expected_text}"
+        self._row(check, topic, expected_text, got_fn, compare)
+
+
+# ----- Running exercises ----------------------------------------------------------------
+
+
+def load_module(path):
+    """Import a Python file by path, under a private name, without keeping it in sys.modules."""
+    name = f"_exercise_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def run_exercise(number, exercise, folder):
+    """Import exercise `number` from `folder` and run its checks. Never raises for an
+    error in the student's file: it becomes an ERROR row."""
+    path = Path(folder) / file_name(number, exercise)
+    if not path.is_file():
+        return Result(number, exercise, path, "missing")
+    try:
+        module = load_module(path)
+    except (Exception, SystemExit) as error:
+        row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
+                  exception_message(error, path))
+        return Result(number, exercise, path, "failing", [row])
+    checks = Checks(module, exercise.forbidden, path)
+    exercise.check(checks)
+    if not checks.rows:
+        raise RuntimeError(f"exercise {number} ({exercise.slug}) has no checks")
+    verdicts = {row.verdict for row in checks.rows}
+    status = ("done" if verdicts == {"ok"} else
+              "not started" if verdicts == {"TODO"} else "failing")
+    return Result(number, exercise, path, status, checks.rows)
+
+
+def load_hints(path=HINTS_FILE):
+    """{slug: {topic or "general": hint text}} from hints.json."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def hint_for(result, hints):
+    """The hint for the first failing row: the one for its topic, else the general one."""
+    row = result.first_failure
+    table = hints.get(result.exercise.slug, {})
+    if row is None:
+        return None
+    return table.get(row.topic) or table.get("general")
+
+
+# ----- Reports -----------------------------------------------------------------------------
+
+
+def _number(value, fmt="9.1e"):
+    return f"{value:{fmt}}" if value is not None else f"{'-':>9}"
+
+
+def format_rows(rows):
+    """The per-check table, with the message of each row that is not ok under it."""
+    lines = [f"  {'check':<40} {'expected':<18} {'got':<18} {'max|diff|':>9} "
+             f"{'rel err':>9}  verdict",
+             "  " + "-" * 106]
+    shown = set()
+    for row in rows:
+        lines.append(f"  {row.check[:40]:<40} {row.expected[:18]:<18} {row.got[:18]:<18} "
+                     f"{_number(row.max_diff)} {_number(row.rel_err)}  {row.verdict}")
+        if row.message and row.message not in shown:   # a repeated message is shown once
+            lines.append(f"      -> {row.message}")
+            shown.add(row.message)
+    return "\n".join(lines)
+
+
+def progress_bar(results):
+    """'Progress [####--------] 4/12': one mark per exercise."""
+    done = sum(result.status == "done" for result in results)
+    return f"Progress [{'#' * done}{'-' * (len(results) - done)}] {done}/{len(results)}"
+
+
+def summary_line(result, width=48):
+    """One line per exercise for the progress list; width: that of the title column."""
+    text = f"  {result.number:>2}  {result.exercise.title:<{width}} {result.status}"
+    if result.status == "failing":
+        row = result.first_failure
+        reason = row.message or row.verdict
+        text += f": {row.check}: {reason}"
+    elif result.status == "missing":
+        text += f" ({result.path.name} not found)"
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def exit_status(results):
+    """0 when no exercise is failing (not started and missing ones do not count), else 1."""
+    return 1 if any(result.status == "failing" for result in results) else 0

@@ -1,0 +1,37 @@
+"""The course: the ordered list of exercises. This is the one place that says which
+exercises exist and in what order.
+
+Exercise N (1-based position in COURSE) lives in exercises/exNN_<slug>.py, its solution in
+exercises/solutions/exNN_<slug>.py, its checks in checks.py and its hints under <slug> in
+hints.json. To add an exercise, see "For instructors" in the README.
+"""
+
+from exercises import checks
+from exercises.checker import Exercise
+
+COURSE = [
+    Exercise("key_value_memory", "The MLP as a key-value memory",
+             checks.key_value_memory, ("mlp_forward",)),
+    Exercise("static_query", "A static global query is absorbed into the keys",
+             checks.static_query, ("static_query_mlp_forward",)),
+    Exercise("full_bilinear", "Full bilinear attention with np.einsum",
+             checks.full_bilinear, ("bilinear_forward",)),
+    Exercise("rank1", "From full to rank-1: the outer product",
+             checks.rank1, ("rank1_bilinear_forward",)),
+    Exercise("gated_mlp", "The gated MLP and the GLU family",
+             checks.gated_mlp, ("gated_mlp_forward",)),
+    Exercise("exchange_symmetry", "Exchange symmetry",
+             checks.exchange_symmetry, ("symmetry_deviation", "transform_params")),
+    Exercise("inverse_scaling", "Inverse-scaling symmetry",
+             checks.inverse_scaling, ("symmetry_deviation", "transform_params")),
+    Exercise("backprop_gated", "Backprop I: the gated MLP by hand",
+             checks.backprop_gated, ("gated_mlp_backward", "numerical_gradient")),
+    Exercise("backprop_rank_r", "Backprop II: the rank-r bilinear unit",
+             checks.backprop_rank_r, ("rank_r_bilinear_backward",)),
+    Exercise("conservation", "Symmetry gives a conservation law",
+             checks.conservation, ("conservation_residual",)),
+    Exercise("tied_factors", "Tied factors and squared ReLU",
+             checks.tied_factors),
+    Exercise("higher_rank", "Higher rank: eigendecomposition and truncation",
+             checks.higher_rank, ("eigen_factors",)),
+]

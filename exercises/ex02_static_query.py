@@ -1,0 +1,82 @@
+# %% [markdown]
+# # Exercise 2: a static global query is absorbed into the keys
+#
+# In exercise 1 each key `k_j` is compared with the token itself, `x·k_j`. Attention
+# compares a *query* computed from `x` with a key. A first try: one global query matrix
+# `Q` of shape `(d, d)`, shared by every unit, so that the query is `x Q`:
+#
+#     σ(x Q Kᵀ) V
+#
+# The paper's point: this adds nothing. Since `x Q Kᵀ = x (K Qᵀ)ᵀ`, the same MLP is a plain
+# key-value memory with the keys `K' = K Qᵀ`. A query helps only if it differs from unit to
+# unit *and* depends on `x`: that is full bilinear attention, in exercise 3.
+#
+# Read first: [derivations.md, section 2](../derivations.md#2-the-formulations).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.static_query_mlp_forward`.
+# **Check:** `python -m exercises check 2`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The forward pass with a static query
+#
+# `x` has shape `(N, d)`, `Q` shape `(d, d)`, `K` shape `(m, d)`, `V` shape `(m, d_out)`.
+
+
+# %%
+def static_query_forward(x, Q, K, V, act="relu"):
+    """y = σ(x Q Kᵀ) V; returns (N, d_out)."""
+    # TODO: the query is x Q (N, d); score it against every key, then σ, then V
+    raise NotImplementedError("static_query_forward: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 2. Absorb the query into the keys
+#
+# Return `K' = K Qᵀ`, shape `(m, d)`. The checker verifies that
+# `bn.mlp_forward(x, K', V, act)` equals `σ(x Q Kᵀ) V` for every activation.
+
+
+# %%
+def absorb_query(Q, K):
+    """The keys K' = K Qᵀ of the key-value memory equal to σ(x Q Kᵀ) V; returns (m, d)."""
+    # TODO: one matrix product
+    raise NotImplementedError("absorb_query: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 3. Two questions
+#
+# How many parameters does the global query `Q` add for `d = 768`? And can `σ(x Q Kᵀ) V`
+# compute a function that no key-value memory `σ(x K'ᵀ) V` of the same width can
+# (`True` or `False`)?
+
+# %%
+EXTRA_PARAMS = None  # TODO: an int
+MORE_EXPRESSIVE = None  # TODO: True or False
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6))               # N = 4 tokens, d = 6
+    Q = rng.standard_normal((6, 6)) / 6 ** 0.5
+    K = rng.standard_normal((5, 6)) / 6 ** 0.5    # m = 5
+    V = rng.standard_normal((5, 3))               # d_out = 3
+    y_query = static_query_forward(x, Q, K, V, "gelu")
+    y_memory = bn.mlp_forward(x, absorb_query(Q, K), V, "gelu")[0]
+    print("static query output:\n", y_query)
+    print("max |difference| with the absorbed keys:", np.max(np.abs(y_query - y_memory)))

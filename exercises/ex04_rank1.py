@@ -1,0 +1,108 @@
+# %% [markdown]
+# # Exercise 4: from full to rank-1, the outer product
+#
+# Full bilinear attention stores a `(d, d)` matrix `A_j` per unit. Give each unit a single
+# query row `q_j` and a single key row `k_j` instead (rows of `Q` and `K`, shape `(m, d)`),
+# and take `A_j` to be their **outer product** `q_jᵀ k_j` (`(d, 1)` times `(1, d)`):
+#
+#     x A_j xᵀ = (x·q_j)(x·k_j)
+#
+#     MLP(x) = σ((x Qᵀ) ⊙ (x Kᵀ)) V          (⊙: elementwise product)
+#
+# This is the **rank-1 bilinear** layer: `3·m·d` parameters instead of `m·d²`, and two
+# matrix products per token. With σ = identity it is the "Bilinear" variant of the GLU
+# family (exercise 5). The plain key-value memory of exercise 1 is a special case too: a
+# rank-1 unit whose query does not depend on `x`. Append a constant `1` to every token,
+# `x' = [1, x]`, and take `q'_j = e_0` (one in coordinate 0), `k'_j = [0, k_j]`: then
+# `(x'·q'_j)(x'·k'_j) = 1 · (x·k_j)`.
+#
+# Read first: [derivations.md, section 2](../derivations.md#2-the-formulations).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.rank1_bilinear_forward`.
+# **Check:** `python -m exercises check 4`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The outer product
+#
+# Return `A` of shape `(m, d, d)` with `A[j] = q_jᵀ k_j`, i.e. `A[j, a, b] = Q[j, a] K[j, b]`.
+# One `np.einsum`, or broadcasting with `[:, :, None]` and `[:, None, :]`. The checker
+# verifies that `bn.bilinear_forward(x, A, V, act)` equals the rank-1 layer for every σ.
+
+
+# %%
+def outer_interaction(Q, K):
+    """A_j = q_jᵀ k_j for Q, K of shape (m, d); returns (m, d, d)."""
+    # TODO: A[j, a, b] = Q[j, a] * K[j, b]
+    raise NotImplementedError("outer_interaction: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 2. The rank-1 forward pass, without any `(d, d)` matrix
+#
+# `x` has shape `(N, d)`. Compute the queries `x Qᵀ` and the keys `x Kᵀ` (both `(N, m)`),
+# their elementwise product, σ, then `V`.
+
+
+# %%
+def rank1_forward(x, Q, K, V, act="identity"):
+    """y = σ((x Qᵀ) ⊙ (x Kᵀ)) V; returns (N, d_out)."""
+    # TODO: two matrix products, an elementwise product, σ, then V
+    raise NotImplementedError("rank1_forward: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 3. The key-value memory is a rank-1 layer with a static query
+#
+# Given `x` of shape `(N, d)` and keys `K` of shape `(m, d)`, return `(x1, Q1, K1)`:
+# `x1 = [1, x]` of shape `(N, d + 1)`; `Q1` of shape `(m, d + 1)` whose every row is
+# `e_0`; `K1 = [0, k_j]` of shape `(m, d + 1)`. The checker verifies that
+# `bn.rank1_bilinear_forward(x1, Q1, K1, V, act)` equals `bn.mlp_forward(x, K, V, act)`.
+
+
+# %%
+def mlp_as_rank1(x, K):
+    """(x1, Q1, K1) with x1 = [1, x], rows of Q1 = e_0, rows of K1 = [0, k_j]."""
+    # TODO: np.concatenate a column of ones to x and of zeros to K; Q1 is zeros with Q1[:, 0] = 1
+    raise NotImplementedError("mlp_as_rank1: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 4. Two questions
+#
+# What is the rank of the matrix `q_jᵀ k_j` (for nonzero `q_j`, `k_j`)? And, for
+# `d = 768`, how many times more parameters does `A` (shape `(m, d, d)`) have than `Q`
+# and `K` together (two arrays of shape `(m, d)`)?
+
+# %%
+RANK_OF_OUTER = None  # TODO: an int
+A_OVER_QK = None  # TODO: a number: (m·d·d) / (2·m·d) for d = 768
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))               # N = 3, d = 4
+    Q, K = rng.standard_normal((2, 4)), rng.standard_normal((2, 4))   # m = 2
+    V = rng.standard_normal((2, 2))
+    A = outer_interaction(Q, K)
+    print("rank of each A_j:", [int(np.linalg.matrix_rank(A_j)) for A_j in A])
+    print("rank-1 output:    \n", rank1_forward(x, Q, K, V, "gelu"))
+    print("full bilinear with the outer products:\n", bn.bilinear_forward(x, A, V, "gelu")[0])
+    x1, Q1, K1 = mlp_as_rank1(x, K)
+    print("key-value memory as rank-1, max |difference|:",
+          np.max(np.abs(bn.rank1_bilinear_forward(x1, Q1, K1, V, "relu")[0]
+                        - bn.mlp_forward(x, K, V, "relu")[0])))

@@ -1,0 +1,113 @@
+# %% [markdown]
+# # Exercise 5: the gated MLP and the GLU family
+#
+# The rank-1 layer of exercise 4 applies σ to the product of query and key,
+# `σ((x Qᵀ) ⊙ (x Kᵀ)) V`. The **gated MLP** of today's language models (Shazeer 2020)
+# moves σ onto one factor only:
+#
+#     GatedMLP(x) = (σ(x Qᵀ) ⊙ (x Kᵀ)) V
+#
+# The paper reads it as rank-1 bilinear attention in which the nonlinearity breaks the
+# symmetry between the query and the key (exercises 6 and 7). The choice of σ names the
+# variant: sigmoid gives **GLU**, identity **Bilinear**, ReLU **ReGLU**, GELU **GEGLU**,
+# SiLU (Swish₁) **SwiGLU**.
+#
+# In common code (LLaMA, Mistral, ...) the layer is written with `nn.Linear` modules, which
+# compute `x Wᵀ`:
+#
+#     y = w2(silu(w1(x)) * w3(x))       w1, w3: weights (m, d);  w2: weight (d, m)
+#
+# `w1` is the *gate* projection (`gate_proj`), `w3` the *up* projection (`up_proj`), `w2`
+# the *down* projection (`down_proj`). Beware: Shazeer's paper calls the linear branch `V`;
+# here `V` is always the down matrix, shape `(m, d_out)`.
+#
+# Read first: [derivations.md, section 2](../derivations.md#2-the-formulations).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.gated_mlp_forward`.
+# **Check:** `python -m exercises check 5`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The gated forward pass
+#
+# `x` has shape `(N, d)`, `Q` and `K` shape `(m, d)`, `V` shape `(m, d_out)`.
+
+
+# %%
+def gated_mlp_forward(x, Q, K, V, act="silu"):
+    """y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns (N, d_out)."""
+    # TODO: σ on the gate x Qᵀ only, times the linear part x Kᵀ, then V
+    raise NotImplementedError("gated_mlp_forward: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 2. The GLU family by name
+#
+# Fill `GLU_ACTIVATION` with the activation name (a key of `bn.ACTIVATIONS`) of each
+# variant, e.g. `{"GLU": "...", "Bilinear": "...", ...}` for GLU, Bilinear, ReGLU, GEGLU
+# and SwiGLU (use the exact GELU, `"gelu"`).
+
+# %%
+GLU_ACTIVATION = None  # TODO: a dict variant -> activation name
+
+# %% [markdown]
+# ## 3. From common code to Q, K, V
+#
+# `ROLE` says which projection of common code each of our matrices is: fill it with
+# `"gate_proj"`, `"up_proj"` or `"down_proj"`. Then write `from_common_code(w1, w2, w3)`,
+# which takes the three `nn.Linear` weights of the formula above (`w1`, `w3` of shape
+# `(m, d)`, `w2` of shape `(d, m)`) and returns `(Q, K, V)` such that
+# `bn.gated_mlp_forward(x, Q, K, V, "silu")` computes the same `y`. Mind the shapes: `V`
+# must be `(m, d_out)`.
+
+# %%
+ROLE = None  # TODO: a dict "Q"/"K"/"V" -> projection name
+
+
+def llama_ffn(x, w1, w2, w3):
+    """The feed-forward as common code writes it (nn.Linear computes x Wᵀ)."""
+    return (bn.ACTIVATIONS["silu"].f(x @ w1.T) * (x @ w3.T)) @ w2.T
+
+
+def from_common_code(w1, w2, w3):
+    """(Q, K, V) of the gated MLP equal to llama_ffn with these weights."""
+    # TODO: nn.Linear computes x Wᵀ; compare llama_ffn with (σ(x Qᵀ) ⊙ (x Kᵀ)) V
+    raise NotImplementedError("from_common_code: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 4. Shazeer's two-thirds rule
+#
+# A key-value memory has `2·m·d` parameters (with `d_out = d`), a gated MLP `3·m·d`. To
+# compare them at equal size, the gated MLP gets a smaller hidden width. For `d = 768` and
+# a key-value memory with `m = 3072`, what hidden width gives the gated MLP the same number
+# of parameters?
+
+# %%
+M_GATED = None  # TODO: an int
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))               # N = 3, d = 4
+    Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    for variant, act in GLU_ACTIVATION.items():
+        print(f"{variant:<8} sigma = {act:<8} y[0] =", np.round(gated_mlp_forward(x, Q, K, V, act)[0], 4))
+    w1, w3, w2 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((4, 5))
+    Qc, Kc, Vc = from_common_code(w1, w2, w3)
+    print("llama_ffn vs our gated MLP, max |difference|:",
+          np.max(np.abs(llama_ffn(x, w1, w2, w3) - gated_mlp_forward(x, Qc, Kc, Vc, "silu"))))

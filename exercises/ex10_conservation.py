@@ -1,0 +1,105 @@
+# %% [markdown]
+# # Exercise 10: symmetry gives a conservation law
+#
+# A symmetry of the loss constrains its gradient. Suppose `L` does not change under
+# `(q_j, k_j) → (α q_j, k_j / α)` (the inverse scaling of exercise 7). Differentiate
+# `L(α q_j, k_j / α)` with respect to `α` at `α = 1`: the derivative is zero, so
+#
+#     ⟨q_j, ∂L/∂q_j⟩ − ⟨k_j, ∂L/∂k_j⟩ = 0     at every point, for every unit j.
+#
+# Under gradient flow, `dq_j/dt = −∂L/∂q_j`, so `d‖q_j‖²/dt = −2⟨q_j, ∂L/∂q_j⟩`, and the
+# identity above says that the **balance** `‖q_j‖² − ‖k_j‖²` never changes (Kunin et al.
+# 2021; Du, Hu, Lee 2018). Gradient descent takes finite steps of size `η`:
+#
+#     Δ(‖q_j‖² − ‖k_j‖²) = −2η (⟨q_j, ∂L/∂q_j⟩ − ⟨k_j, ∂L/∂k_j⟩) + η² (‖∂L/∂q_j‖² − ‖∂L/∂k_j‖²)
+#
+# so with the symmetry the balance drifts only by `O(η²)` per step; without it, by `O(η)`.
+# The rank-1 layer has the symmetry for every σ; the gated MLP only for homogeneous σ.
+#
+# Read first: [derivations.md, section 5](../derivations.md#5-consequences-for-learning).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use
+# `bn.FORMULATIONS[name].forward` and `.backward` for the gradients.
+# **Check:** `python -m exercises check 10`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The residual of the identity
+#
+# Return `⟨q_j, dQ_j⟩ − ⟨k_j, dK_j⟩` for every unit: an `(m,)` array. Unit `j` is
+# `Q[j]`; it has shape `(d,)`, or `(d, r)` in the rank-r form, so flatten each unit
+# (`Q.reshape(m, -1)`) before the inner product.
+
+
+# %%
+def balance_residual(Q, K, dQ, dK):
+    """<q_j, dQ_j> - <k_j, dK_j> for every unit j; returns (m,)."""
+    # TODO: elementwise products, summed over everything but the unit axis
+    raise NotImplementedError("balance_residual: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 2. Watch the balance during gradient descent
+#
+# Train `bn.FORMULATIONS[formulation]` with activation `act` on inputs `x` `(N, d)` and
+# targets `T` `(N, d_out)`, with the loss `L = Σ (y − T)² / (2N)`, whose gradient is
+# `dy = (y − T) / N`. Each step: forward, backward with that `dy`, then every parameter at
+# once, `P ← P − lr · dP`. Return an array of shape `(steps + 1, m)`: row 0 holds
+# `‖q_j‖² − ‖k_j‖²` before the first step, row `t` after step `t`. Do not change the
+# arrays in `params` (work on copies).
+
+
+# %%
+def train_balance(formulation, act, x, T, params, lr, steps):
+    """||q_j||^2 - ||k_j||^2 before and after each gradient step; returns (steps + 1, m)."""
+    form = bn.FORMULATIONS[formulation]
+    # TODO: copy params; record the balance; loop: forward, dy = (y - T) / N, backward, update
+    raise NotImplementedError("train_balance: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 3. Questions
+#
+# Run this file: it trains for 10 steps with `lr` = 0.001, 0.002, 0.004 and fits the slope
+# `p` of `log(drift)` against `log(lr)`, where the drift is the largest change of a unit's
+# balance. Round the slopes you measure to integers.
+#
+# - `DRIFT_SLOPE`: `{"rank1_bilinear": p, "gated_mlp": p}` (both with SiLU).
+# - `CONSERVED_GATED`: the set of activation names for which the *gated* MLP conserves
+#   `‖q_j‖² − ‖k_j‖²` under gradient flow.
+
+# %%
+DRIFT_SLOPE = None  # TODO: a dict of two ints
+CONSERVED_GATED = None  # TODO: a set of activation names
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
+    for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
+        params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
+        y, cache = bn.FORMULATIONS[name].forward(x, **params, act=act)
+        grads = bn.FORMULATIONS[name].backward((y - T) / len(x), cache)
+        residual = balance_residual(params["Q"], params["K"], grads["Q"], grads["K"])
+        lrs = np.array([0.001, 0.002, 0.004])
+        drifts = []
+        for lr in lrs:
+            history = train_balance(name, act, x, T, params, lr, steps=10)   # (11, m)
+            drifts.append(np.max(np.abs(history[-1] - history[0])))
+        slope = np.polyfit(np.log(lrs), np.log(drifts), 1)[0]          # drift ~ lr^slope
+        print(f"{name:<15}{act:<6} max |residual| {np.max(np.abs(residual)):.1e}   "
+              f"drift after 10 steps {np.array(drifts)}   slope {slope:.2f}")

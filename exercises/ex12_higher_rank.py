@@ -1,0 +1,102 @@
+# %% [markdown]
+# # Exercise 12: higher rank, eigendecomposition and truncation
+#
+# How much does the rank-1 layer give up against full bilinear attention? Exercise 3
+# showed that only the symmetric part of each `A_j` matters. A symmetric matrix has an
+# **eigendecomposition** with real eigenvalues `λ_i` and orthonormal eigenvectors `u_i`:
+#
+#     (A_j + A_jᵀ)/2 = Σ_i λ_i u_i u_iᵀ,    so    x A_j xᵀ = Σ_i λ_i (x·u_i)²
+#
+# Every full bilinear unit is a rank-d unit (exercise 9) with query columns `λ_i u_i` and key
+# columns `u_i` (Pearce et al. 2024). Keep only the `r` terms with the largest `|λ_i|` and
+# you get the best rank-r approximation in the Frobenius norm (Eckart–Young); its error is
+# set by the eigenvalues you dropped:
+#
+#     ‖sym(A) − A_r‖_F² = Σ_{dropped i} λ_i²
+#
+# Rank 1, the paper's layer, is the coarsest case: one term per unit.
+#
+# Read first: [derivations.md, section 6](../derivations.md#6-higher-rank).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.
+# **Check:** `python -m exercises check 12`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. Eigen-factors
+#
+# For `A` of shape `(m, d, d)`, return `(Q, K, lam)`: `lam` `(m, d)` the eigenvalues of each
+# symmetrized `A_j`, sorted by decreasing `|λ|`; `K[j, :, i] = u_i` the matching unit
+# eigenvectors; `Q[j, :, i] = λ_i u_i`. `np.linalg.eigh` works on a stack of symmetric
+# matrices at once and returns the eigenvectors as *columns*. To sort, build
+# `order = np.argsort(-np.abs(lam), axis=1)` and use `np.take_along_axis`.
+
+
+# %%
+def eigen_factors(A):
+    """Rank-d factors (Q, K, lam) of sym(A_j), largest |lambda| first; shapes (m, d, d) x2, (m, d)."""
+    # TODO: eigh of (A + Aᵀ)/2, sort by -|lam| along axis 1, reorder the columns of U the same way
+    raise NotImplementedError("eigen_factors: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 2. The error of the best rank-r truncation
+#
+# `truncation_error(A, r)`: keep the first `r` columns of your `Q` and `K`, rebuild
+# `A_r[j] = Σ_{i<r} Q[j, :, i] K[j, :, i]ᵀ`, and return `‖sym(A) − A_r‖_F / ‖sym(A)‖_F`, both
+# norms over all units at once (`np.linalg.norm` of the whole array).
+#
+# `predicted_error(lam, r)`: the same number from the eigenvalues alone (sorted as above):
+# `sqrt(Σ_{i ≥ r} λ_i² / Σ_i λ_i²)`, sums over all units.
+
+
+# %%
+def truncation_error(A, r):
+    """||sym(A) - A_r||_F / ||sym(A)||_F with A_r from the r largest |lambda| of each unit."""
+    # TODO: np.einsum("jdi,jei->jde", Q[:, :, :r], K[:, :, :r]) rebuilds A_r
+    raise NotImplementedError("truncation_error: not written yet (see the TODO above)")
+
+
+def predicted_error(lam, r):
+    """sqrt(sum of the dropped lambda^2 / sum of all lambda^2), lam (m, d) sorted by |lambda|."""
+    # TODO: lam[:, r:] are the dropped eigenvalues
+    raise NotImplementedError("predicted_error: not written yet (see the TODO above)")
+
+
+# %% [markdown]
+# ## 3. A question
+#
+# For a random `A` (Gaussian entries) with `d = 8`, what is the smallest `r` whose
+# truncation error is zero? Run this file to see the errors for `d = 8`.
+
+# %%
+RANK_FOR_EXACT = None  # TODO: an int
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    d, m = 8, 3
+    x = rng.standard_normal((32, d))
+    A = rng.standard_normal((m, d, d)) / d
+    V = rng.standard_normal((m, 2))
+    Q, K, lam = eigen_factors(A)
+    y_full = bn.bilinear_forward(x, A, V, "identity")[0]
+    print(" r   matrix error   predicted   output error (identity)")
+    for r in range(1, d + 1):
+        y_r = bn.rank_r_bilinear_forward(x, Q[:, :, :r], K[:, :, :r], V, "identity")[0]
+        print(f"{r:2d}   {truncation_error(A, r):12.2e}   {predicted_error(lam, r):9.2e}"
+              f"   {bn.rel_error(y_full, y_r):10.2e}")

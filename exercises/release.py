@@ -1,0 +1,121 @@
+"""Make the students' files from the solutions (for instructors and developers).
+
+A solution file marks what the student writes in two ways:
+
+    def mlp_forward(x, K, V, act="relu"):
+        '''...'''
+        # BEGIN SOLUTION: z = x K^T, then y = sigma(z) V
+        z = x @ K.T
+        return bn.ACTIVATIONS[act].f(z) @ V
+        # END SOLUTION
+
+    N_PARAMS = 2 * 768 * 3072  # ANSWER: the number of parameters, an int
+
+An answer may go on over several lines (a long dict); its first line carries the marker.
+
+In the student's file the block becomes a `# TODO:` line with the text after the colon and
+`raise NotImplementedError(...)`, and the answer becomes `None  # TODO: ...`. Links to
+`../../derivations.md` (from exercises/solutions/) become `../derivations.md`. Everything
+else is copied as it is, so the text of a stub and of its solution cannot drift apart.
+
+    python -m exercises.release            list the stubs that differ from their solution
+    python -m exercises.release --write    write exercises/exNN_*.py from the solutions
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+
+from exercises import checker
+from exercises.course import COURSE
+
+BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION: (.+)$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+ANSWER = re.compile(r"^(\w+) = .+?  # ANSWER: (.+)$")
+DEF = re.compile(r"^\s*def (\w+)\(")
+
+
+def _complete(code):
+    """True when `code` parses as Python (a multi-line answer has reached its end)."""
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
+def make_stub(solution_text):
+    """The student's file for a solution's text (see the module docstring).
+
+    Raises ValueError for a BEGIN without END (or the reverse)."""
+    out, function, inside, answer = [], None, False, None
+    for number, line in enumerate(solution_text.splitlines(keepends=True), start=1):
+        if answer is not None:                    # the rest of a multi-line answer
+            answer += line
+            if _complete(answer):
+                answer = None
+            continue
+        if inside:
+            if END.match(line):
+                inside = False
+            elif BEGIN.match(line):
+                raise ValueError(f"line {number}: BEGIN SOLUTION inside another block")
+            continue
+        if END.match(line):
+            raise ValueError(f"line {number}: END SOLUTION without BEGIN SOLUTION")
+        if match := DEF.match(line):
+            function = match.group(1)
+        if match := BEGIN.match(line):
+            indent, todo = match.groups()
+            out.append(f"{indent}# TODO: {todo}\n")
+            out.append(f'{indent}raise NotImplementedError("{function}: not written yet '
+                       f'(see the TODO above)")\n')
+            inside = True
+        elif match := ANSWER.match(line):
+            name, todo = match.groups()
+            out.append(f"{name} = None  # TODO: {todo}\n")
+            if not _complete(line):
+                answer = line                     # the value goes on over the next lines
+        else:
+            out.append(line.replace("../../derivations.md", "../derivations.md"))
+    if inside or answer is not None:
+        raise ValueError("a solution block or an answer is not closed at the end of the file")
+    return "".join(out)
+
+
+def pairs():
+    """(solution path, student path) for every exercise of the course."""
+    for number, exercise in enumerate(COURSE, start=1):
+        name = checker.file_name(number, exercise)
+        yield checker.SOLUTIONS_FOLDER / name, checker.STUDENT_FOLDER / name
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m exercises.release", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true",
+                        help="write the students' files (overwrites exercises/exNN_*.py)")
+    args = parser.parse_args(argv)
+    differ = 0
+    for solution, student in pairs():
+        stub = make_stub(solution.read_text(encoding="utf-8"))
+        current = student.read_text(encoding="utf-8") if student.is_file() else None
+        if current == stub:
+            continue
+        if args.write:
+            student.write_text(stub, encoding="utf-8", newline="\n")
+            print(f"wrote {student.name}")
+        else:
+            differ += 1
+            print(f"differs from its solution: {student.name}")
+    if not args.write:
+        print(f"{differ} stub(s) differ from their solutions" if differ else
+              "every stub matches its solution")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+# %% [markdown]
+# # Exercise 6: exchange symmetry
+#
+# Swap the query and the key factors, `(Q, K) → (K, Q)`. In the rank-1 layer nothing
+# changes, whatever σ is: the score `(x·q_j)(x·k_j)` is a product, and a product does not
+# care about the order of its factors. (In the full form this is `A_j → A_jᵀ`, which
+# exercise 3 showed changes nothing.)
+#
+# In the gated MLP the unit computes `σ(a)·b` with `a = x·q_j`, `b = x·k_j`. The swap
+# gives `σ(b)·a`. For the layer to be unchanged for *every* input we need
+#
+#     σ(a)·b = σ(b)·a   for all a, b.
+#
+# Take `b = 1`: then `σ(a) = σ(1)·a` for every `a`, so σ must be linear: `σ(z)/z` is the
+# constant `σ(1)`. ReLU, GELU, SiLU and sigmoid are not linear, so they **break** the
+# exchange symmetry: the gate and the linear branch get different roles. That is the
+# paper's reading of why gating works: a query and a key that are no longer
+# interchangeable.
+#
+# Read first: [derivations.md, section 4](../../derivations.md#4-symmetries).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
+# `bn.transform_params`. **Check:** `python -m exercises check 6`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. Measure the symmetry
+#
+# `forward` is a function like `bn.gated_mlp_forward` or `bn.rank1_bilinear_forward`: it
+# takes `(x, Q, K, V, act)` and returns `(y, cache)`. Return
+# `bn.rel_error(y, y_swapped)`, where `y_swapped` is the output with `Q` and `K`
+# exchanged. About `1e-16` (or exactly 0) means the symmetry holds; about `0.1` means it
+# is broken.
+
+
+# %%
+def exchange_deviation(forward, x, Q, K, V, act):
+    """rel_error between forward(x, Q, K, V) and forward(x, K, Q, V): a float."""
+    # BEGIN SOLUTION: two calls of forward (keep y, the first element of what it returns), then bn.rel_error
+    y = forward(x, Q, K, V, act)[0]
+    y_swapped = forward(x, K, Q, V, act)[0]
+    return bn.rel_error(y, y_swapped)
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 2. Why σ(z)/z must be constant
+#
+# Return `σ(z)/z` elementwise for an array `z` without zeros. Plot it or print it for a few
+# activations: it is constant only for a linear σ.
+
+
+# %%
+def sigma_ratio(act, z):
+    """σ(z) / z elementwise, for z (any shape, no zero entry)."""
+    # BEGIN SOLUTION: σ is bn.ACTIVATIONS[act].f
+    return bn.ACTIVATIONS[act].f(z) / z
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 3. Questions
+#
+# - `KEEPS_EXCHANGE`: the set of activation names (keys of `bn.ACTIVATIONS`) for which the
+#   *gated* MLP keeps the exchange symmetry.
+# - `RELU_COUNTEREXAMPLE`: a pair `(a, b)` of numbers with `relu(a)·b ≠ relu(b)·a`.
+# - `RANK1_KEEPS_FOR_EVERY_SIGMA`: does the rank-1 layer keep the exchange symmetry for
+#   every σ? (`True` or `False`)
+
+# %%
+KEEPS_EXCHANGE = {"identity"}  # ANSWER: a set of activation names
+RELU_COUNTEREXAMPLE = (1.0, -1.0)  # ANSWER: a pair (a, b)
+RANK1_KEEPS_FOR_EVERY_SIGMA = True  # ANSWER: True or False
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5))
+    Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
+    V = rng.standard_normal((4, 3)) / 2
+    print(f"{'activation':<11}{'gated MLP':>12}{'rank-1':>12}   (deviation after Q <-> K)")
+    for act in bn.ACTIVATIONS:
+        gated = exchange_deviation(bn.gated_mlp_forward, x, Q, K, V, act)
+        rank1 = exchange_deviation(bn.rank1_bilinear_forward, x, Q, K, V, act)
+        print(f"{act:<11}{gated:>12.1e}{rank1:>12.1e}")
+    z = np.array([-2.0, -1.0, 1.0, 2.0])
+    for act in ("identity", "relu", "silu"):
+        print(f"sigma(z)/z for {act:<9} at z = {z}:", np.round(sigma_ratio(act, z), 3))

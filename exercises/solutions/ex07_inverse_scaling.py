@@ -1,0 +1,101 @@
+# %% [markdown]
+# # Exercise 7: inverse-scaling symmetry
+#
+# Scale the query factors up and the key factors down by the same number `α ≠ 0`:
+# `(Q, K) → (αQ, K/α)`, one `α` for all units or one `α_j` per unit. In the rank-1 layer
+# the score is unchanged, `(x·αq_j)(x·k_j/α) = (x·q_j)(x·k_j)`, for every σ and every
+# `α ≠ 0`, negative ones included.
+#
+# In the gated MLP the unit computes `σ(α a)·(b/α)`. It equals `σ(a)·b` for all `a, b`
+# exactly when `σ(α a) = α σ(a)`: σ must be **homogeneous** for that `α`.
+#
+# - identity: `α a = α a`, for every `α ≠ 0`: the symmetry holds.
+# - ReLU: for `α > 0`, `relu(α a) = α relu(a)`: it holds. For `α < 0` it fails: `relu`
+#   keeps the positive part and `α` flips the sign (find the right formula below).
+# - GELU, SiLU, sigmoid: not homogeneous for any `α ≠ 1`: broken.
+#
+# Read first: [derivations.md, section 4](../../derivations.md#4-symmetries).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
+# `bn.transform_params`. **Check:** `python -m exercises check 7`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The transformation
+#
+# `Q`, `K` have shape `(m, d)`. `alpha` is a number, or an array of shape `(m,)` with one
+# factor per unit (row). Return new arrays `(αQ, K/α)`; do not change `Q` or `K`. Raise a
+# `ValueError` if any factor is 0 (the inverse would not exist).
+
+
+# %%
+def inverse_scale(Q, K, alpha):
+    """(alpha Q, K / alpha), alpha a number or an (m,) array of per-unit factors."""
+    # BEGIN SOLUTION: make alpha a column (m, 1) with np.reshape so it scales rows; check for zeros first
+    alpha = np.asarray(alpha, dtype=float)
+    if np.any(alpha == 0):
+        raise ValueError(f"alpha: expected nonzero factors, got {alpha}")
+    if alpha.ndim == 1:
+        alpha = alpha.reshape(-1, 1)              # (m, 1): one factor per row of Q and K
+    return alpha * Q, K / alpha
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 2. A grid of α
+#
+# For each number `a` in `alphas`, return `bn.rel_error(y, y_a)` where `y` is the output of
+# `forward(x, Q, K, V, act)` and `y_a` the output with `(aQ, K/a)`. `forward` takes
+# `(x, Q, K, V, act)` and returns `(y, cache)`. Return a 1-D array, one entry per `a`.
+
+
+# %%
+def scaling_deviations(forward, x, Q, K, V, act, alphas):
+    """rel_error of the output after (aQ, K/a), for each a in alphas: shape (len(alphas),)."""
+    # BEGIN SOLUTION: y once, then a loop over alphas using inverse_scale
+    y = forward(x, Q, K, V, act)[0]
+    return np.array([bn.rel_error(y, forward(x, *inverse_scale(Q, K, a), V, act)[0])
+                     for a in alphas])
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 3. Questions
+#
+# - `KEEPS_SCALING`: for the *gated* MLP, the set of activation names that keep the
+#   symmetry for every `α > 0`, and the set for every `α < 0`:
+#   `{"positive": {...}, "negative": {...}}`.
+# - `RELU_NEGATIVE`: for `α < 0`, `relu(α z)` equals which of these, for every `z`?
+#   `"a"`: `α relu(z)`;  `"b"`: `−α relu(−z)`;  `"c"`: `α relu(−z)`;  `"d"`: `relu(z)`.
+#   Try a few numbers before you answer.
+
+# %%
+KEEPS_SCALING = {"positive": {"identity", "relu"}, "negative": {"identity"}}  # ANSWER: a dict of two sets
+RELU_NEGATIVE = "b"  # ANSWER: "a", "b", "c" or "d"
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5))
+    Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
+    V = rng.standard_normal((4, 3)) / 2
+    alphas = np.array([-3.0, -1.0, -0.5, 0.5, 2.0, 3.0])
+    print("deviation after (aQ, K/a) for a =", alphas)
+    for name, forward in (("gated", bn.gated_mlp_forward), ("rank-1", bn.rank1_bilinear_forward)):
+        for act in bn.ACTIVATIONS:
+            devs = scaling_deviations(forward, x, Q, K, V, act, alphas)
+            print(f"  {name:<7}{act:<10}", " ".join(f"{dev:8.1e}" for dev in devs))

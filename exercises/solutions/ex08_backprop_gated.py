@@ -1,0 +1,114 @@
+# %% [markdown]
+# # Exercise 8: backprop I, the gated MLP by hand
+#
+# Training needs the gradient of a loss `L` with respect to `x`, `Q`, `K` and `V`. Write
+# the forward pass of the gated MLP as named steps (`x` is `(N, d)`):
+#
+#     a = x Qᵀ        (N, m)    the gate's pre-activation
+#     b = x Kᵀ        (N, m)    the linear branch
+#     g = σ(a)        (N, m)
+#     h = g ⊙ b       (N, m)
+#     y = h V         (N, d_out)
+#
+# Backprop walks the steps backwards. Given `dy = ∂L/∂y` (same shape as `y`), each step
+# turns the gradient of its output into the gradients of its inputs: for `y = h V`,
+# `dh = dy Vᵀ` and `dV = hᵀ dy`; for an elementwise product, multiply by the other
+# factor; for `g = σ(a)`, multiply by `σ'(a)` (`bn.ACTIVATIONS[act].df`); for `a = x Qᵀ`,
+# `dQ = daᵀ x` and `dx` gets `da Q`. `x` feeds two branches, so its gradient is a sum.
+#
+# How do you know your gradient is right? Compare it with **finite differences**: for
+# `L(x) = Σ f(x) ⊙ dy`, the centred difference `(L(x + h e_i) − L(x − h e_i)) / (2h)`
+# approximates `∂L/∂x_i` with an error of order `h²` (plus rounding of order `ε/h`).
+# Always use float64 and a random `dy`: an all-ones `dy` can hide a wrong transpose.
+#
+# Read first: [derivations.md, sections 3 and 7](../../derivations.md#3-backward-passes),
+# [checking derivatives](../../derivations.md#7-checking-derivatives-numerically).
+#
+# **What to do.** Complete the functions marked `TODO`. You may call anything in
+# `bilinear_numpy` (`bn`) except `bn.gated_mlp_backward` and `bn.numerical_gradient`.
+# **Check:** `python -m exercises check 8`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. A finite-difference checker
+#
+# `f` maps an array shaped like `x` to an array shaped like `dy`. Return the array of
+# `∂L/∂x_i` for `L(x) = np.sum(f(x) * dy)`, by centred differences with step `h`. Loop over
+# the entries of `x` with `np.ndindex(x.shape)`; change one entry of a **copy** of `x`,
+# and put it back before the next one. The caller's `x` must not change.
+
+
+# %%
+def numerical_gradient(f, x, dy, h=1e-6):
+    """Centred-difference gradient of sum(f(x) * dy) with respect to x; shape of x."""
+    # BEGIN SOLUTION: for each index i of a copy of x: L at x_i + h and at x_i - h, restore x_i, divide by 2h
+    x = x.copy()                                  # never change the caller's array
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        old = x[i]
+        x[i] = old + h
+        plus = np.sum(f(x) * dy)
+        x[i] = old - h
+        minus = np.sum(f(x) * dy)
+        x[i] = old                                # restore before the next entry
+        grad[i] = (plus - minus) / (2 * h)
+    return grad
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 2. The backward pass
+#
+# Given `dy` `(N, d_out)`, the inputs `x` `(N, d)` and the parameters, return a dict
+# `{"x": dx, "Q": dQ, "K": dK, "V": dV}` with the shapes of `x, Q, K, V`. Recompute the
+# forward steps first (`a`, `b`, `g`, `h`), then go backwards.
+
+
+# %%
+def gated_mlp_backward(dy, x, Q, K, V, act="silu"):
+    """Gradients of L with dL/dy = dy, for y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns a dict."""
+    sigma = bn.ACTIVATIONS[act]                   # sigma.f is σ, sigma.df is σ'
+    # BEGIN SOLUTION: forward steps a, b, g, h; then dV, dh, db, da, and dQ, dK, dx (see the text)
+    a = x @ Q.T                                   # (N, m)
+    b = x @ K.T                                   # (N, m)
+    g = sigma.f(a)                                # (N, m)
+    h = g * b                                     # (N, m)
+    dV = h.T @ dy                                 # (m, d_out)
+    dh = dy @ V.T                                 # (N, m)
+    db = dh * g                                   # (N, m)   h = g * b
+    da = dh * b * sigma.df(a)                     # (N, m)   g = σ(a)
+    dQ = da.T @ x                                 # (m, d)
+    dK = db.T @ x                                 # (m, d)
+    dx = da @ Q + db @ K                          # (N, d)   x feeds both branches
+    return {"x": dx, "Q": dQ, "K": dK, "V": dV}
+    # END SOLUTION
+
+
+# %% Try it: a table like Karpathy's cmp, one row per gradient
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5))               # N = 4, d = 5
+    Q, K = rng.standard_normal((3, 5)) / 5 ** 0.5, rng.standard_normal((3, 5)) / 5 ** 0.5
+    V = rng.standard_normal((3, 2))               # m = 3, d_out = 2
+    dy = rng.standard_normal((4, 2))              # a random upstream gradient
+    mine = gated_mlp_backward(dy, x, Q, K, V, "silu")
+    inputs = {"x": x, "Q": Q, "K": K, "V": V}
+    for name, value in inputs.items():
+        def f(v, name=name):
+            return bn.gated_mlp_forward(**(inputs | {name: v}), act="silu")[0]
+        numeric = numerical_gradient(f, value, dy)
+        print(f"d{name}: max |diff| {np.max(np.abs(mine[name] - numeric)):.1e}, "
+              f"rel error {bn.rel_error(mine[name], numeric):.1e}")

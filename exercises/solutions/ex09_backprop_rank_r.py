@@ -1,0 +1,99 @@
+# %% [markdown]
+# # Exercise 9: backprop II, the rank-r bilinear unit
+#
+# Between rank 1 (exercise 4) and full rank (exercise 3): each unit has `r` query columns
+# and `r` key columns, `Q_j` and `K_j` of shape `(d, r)`, stored as `Q`, `K` of shape
+# `(m, d, r)`. The unit's score sums `r` products:
+#
+#     a[n, j, ρ] = x_n · Q[j, :, ρ]      (N, m, r)    queries
+#     b[n, j, ρ] = x_n · K[j, :, ρ]      (N, m, r)    keys
+#     s[n, j]    = Σ_ρ a[n, j, ρ] b[n, j, ρ]          (N, m)
+#     y          = σ(s) V                             (N, d_out)
+#
+# This is full bilinear attention with `A_j = Q_j K_jᵀ`, of rank at most `r`. With
+# `np.einsum` each line above is one call: `a = np.einsum("nd,jdr->njr", x, Q)`.
+#
+# Going backwards: `ds = (dy Vᵀ) ⊙ σ'(s)`; then `da = ds[:, :, None] * b` and
+# `db = ds[:, :, None] * a`; then the two einsums above, differentiated:
+# `dQ[j, :, ρ] = Σ_n da[n, j, ρ] x_n` and `dx` gets `Σ_{j,ρ} da[n, j, ρ] Q[j, :, ρ]`, and the
+# same for `K`. Write each as an `np.einsum` whose output indices are the shape you want.
+#
+# Read first: [derivations.md, sections 3 and 6](../../derivations.md#3-backward-passes),
+# [higher rank](../../derivations.md#6-higher-rank).
+#
+# **What to do.** Complete the functions marked `TODO`. You may call anything in
+# `bilinear_numpy` (`bn`) except `bn.rank_r_bilinear_backward`; `bn.numerical_gradient`
+# is yours to use to check your work. **Check:** `python -m exercises check 9`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. The scores
+#
+# `x` is `(N, d)`, `Q` and `K` are `(m, d, r)`. Return `s` of shape `(N, m)`.
+
+
+# %%
+def rank_r_scores(x, Q, K):
+    """s[n, j] = Σ_ρ (x_n · Q[j, :, ρ]) (x_n · K[j, :, ρ]); returns (N, m)."""
+    # BEGIN SOLUTION: a and b with np.einsum("nd,jdr->njr", ...), then sum a * b over the last axis
+    a = np.einsum("nd,jdr->njr", x, Q)            # (N, m, r)
+    b = np.einsum("nd,jdr->njr", x, K)            # (N, m, r)
+    return np.sum(a * b, axis=2)                  # (N, m)
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 2. The backward pass
+#
+# Return `{"x": dx, "Q": dQ, "K": dK, "V": dV}` with the shapes of `x, Q, K, V`.
+
+
+# %%
+def rank_r_bilinear_backward(dy, x, Q, K, V, act="identity"):
+    """Gradients of L with dL/dy = dy, for y = σ(s) V with the rank-r scores s; a dict."""
+    sigma = bn.ACTIVATIONS[act]
+    # BEGIN SOLUTION: recompute a, b, s, h = σ(s); then dV, ds, da, db; then dQ, dK, dx with np.einsum
+    a = np.einsum("nd,jdr->njr", x, Q)            # (N, m, r)
+    b = np.einsum("nd,jdr->njr", x, K)            # (N, m, r)
+    s = np.sum(a * b, axis=2)                     # (N, m)
+    h = sigma.f(s)                                # (N, m)
+    dV = h.T @ dy                                 # (m, d_out)
+    ds = (dy @ V.T) * sigma.df(s)                 # (N, m)
+    da = ds[:, :, None] * b                       # (N, m, r)   s = Σ_ρ a b
+    db = ds[:, :, None] * a                       # (N, m, r)
+    dQ = np.einsum("njr,nd->jdr", da, x)          # (m, d, r)
+    dK = np.einsum("njr,nd->jdr", db, x)          # (m, d, r)
+    dx = np.einsum("njr,jdr->nd", da, Q) + np.einsum("njr,jdr->nd", db, K)   # (N, d)
+    return {"x": dx, "Q": dQ, "K": dK, "V": dV}
+    # END SOLUTION
+
+
+# %% Try it: compare with finite differences, one row per gradient
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5))               # N = 4, d = 5
+    Q, K = rng.standard_normal((3, 5, 2)) / 3, rng.standard_normal((3, 5, 2)) / 3  # m = 3, r = 2
+    V = rng.standard_normal((3, 2))
+    dy = rng.standard_normal((4, 2))
+    print("scores agree with bn:", np.allclose(rank_r_scores(x, Q, K),
+                                               bn.rank_r_bilinear_forward(x, Q, K, V)[1]["z"]))
+    mine = rank_r_bilinear_backward(dy, x, Q, K, V, "gelu")
+    inputs = {"x": x, "Q": Q, "K": K, "V": V}
+    for name, value in inputs.items():
+        def f(v, name=name):
+            return bn.rank_r_bilinear_forward(**(inputs | {name: v}), act="gelu")[0]
+        numeric = bn.numerical_gradient(f, value, dy)
+        print(f"d{name}: rel error vs finite differences {bn.rel_error(mine[name], numeric):.1e}")

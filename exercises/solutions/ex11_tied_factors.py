@@ -1,0 +1,98 @@
+# %% [markdown]
+# # Exercise 11: tied factors and squared ReLU
+#
+# Start training with the query and key factors **tied**, `Q = K`. In the rank-1 layer
+# the exchange symmetry (exercise 6) makes the two gradients equal: the layer does not
+# know which factor is which, so `∂L/∂Q = ∂L/∂K` whenever `Q = K`, and gradient descent
+# keeps them equal forever. The layer stays a sum of squares `σ((x·q_j)²)`.
+#
+# In the gated MLP, at `Q = K` the unit computes `σ(a)·a` with `a = x·q_j`. The two
+# gradients are (up to the same factor) `a·σ'(a)` for the gate and `σ(a)` for the linear
+# branch. They are equal for every `a` only if `a·σ'(a) = σ(a)`: the gate and the linear
+# branch get different updates and the factors **untie**, unless σ is homogeneous of
+# degree one. ReLU is: `relu(a)·a = relu(a)²`, the **squared ReLU** of Primer (So et al.
+# 2021), is a tied ReGLU, and it stays tied.
+#
+# Read first: [derivations.md, section 5](../../derivations.md#5-consequences-for-learning).
+#
+# **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
+# You may call anything in `bilinear_numpy` (`bn`).
+# **Check:** `python -m exercises check 11`.
+
+# %% Setup: run this cell first (nothing to change here)
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
+# as a script, under the checker, or as a notebook (working folder = this file's folder).
+_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+if str(_root) not in sys.path:
+    sys.path.insert(0, str(_root))
+import bilinear_numpy as bn  # noqa: E402
+
+# %% [markdown]
+# ## 1. Squared ReLU
+#
+# Return `relu(x Kᵀ)² V` for `x` `(N, d)`, `K` `(m, d)`, `V` `(m, d_out)`. The checker
+# compares it with the ReGLU `bn.gated_mlp_forward(x, K, K, V, "relu")`.
+
+
+# %%
+def squared_relu_forward(x, K, V):
+    """y = relu(x Kᵀ)² V; returns (N, d_out)."""
+    # BEGIN SOLUTION: np.maximum(z, 0) is relu(z); square it elementwise
+    return np.maximum(x @ K.T, 0) ** 2 @ V        # (N, d_out)
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 2. Do tied factors stay tied?
+#
+# Start from `Q = W.copy()`, `K = W.copy()` and `V.copy()`, and run `steps` steps of
+# gradient descent on `L = Σ (y − T)² / (2N)`, exactly as in exercise 10 (forward with
+# `bn.FORMULATIONS[formulation]`, `dy = (y − T) / N`, backward, then `P ← P − lr · dP` for
+# every parameter). Return the gap `max |Q − K|` before the first step and after each step:
+# an array of shape `(steps + 1,)`.
+
+
+# %%
+def tied_gap(formulation, act, x, T, W, V, lr, steps):
+    """max |Q - K| during gradient descent from Q = K = W; returns (steps + 1,)."""
+    form = bn.FORMULATIONS[formulation]
+    # BEGIN SOLUTION: params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}; record np.max(np.abs(Q - K)) as you go
+    params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}
+    gaps = [np.max(np.abs(params["Q"] - params["K"]))]
+    for _ in range(steps):
+        y, cache = form.forward(x, **params, act=act)
+        grads = form.backward((y - T) / x.shape[0], cache)
+        params = {name: value - lr * grads[name] for name, value in params.items()}
+        gaps.append(np.max(np.abs(params["Q"] - params["K"])))
+    return np.array(gaps)
+    # END SOLUTION
+
+
+# %% [markdown]
+# ## 3. A question
+#
+# `STAYS_TIED`: for each of `"rank1_bilinear"` and `"gated_mlp"`, the set of activation
+# names (keys of `bn.ACTIVATIONS`) for which `Q = K` at the start stays `Q = K` under
+# gradient descent. Run this file to see the gaps, then explain them with `a·σ'(a) = σ(a)`.
+
+# %%
+STAYS_TIED = {"rank1_bilinear": set(bn.ACTIVATIONS), "gated_mlp": {"identity", "relu"}}  # ANSWER: a dict of two sets
+
+# %% Try it
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
+    W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
+    K = rng.standard_normal((4, 5))
+    print("squared ReLU = tied ReGLU:",
+          np.allclose(squared_relu_forward(x, K, V), bn.gated_mlp_forward(x, K, K, V, "relu")[0]))
+    print("max |Q - K| after 0, 10, 20, 30 steps of gradient descent (lr 0.05):")
+    for name in ("rank1_bilinear", "gated_mlp"):
+        for act in bn.ACTIVATIONS:
+            print(f"  {name:<15}{act:<10}", tied_gap(name, act, x, T, W, V, 0.05, 30)[::10])
