@@ -140,6 +140,8 @@ def compare_close(expected, got, tol):
 
     Returns (verdict, got text, max |diff|, rel error, message)."""
     expected = np.asarray(expected, dtype=np.float64)
+    if got is None:
+        return "WRONG", "None", None, None, "got None: is a `return` missing?"
     try:
         got_array = np.asarray(got, dtype=np.float64)
     except (TypeError, ValueError):
@@ -162,6 +164,8 @@ def compare_equal(expected, got):
     """Exact equality of numbers, strings, sets, tuples or booleans."""
     if isinstance(expected, (set, frozenset)) and isinstance(got, (list, tuple)):
         got = set(got)                               # a list of names is accepted as a set
+    if got is None:
+        return "WRONG", "None", None, None, "got None: is a `return` missing?"
     try:
         same = bool(got == expected)
     except (TypeError, ValueError):                  # e.g. an array compared with a set
@@ -276,6 +280,12 @@ def run_exercise(number, exercise, folder):
         row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
                   exception_message(error, path))
         return Result(number, exercise, path, "failing", [row])
+    return check_module(number, exercise, module, path)
+
+
+def check_module(number, exercise, module, path=None):
+    """Run exercise `number`'s checks on an imported module (or any object with the
+    functions and answers as attributes); path: its file, to point at lines in errors."""
     checks = Checks(module, exercise.forbidden, path)
     exercise.check(checks)
     if not checks.rows:
@@ -283,7 +293,7 @@ def run_exercise(number, exercise, folder):
     verdicts = {row.verdict for row in checks.rows}
     status = ("done" if verdicts == {"ok"} else
               "not started" if verdicts == {"TODO"} else "failing")
-    return Result(number, exercise, path, status, checks.rows)
+    return Result(number, exercise, Path(path) if path else None, status, checks.rows)
 
 
 def load_hints(path=HINTS_FILE):

@@ -27,13 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The forward pass
@@ -47,7 +46,7 @@ import bilinear_numpy as bn  # noqa: E402
 def mlp_forward(x, K, V, act="relu"):
     """y = σ(x Kᵀ) V for x of shape (..., d), K (m, d), V (m, d_out); returns (..., d_out)."""
     # TODO: compute z = x Kᵀ, then y = σ(z) V with σ = bn.ACTIVATIONS[act].f
-    raise NotImplementedError("mlp_forward: not written yet (see the TODO above)")
+    raise NotImplementedError("mlp_forward: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -62,7 +61,7 @@ def mlp_forward(x, K, V, act="relu"):
 def memory_contributions(x, K, V, act="relu"):
     """Row j = σ(x·k_j) v_j, for one token x (d,); returns (m, d_out)."""
     # TODO: one weight σ(x·k_j) per slot, times the value row v_j (broadcast with [:, None])
-    raise NotImplementedError("memory_contributions: not written yet (see the TODO above)")
+    raise NotImplementedError("memory_contributions: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -77,7 +76,7 @@ def memory_contributions(x, K, V, act="relu"):
 def top_key(x, K):
     """Index of the key with the largest score x·k_j, for one token x (d,)."""
     # TODO: the scores are K @ x; np.argmax gives the index of the largest
-    raise NotImplementedError("top_key: not written yet (see the TODO above)")
+    raise NotImplementedError("top_key: not written yet (complete its TODO)")
 
 
 # %% [markdown]

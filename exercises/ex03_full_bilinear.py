@@ -30,13 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The scores and the forward pass
@@ -50,13 +49,13 @@ import bilinear_numpy as bn  # noqa: E402
 def bilinear_scores(x, A):
     """s[n, j] = x_n A_j x_nᵀ for x (N, d), A (m, d, d); returns (N, m)."""
     # TODO: one np.einsum over the two axes of A (see the text above)
-    raise NotImplementedError("bilinear_scores: not written yet (see the TODO above)")
+    raise NotImplementedError("bilinear_scores: not written yet (complete its TODO)")
 
 
 def bilinear_forward(x, A, V, act="identity"):
     """y = Σ_j σ(x A_j xᵀ) v_j; returns (N, d_out)."""
     # TODO: the scores, then σ, then the values
-    raise NotImplementedError("bilinear_forward: not written yet (see the TODO above)")
+    raise NotImplementedError("bilinear_forward: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -71,7 +70,7 @@ def bilinear_forward(x, A, V, act="identity"):
 def symmetric_part(A):
     """(A_j + A_jᵀ) / 2 for every unit j; returns (m, d, d)."""
     # TODO: transpose the last two axes
-    raise NotImplementedError("symmetric_part: not written yet (see the TODO above)")
+    raise NotImplementedError("symmetric_part: not written yet (complete its TODO)")
 
 
 # %% [markdown]

@@ -28,13 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The outer product
@@ -48,7 +47,7 @@ import bilinear_numpy as bn  # noqa: E402
 def outer_interaction(Q, K):
     """A_j = q_jᵀ k_j for Q, K of shape (m, d); returns (m, d, d)."""
     # TODO: A[j, a, b] = Q[j, a] * K[j, b]
-    raise NotImplementedError("outer_interaction: not written yet (see the TODO above)")
+    raise NotImplementedError("outer_interaction: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -62,7 +61,7 @@ def outer_interaction(Q, K):
 def rank1_forward(x, Q, K, V, act="identity"):
     """y = σ((x Qᵀ) ⊙ (x Kᵀ)) V; returns (N, d_out)."""
     # TODO: two matrix products, an elementwise product, σ, then V
-    raise NotImplementedError("rank1_forward: not written yet (see the TODO above)")
+    raise NotImplementedError("rank1_forward: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -78,7 +77,7 @@ def rank1_forward(x, Q, K, V, act="identity"):
 def mlp_as_rank1(x, K):
     """(x1, Q1, K1) with x1 = [1, x], rows of Q1 = e_0, rows of K1 = [0, k_j]."""
     # TODO: np.concatenate a column of ones to x and of zeros to K; Q1 is zeros with Q1[:, 0] = 1
-    raise NotImplementedError("mlp_as_rank1: not written yet (see the TODO above)")
+    raise NotImplementedError("mlp_as_rank1: not written yet (complete its TODO)")
 
 
 # %% [markdown]

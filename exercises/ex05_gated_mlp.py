@@ -33,13 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The gated forward pass
@@ -51,7 +50,7 @@ import bilinear_numpy as bn  # noqa: E402
 def gated_mlp_forward(x, Q, K, V, act="silu"):
     """y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns (N, d_out)."""
     # TODO: σ on the gate x Qᵀ only, times the linear part x Kᵀ, then V
-    raise NotImplementedError("gated_mlp_forward: not written yet (see the TODO above)")
+    raise NotImplementedError("gated_mlp_forward: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -86,7 +85,7 @@ def llama_ffn(x, w1, w2, w3):
 def from_common_code(w1, w2, w3):
     """(Q, K, V) of the gated MLP equal to llama_ffn with these weights."""
     # TODO: nn.Linear computes x Wᵀ; compare llama_ffn with (σ(x Qᵀ) ⊙ (x Kᵀ)) V
-    raise NotImplementedError("from_common_code: not written yet (see the TODO above)")
+    raise NotImplementedError("from_common_code: not written yet (complete its TODO)")
 
 
 # %% [markdown]

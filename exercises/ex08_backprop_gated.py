@@ -34,13 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. A finite-difference checker
@@ -55,7 +54,7 @@ import bilinear_numpy as bn  # noqa: E402
 def numerical_gradient(f, x, dy, h=1e-6):
     """Centred-difference gradient of sum(f(x) * dy) with respect to x; shape of x."""
     # TODO: for each index i of a copy of x: L at x_i + h and at x_i - h, restore x_i, divide by 2h
-    raise NotImplementedError("numerical_gradient: not written yet (see the TODO above)")
+    raise NotImplementedError("numerical_gradient: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -71,7 +70,7 @@ def gated_mlp_backward(dy, x, Q, K, V, act="silu"):
     """Gradients of L with dL/dy = dy, for y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns a dict."""
     sigma = bn.ACTIVATIONS[act]                   # sigma.f is σ, sigma.df is σ'
     # TODO: forward steps a, b, g, h; then dV, dh, db, da, and dQ, dK, dx (see the text)
-    raise NotImplementedError("gated_mlp_backward: not written yet (see the TODO above)")
+    raise NotImplementedError("gated_mlp_backward: not written yet (complete its TODO)")
 
 
 # %% Try it: a table like Karpathy's cmp, one row per gradient

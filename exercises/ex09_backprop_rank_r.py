@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The scores
@@ -49,7 +48,7 @@ import bilinear_numpy as bn  # noqa: E402
 def rank_r_scores(x, Q, K):
     """s[n, j] = Σ_ρ (x_n · Q[j, :, ρ]) (x_n · K[j, :, ρ]); returns (N, m)."""
     # TODO: a and b with np.einsum("nd,jdr->njr", ...), then sum a * b over the last axis
-    raise NotImplementedError("rank_r_scores: not written yet (see the TODO above)")
+    raise NotImplementedError("rank_r_scores: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -63,7 +62,7 @@ def rank_r_bilinear_backward(dy, x, Q, K, V, act="identity"):
     """Gradients of L with dL/dy = dy, for y = σ(s) V with the rank-r scores s; a dict."""
     sigma = bn.ACTIVATIONS[act]
     # TODO: recompute a, b, s, h = σ(s); then dV, ds, da, db; then dQ, dK, dx with np.einsum
-    raise NotImplementedError("rank_r_bilinear_backward: not written yet (see the TODO above)")
+    raise NotImplementedError("rank_r_bilinear_backward: not written yet (complete its TODO)")
 
 
 # %% Try it: compare with finite differences, one row per gradient

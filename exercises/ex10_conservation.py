@@ -29,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. The residual of the identity
@@ -49,7 +48,7 @@ import bilinear_numpy as bn  # noqa: E402
 def balance_residual(Q, K, dQ, dK):
     """<q_j, dQ_j> - <k_j, dK_j> for every unit j; returns (m,)."""
     # TODO: elementwise products, summed over everything but the unit axis
-    raise NotImplementedError("balance_residual: not written yet (see the TODO above)")
+    raise NotImplementedError("balance_residual: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -68,7 +67,7 @@ def train_balance(formulation, act, x, T, params, lr, steps):
     """||q_j||^2 - ||k_j||^2 before and after each gradient step; returns (steps + 1, m)."""
     form = bn.FORMULATIONS[formulation]
     # TODO: copy params; record the balance; loop: forward, dy = (y - T) / N, backward, update
-    raise NotImplementedError("train_balance: not written yet (see the TODO above)")
+    raise NotImplementedError("train_balance: not written yet (complete its TODO)")
 
 
 # %% [markdown]

@@ -25,13 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. Squared ReLU
@@ -44,7 +43,7 @@ import bilinear_numpy as bn  # noqa: E402
 def squared_relu_forward(x, K, V):
     """y = relu(x Kᵀ)² V; returns (N, d_out)."""
     # TODO: np.maximum(z, 0) is relu(z); square it elementwise
-    raise NotImplementedError("squared_relu_forward: not written yet (see the TODO above)")
+    raise NotImplementedError("squared_relu_forward: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -62,7 +61,7 @@ def tied_gap(formulation, act, x, T, W, V, lr, steps):
     """max |Q - K| during gradient descent from Q = K = W; returns (steps + 1,)."""
     form = bn.FORMULATIONS[formulation]
     # TODO: params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}; record np.max(np.abs(Q - K)) as you go
-    raise NotImplementedError("tied_gap: not written yet (see the TODO above)")
+    raise NotImplementedError("tied_gap: not written yet (complete its TODO)")
 
 
 # %% [markdown]

@@ -28,13 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. Eigen-factors
@@ -50,7 +49,7 @@ import bilinear_numpy as bn  # noqa: E402
 def eigen_factors(A):
     """Rank-d factors (Q, K, lam) of sym(A_j), largest |lambda| first; shapes (m, d, d) x2, (m, d)."""
     # TODO: eigh of (A + Aᵀ)/2, sort by -|lam| along axis 1, reorder the columns of U the same way
-    raise NotImplementedError("eigen_factors: not written yet (see the TODO above)")
+    raise NotImplementedError("eigen_factors: not written yet (complete its TODO)")
 
 
 # %% [markdown]
@@ -68,13 +67,13 @@ def eigen_factors(A):
 def truncation_error(A, r):
     """||sym(A) - A_r||_F / ||sym(A)||_F with A_r from the r largest |lambda| of each unit."""
     # TODO: np.einsum("jdi,jei->jde", Q[:, :, :r], K[:, :, :r]) rebuilds A_r
-    raise NotImplementedError("truncation_error: not written yet (see the TODO above)")
+    raise NotImplementedError("truncation_error: not written yet (complete its TODO)")
 
 
 def predicted_error(lam, r):
     """sqrt(sum of the dropped lambda^2 / sum of all lambda^2), lam (m, d) sorted by |lambda|."""
     # TODO: lam[:, r:] are the dropped eigenvalues
-    raise NotImplementedError("predicted_error: not written yet (see the TODO above)")
+    raise NotImplementedError("predicted_error: not written yet (complete its TODO)")
 
 
 # %% [markdown]

@@ -72,7 +72,7 @@ def make_stub(solution_text):
             indent, todo = match.groups()
             out.append(f"{indent}# TODO: {todo}\n")
             out.append(f'{indent}raise NotImplementedError("{function}: not written yet '
-                       f'(see the TODO above)")\n')
+                       f'(complete its TODO)")\n')
             inside = True
         elif match := ANSWER.match(line):
             name, todo = match.groups()

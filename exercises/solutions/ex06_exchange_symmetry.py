@@ -29,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-# Put the folder holding bilinear_numpy.py on the import path, however this file runs:
-# as a script, under the checker, or as a notebook (working folder = this file's folder).
-_here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-_root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
-if str(_root) not in sys.path:
-    sys.path.insert(0, str(_root))
-import bilinear_numpy as bn  # noqa: E402
+try:  # importable already: under the checker, or when run from the repository's folder
+    import bilinear_numpy as bn
+except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
+    _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    import bilinear_numpy as bn
 
 # %% [markdown]
 # ## 1. Measure the symmetry
