@@ -111,7 +111,8 @@ def main(argv=None):
         number = find_exercise(args.exercise)
         if number is None:
             names = ", ".join(f"{n} {ex.slug}" for n, ex in enumerate(COURSE, start=1))
-            print(f"error: no exercise {args.exercise!r}; expected one of: {names}", file=sys.stderr)
+            print(f"error: no exercise {args.exercise!r}; expected one of: {names}",
+                  file=sys.stderr)
             return 2
         return show_check(number, folder)
     return show_progress(folder)

@@ -172,7 +172,8 @@ def compare_equal(expected, got):
         same = False
     if same:
         return "ok", describe(got), None, None, ""
-    return "WRONG", describe(got), None, None, f"expected {describe(expected, 60)}, got {describe(got, 60)}"
+    return ("WRONG", describe(got), None, None,
+            f"expected {describe(expected, 60)}, got {describe(got, 60)}")
 
 
 def exception_message(error, path):

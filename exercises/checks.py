@@ -74,7 +74,7 @@ def unchanged(c, check, topic, arrays, run):
             "your function changed an input array in place; work on a copy")
 
 
-# ----- 1. The key-value memory -----------------------------------------------------------
+# ----- The key-value memory ---------------------------------------------------------------
 
 
 def key_value_memory(c):
@@ -82,9 +82,11 @@ def key_value_memory(c):
     K, V = p["K"], p["V"]
     for act in ("relu", "gelu"):
         c.close(f"mlp_forward, {act}, x (N, d)", "mlp_forward",
-                bn.mlp_forward(x, K, V, act)[0], lambda act=act: c.call("mlp_forward", x, K, V, act))
+                bn.mlp_forward(x, K, V, act)[0],
+                lambda act=act: c.call("mlp_forward", x, K, V, act))
     c.close("mlp_forward, one token x (d,)", "mlp_forward",
-            bn.mlp_forward(x[0], K, V, "relu")[0], lambda: c.call("mlp_forward", x[0], K, V, "relu"))
+            bn.mlp_forward(x[0], K, V, "relu")[0],
+            lambda: c.call("mlp_forward", x[0], K, V, "relu"))
     c.close("memory_contributions, relu", "memory_contributions",
             sigma("relu", K @ x[1])[:, None] * V,
             lambda: c.call("memory_contributions", x[1], K, V, "relu"))
@@ -98,7 +100,7 @@ def key_value_memory(c):
             bn.FORMULATIONS["mlp"].n_params(768, 3072), lambda: c.answer("N_PARAMS"))
 
 
-# ----- 2. A static global query ------------------------------------------------------------
+# ----- A static global query --------------------------------------------------------------
 
 
 def static_query(c):
@@ -117,7 +119,7 @@ def static_query(c):
     c.equal("MORE_EXPRESSIVE", "MORE_EXPRESSIVE", False, lambda: c.answer("MORE_EXPRESSIVE"))
 
 
-# ----- 3. Full bilinear attention ------------------------------------------------------------
+# ----- Full bilinear attention ------------------------------------------------------------
 
 
 def full_bilinear(c):
@@ -134,7 +136,8 @@ def full_bilinear(c):
     c.close("symmetric_part(A)", "symmetric_part", A_sym, lambda: c.call("symmetric_part", A))
     c.close("output unchanged with sym(A), every act", "symmetric_part",
             all_acts(lambda a: bn.bilinear_forward(x, A, V, a)[0]),
-            lambda: all_acts(lambda a: bn.bilinear_forward(x, c.call("symmetric_part", A), V, a)[0]))
+            lambda: all_acts(lambda a: bn.bilinear_forward(x, c.call("symmetric_part", A),
+                                                            V, a)[0]))
     c.holds("scores of A - sym(A) are 0", "bilinear_scores", "max|s| < 1e-12",
             lambda: float(np.max(np.abs(c.call("bilinear_scores", x, A - A_sym)))),
             lambda s: s < 1e-12)
@@ -142,7 +145,7 @@ def full_bilinear(c):
             lambda: c.answer("ANTISYMMETRIC_SCORE"))
 
 
-# ----- 4. From full to rank-1 ----------------------------------------------------------------------
+# ----- From full to rank-1 ----------------------------------------------------------------
 
 
 def rank1(c):
@@ -167,7 +170,7 @@ def rank1(c):
     c.equal("A_OVER_QK (d = 768)", "A_OVER_QK", 384, lambda: c.answer("A_OVER_QK"))
 
 
-# ----- 5. The gated MLP and the GLU family -------------------------------------------------------
+# ----- The gated MLP and the GLU family ---------------------------------------------------
 
 
 def llama_ffn(x, w1, w2, w3):
@@ -196,7 +199,7 @@ def gated_mlp(c):
     c.equal("M_GATED (d = 768, m = 3072)", "M_GATED", 2048, lambda: c.answer("M_GATED"))
 
 
-# ----- 6. Exchange symmetry --------------------------------------------------------------------------
+# ----- Exchange symmetry ------------------------------------------------------------------
 
 
 def exchange_symmetry(c):
@@ -226,7 +229,7 @@ def exchange_symmetry(c):
             lambda: c.answer("RANK1_KEEPS_FOR_EVERY_SIGMA"))
 
 
-# ----- 7. Inverse-scaling symmetry --------------------------------------------------------------------
+# ----- Inverse-scaling symmetry -----------------------------------------------------------
 
 
 def inverse_scaling(c):
@@ -265,7 +268,7 @@ def inverse_scaling(c):
     c.equal("RELU_NEGATIVE", "RELU_NEGATIVE", "b", lambda: c.answer("RELU_NEGATIVE"))
 
 
-# ----- 8. Backprop I: the gated MLP ---------------------------------------------------------------------
+# ----- Backprop I: the gated MLP ----------------------------------------------------------
 
 
 def fd_gradients(formulation, act, x, params, dy):
@@ -310,7 +313,7 @@ def backprop_gated(c):
     gradient_rows(c, "gated_mlp_backward", "gated_mlp", "relu", x, p, dy, finite_differences=False)
 
 
-# ----- 9. Backprop II: rank-r bilinear ----------------------------------------------------------------------
+# ----- Backprop II: rank-r bilinear -------------------------------------------------------
 
 
 def backprop_rank_r(c):
@@ -323,7 +326,7 @@ def backprop_rank_r(c):
     gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "gelu", x, p, dy)
 
 
-# ----- 10. Symmetry gives a conservation law -------------------------------------------------------------------
+# ----- Symmetry gives a conservation law --------------------------------------------------
 
 
 def conservation(c):
@@ -344,17 +347,19 @@ def conservation(c):
         p = bn.FORMULATIONS[name].init(rng, D, M, D_OUT)
         c.close(f"train_balance, {name}, {act}", "train_balance",
                 gd_reference(name, act, x, T, p, 0.05, 12, balance),
-                lambda name=name, act=act, p=p: c.call("train_balance", name, act, x, T, p, 0.05, 12))
+                lambda name=name, act=act, p=p: c.call("train_balance", name, act, x, T, p,
+                                                       0.05, 12))
     unchanged(c, "train_balance leaves params unchanged", "train_balance", list(p.values()),
               lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3))
     c.equal("DRIFT_SLOPE", "DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1},
             lambda: c.answer("DRIFT_SLOPE"))
     c.equal("CONSERVED_GATED", "CONSERVED_GATED",
-            {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")},
+            {a for a in bn.ACTIVATIONS
+             if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")},
             lambda: set(c.answer("CONSERVED_GATED")))
 
 
-# ----- 11. Tied factors ------------------------------------------------------------------------------------------
+# ----- Tied factors -----------------------------------------------------------------------
 
 
 def tied_factors(c):
@@ -379,7 +384,7 @@ def tied_factors(c):
             lambda: {name: set(acts) for name, acts in c.answer("STAYS_TIED").items()})
 
 
-# ----- 12. Higher rank ---------------------------------------------------------------------------------------------
+# ----- Higher rank ------------------------------------------------------------------------
 
 
 def truncation_reference(A, r):
@@ -406,7 +411,8 @@ def higher_rank(c):
     errors = [truncation_reference(A, r) for r in range(1, d + 1)]
     c.close("truncation_error, r = 1..d", "truncation_error", errors,
             lambda: [c.call("truncation_error", A, r) for r in range(1, d + 1)])
-    predicted = [np.sqrt(np.sum(lam_ref[:, r:] ** 2) / np.sum(lam_ref ** 2)) for r in range(1, d + 1)]
+    predicted = [np.sqrt(np.sum(lam_ref[:, r:] ** 2) / np.sum(lam_ref ** 2))
+                 for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
     c.equal("RANK_FOR_EXACT (d = 8)", "RANK_FOR_EXACT", 8, lambda: c.answer("RANK_FOR_EXACT"))

@@ -31,7 +31,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -60,7 +61,7 @@ def mlp_forward(x, K, V, act="relu"):
 # %%
 def memory_contributions(x, K, V, act="relu"):
     """Row j = σ(x·k_j) v_j, for one token x (d,); returns (m, d_out)."""
-    # TODO: one weight σ(x·k_j) per slot, times the value row v_j (broadcast with [:, None])
+    # TODO: weights σ(x·k_j), one per slot, times the rows v_j (use [:, None])
     raise NotImplementedError("memory_contributions: not written yet (complete its TODO)")
 
 
@@ -100,9 +101,9 @@ if __name__ == "__main__":
     K = np.eye(3, 4)                              # (m, d) = (3, 4): keys e_0, e_1, e_2
     V = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])  # (m, d_out): one word per slot
     x = np.array([0.1, 0.9, -0.2, 0.3])           # mostly along key 1
-    print("scores x·k_j:       ", K @ x)
-    print("top key:            ", top_key(x, K))
     print("output (ReLU):      ", mlp_forward(x, K, V, "relu"))
-    print("slot contributions:\n", memory_contributions(x, K, V, "relu"))
     print("same as bn.mlp_forward:", np.allclose(mlp_forward(x, K, V), bn.mlp_forward(x, K, V)[0]))
+    print("slot contributions:\n", memory_contributions(x, K, V, "relu"))
+    print("scores x.k_j:       ", K @ x)
+    print("top key:            ", top_key(x, K))
     print("parameters of GPT-2 small's MLP:", N_PARAMS)

@@ -32,7 +32,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -76,7 +77,7 @@ def rank1_forward(x, Q, K, V, act="identity"):
 # %%
 def mlp_as_rank1(x, K):
     """(x1, Q1, K1) with x1 = [1, x], rows of Q1 = e_0, rows of K1 = [0, k_j]."""
-    # TODO: np.concatenate a column of ones to x and of zeros to K; Q1 is zeros with Q1[:, 0] = 1
+    # TODO: np.concatenate ones before x, zeros before K; Q1 zeros with Q1[:, 0] = 1
     raise NotImplementedError("mlp_as_rank1: not written yet (complete its TODO)")
 
 

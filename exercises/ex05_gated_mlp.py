@@ -37,7 +37,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -61,7 +62,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 # and SwiGLU (use the exact GELU, `"gelu"`).
 
 # %%
-GLU_ACTIVATION = None  # TODO: a dict variant -> activation name
+GLU_ACTIVATION = None  # TODO: variant -> activation
 
 # %% [markdown]
 # ## 3. From common code to Q, K, V
@@ -74,7 +75,7 @@ GLU_ACTIVATION = None  # TODO: a dict variant -> activation name
 # must be `(m, d_out)`.
 
 # %%
-ROLE = None  # TODO: a dict "Q"/"K"/"V" -> projection name
+ROLE = None  # TODO: "Q"/"K"/"V" -> projection
 
 
 def llama_ffn(x, w1, w2, w3):
@@ -105,8 +106,10 @@ if __name__ == "__main__":
     x = rng.standard_normal((3, 4))               # N = 3, d = 4
     Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
     for variant, act in GLU_ACTIVATION.items():
-        print(f"{variant:<8} sigma = {act:<8} y[0] =", np.round(gated_mlp_forward(x, Q, K, V, act)[0], 4))
-    w1, w3, w2 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((4, 5))
+        y = gated_mlp_forward(x, Q, K, V, act)
+        print(f"{variant:<8} sigma = {act:<8} y[0] =", np.round(y[0], 4))
+    w1, w3 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))   # (m, d)
+    w2 = rng.standard_normal((4, 5))                                      # (d, m)
     Qc, Kc, Vc = from_common_code(w1, w2, w3)
     print("llama_ffn vs our gated MLP, max |difference|:",
           np.max(np.abs(llama_ffn(x, w1, w2, w3) - gated_mlp_forward(x, Qc, Kc, Vc, "silu"))))

@@ -30,7 +30,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -44,7 +45,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def inverse_scale(Q, K, alpha):
     """(alpha Q, K / alpha), alpha a number or an (m,) array of per-unit factors."""
-    # TODO: make alpha a column (m, 1) with np.reshape so it scales rows; check for zeros first
+    # TODO: check for zeros; reshape an (m,) alpha to (m, 1) so it scales rows
     raise NotImplementedError("inverse_scale: not written yet (complete its TODO)")
 
 

@@ -7,11 +7,12 @@
 #
 #     ⟨q_j, ∂L/∂q_j⟩ − ⟨k_j, ∂L/∂k_j⟩ = 0     at every point, for every unit j.
 #
-# Under gradient flow, `dq_j/dt = −∂L/∂q_j`, so `d‖q_j‖²/dt = −2⟨q_j, ∂L/∂q_j⟩`, and the
-# identity above says that the **balance** `‖q_j‖² − ‖k_j‖²` never changes (Kunin et al.
-# 2021; Du, Hu, Lee 2018). Gradient descent takes finite steps of size `η`:
+# Under gradient flow, `dq_j/dt = −∂L/∂q_j`, so `d‖q_j‖²/dt = −2⟨q_j, ∂L/∂q_j⟩`, and
+# the identity above says that the **balance** `‖q_j‖² − ‖k_j‖²` never changes (Kunin et
+# al. 2021; Du, Hu, Lee 2018). Gradient descent takes finite steps of size `η`:
 #
-#     Δ(‖q_j‖² − ‖k_j‖²) = −2η (⟨q_j, ∂L/∂q_j⟩ − ⟨k_j, ∂L/∂k_j⟩) + η² (‖∂L/∂q_j‖² − ‖∂L/∂k_j‖²)
+#     Δ(‖q_j‖² − ‖k_j‖²) = −2η (⟨q_j, ∂L/∂q_j⟩ − ⟨k_j, ∂L/∂k_j⟩)
+#                          + η² (‖∂L/∂q_j‖² − ‖∂L/∂k_j‖²)
 #
 # so with the symmetry the balance drifts only by `O(η²)` per step; without it, by `O(η)`.
 # The rank-1 layer has the symmetry for every σ; the gated MLP only for homogeneous σ.
@@ -33,7 +34,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -66,7 +68,7 @@ def balance_residual(Q, K, dQ, dK):
 def train_balance(formulation, act, x, T, params, lr, steps):
     """||q_j||^2 - ||k_j||^2 before and after each gradient step; returns (steps + 1, m)."""
     form = bn.FORMULATIONS[formulation]
-    # TODO: copy params; record the balance; loop: forward, dy = (y - T) / N, backward, update
+    # TODO: copy params; record; loop: forward, dy = (y - T) / N, backward, update
     raise NotImplementedError("train_balance: not written yet (complete its TODO)")
 
 

@@ -109,7 +109,8 @@ def test_wrong_gradient_fails_against_reference_and_finite_differences(tmp_path)
 
 
 def test_wrong_answer_variable_fails(tmp_path):
-    solved_copy(tmp_path, 6, 'KEEPS_EXCHANGE = {"identity"}', 'KEEPS_EXCHANGE = {"identity", "relu"}')
+    solved_copy(tmp_path, 6, 'KEEPS_EXCHANGE = {"identity"}',
+                'KEEPS_EXCHANGE = {"identity", "relu"}')
     result = checker.run_exercise(6, COURSE[5], tmp_path)
     row = result.first_failure
     assert result.status == "failing" and row.topic == "KEEPS_EXCHANGE" and row.verdict == "WRONG"
@@ -136,12 +137,12 @@ def test_file_that_does_not_import_is_failing(tmp_path):
 
 
 def test_partly_done_exercise_is_failing_on_its_first_todo(tmp_path):
-    stub = (checker.STUDENT_FOLDER / checker.file_name(1, COURSE[0])).read_text(encoding="utf-8")
-    solution = (checker.SOLUTIONS_FOLDER / checker.file_name(1, COURSE[0])).read_text(encoding="utf-8")
+    name = checker.file_name(1, COURSE[0])
+    stub = (checker.STUDENT_FOLDER / name).read_text(encoding="utf-8")
+    solution = (checker.SOLUTIONS_FOLDER / name).read_text(encoding="utf-8")
     answer = next(line for line in solution.splitlines() if line.startswith("N_PARAMS ="))
     stub_answer = next(line for line in stub.splitlines() if line.startswith("N_PARAMS ="))
-    (tmp_path / checker.file_name(1, COURSE[0])).write_text(stub.replace(stub_answer, answer),
-                                                           encoding="utf-8")
+    (tmp_path / name).write_text(stub.replace(stub_answer, answer), encoding="utf-8")
     result = checker.run_exercise(1, COURSE[0], tmp_path)
     assert result.status == "failing"
     assert result.first_failure.verdict == "TODO"

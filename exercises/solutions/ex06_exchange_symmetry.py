@@ -33,7 +33,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -49,7 +50,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def exchange_deviation(forward, x, Q, K, V, act):
     """rel_error between forward(x, Q, K, V) and forward(x, K, Q, V): a float."""
-    # BEGIN SOLUTION: two calls of forward (keep y, the first element of what it returns), then bn.rel_error
+    # BEGIN SOLUTION: forward twice (keep y, its first output), then bn.rel_error
     y = forward(x, Q, K, V, act)[0]
     y_swapped = forward(x, K, Q, V, act)[0]
     return bn.rel_error(y, y_swapped)

@@ -30,7 +30,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -44,7 +45,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def inverse_scale(Q, K, alpha):
     """(alpha Q, K / alpha), alpha a number or an (m,) array of per-unit factors."""
-    # BEGIN SOLUTION: make alpha a column (m, 1) with np.reshape so it scales rows; check for zeros first
+    # BEGIN SOLUTION: check for zeros; reshape an (m,) alpha to (m, 1) so it scales rows
     alpha = np.asarray(alpha, dtype=float)
     if np.any(alpha == 0):
         raise ValueError(f"alpha: expected nonzero factors, got {alpha}")
@@ -83,7 +84,8 @@ def scaling_deviations(forward, x, Q, K, V, act, alphas):
 #   Try a few numbers before you answer.
 
 # %%
-KEEPS_SCALING = {"positive": {"identity", "relu"}, "negative": {"identity"}}  # ANSWER: a dict of two sets
+KEEPS_SCALING = {"positive": {"identity", "relu"},  # ANSWER: a dict of two sets
+                 "negative": {"identity"}}
 RELU_NEGATIVE = "b"  # ANSWER: "a", "b", "c" or "d"
 
 # %% Try it

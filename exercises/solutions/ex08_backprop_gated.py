@@ -38,7 +38,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -53,7 +54,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def numerical_gradient(f, x, dy, h=1e-6):
     """Centred-difference gradient of sum(f(x) * dy) with respect to x; shape of x."""
-    # BEGIN SOLUTION: for each index i of a copy of x: L at x_i + h and at x_i - h, restore x_i, divide by 2h
+    # BEGIN SOLUTION: on a copy of x, for each i: L at x_i + h and x_i - h, restore x_i
     x = x.copy()                                  # never change the caller's array
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):

@@ -35,7 +35,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -64,7 +65,7 @@ def rank_r_scores(x, Q, K):
 def rank_r_bilinear_backward(dy, x, Q, K, V, act="identity"):
     """Gradients of L with dL/dy = dy, for y = σ(s) V with the rank-r scores s; a dict."""
     sigma = bn.ACTIVATIONS[act]
-    # BEGIN SOLUTION: recompute a, b, s, h = σ(s); then dV, ds, da, db; then dQ, dK, dx with np.einsum
+    # BEGIN SOLUTION: recompute a, b, s, σ(s); then dV, ds, da, db; then dQ, dK, dx
     a = np.einsum("nd,jdr->njr", x, Q)            # (N, m, r)
     b = np.einsum("nd,jdr->njr", x, K)            # (N, m, r)
     s = np.sum(a * b, axis=2)                     # (N, m)

@@ -29,7 +29,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -51,17 +52,17 @@ def squared_relu_forward(x, K, V):
 # ## 2. Do tied factors stay tied?
 #
 # Start from `Q = W.copy()`, `K = W.copy()` and `V.copy()`, and run `steps` steps of
-# gradient descent on `L = Σ (y − T)² / (2N)`, exactly as in exercise 10 (forward with
-# `bn.FORMULATIONS[formulation]`, `dy = (y − T) / N`, backward, then `P ← P − lr · dP` for
-# every parameter). Return the gap `max |Q − K|` before the first step and after each step:
-# an array of shape `(steps + 1,)`.
+# gradient descent on `L = Σ (y − T)² / (2N)`, exactly as in `train_balance` of the
+# conservation exercise (forward with `bn.FORMULATIONS[formulation]`, `dy = (y − T) / N`,
+# backward, then `P ← P − lr · dP` for every parameter). Return the gap `max |Q − K|`
+# before the first step and after each step: an array of shape `(steps + 1,)`.
 
 
 # %%
 def tied_gap(formulation, act, x, T, W, V, lr, steps):
     """max |Q - K| during gradient descent from Q = K = W; returns (steps + 1,)."""
     form = bn.FORMULATIONS[formulation]
-    # BEGIN SOLUTION: params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}; record np.max(np.abs(Q - K)) as you go
+    # BEGIN SOLUTION: copies of W, W and V; record np.max(np.abs(Q - K)) after each step
     params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}
     gaps = [np.max(np.abs(params["Q"] - params["K"]))]
     for _ in range(steps):
@@ -81,7 +82,8 @@ def tied_gap(formulation, act, x, T, W, V, lr, steps):
 # gradient descent. Run this file to see the gaps, then explain them with `a·σ'(a) = σ(a)`.
 
 # %%
-STAYS_TIED = {"rank1_bilinear": set(bn.ACTIVATIONS), "gated_mlp": {"identity", "relu"}}  # ANSWER: a dict of two sets
+STAYS_TIED = {"rank1_bilinear": set(bn.ACTIVATIONS),  # ANSWER: a dict of two sets
+              "gated_mlp": {"identity", "relu"}}
 
 # %% Try it
 if __name__ == "__main__":

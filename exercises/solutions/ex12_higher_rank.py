@@ -7,10 +7,10 @@
 #
 #     (A_j + A_jᵀ)/2 = Σ_i λ_i u_i u_iᵀ,    so    x A_j xᵀ = Σ_i λ_i (x·u_i)²
 #
-# Every full bilinear unit is a rank-d unit (exercise 9) with query columns `λ_i u_i` and key
-# columns `u_i` (Pearce et al. 2024). Keep only the `r` terms with the largest `|λ_i|` and
-# you get the best rank-r approximation in the Frobenius norm (Eckart–Young); its error is
-# set by the eigenvalues you dropped:
+# Every full bilinear unit is a rank-d unit (the rank-r form of Backprop II) with query
+# columns `λ_i u_i` and key columns `u_i` (Pearce et al. 2024). Keep only the `r` terms with
+# the largest `|λ_i|` and you get the best rank-r approximation in the Frobenius norm
+# (Eckart–Young); its error is set by the eigenvalues you dropped:
 #
 #     ‖sym(A) − A_r‖_F² = Σ_{dropped i} λ_i²
 #
@@ -32,7 +32,8 @@ try:  # importable already: under the checker, or when run from the repository's
     import bilinear_numpy as bn
 except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a parent folder
     _here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    sys.path.insert(0, str(next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())))
+    _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
+    sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
 # %% [markdown]
@@ -47,8 +48,8 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 
 # %%
 def eigen_factors(A):
-    """Rank-d factors (Q, K, lam) of sym(A_j), largest |lambda| first; shapes (m, d, d) x2, (m, d)."""
-    # BEGIN SOLUTION: eigh of (A + Aᵀ)/2, sort by -|lam| along axis 1, reorder the columns of U the same way
+    """(Q, K, lam) of sym(A_j), largest |lambda| first: (m, d, d), (m, d, d), (m, d)."""
+    # BEGIN SOLUTION: eigh of (A + Aᵀ)/2; sort by -|lam| along axis 1; reorder U's columns too
     lam, U = np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
     order = np.argsort(-np.abs(lam), axis=1)
     lam = np.take_along_axis(lam, order, axis=1)
@@ -61,8 +62,8 @@ def eigen_factors(A):
 # ## 2. The error of the best rank-r truncation
 #
 # `truncation_error(A, r)`: keep the first `r` columns of your `Q` and `K`, rebuild
-# `A_r[j] = Σ_{i<r} Q[j, :, i] K[j, :, i]ᵀ`, and return `‖sym(A) − A_r‖_F / ‖sym(A)‖_F`, both
-# norms over all units at once (`np.linalg.norm` of the whole array).
+# `A_r[j] = Σ_{i<r} Q[j, :, i] K[j, :, i]ᵀ`, and return `‖sym(A) − A_r‖_F / ‖sym(A)‖_F`,
+# both norms over all units at once (`np.linalg.norm` of the whole array).
 #
 # `predicted_error(lam, r)`: the same number from the eigenvalues alone (sorted as above):
 # `sqrt(Σ_{i ≥ r} λ_i² / Σ_i λ_i²)`, sums over all units.
