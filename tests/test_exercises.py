@@ -309,3 +309,9 @@ def test_copy_without_solutions_still_checks(tmp_path):
     assert status == 0 and f"0/{len(COURSE)}" in out, out
     status, out = run_cli("--solutions", cwd=tmp_path)
     assert status == 2 and "does not exist" in out
+
+
+def test_readme_lists_every_exercise_in_order():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `(ex\d\d_\w+\.py)` \|", readme, re.M)
+    assert rows == [(str(n), checker.file_name(n, ex)) for n, ex in NUMBERED]
