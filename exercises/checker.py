@@ -32,6 +32,7 @@ PACKAGE = Path(__file__).resolve().parent          # exercises/
 STUDENT_FOLDER = PACKAGE                           # exercises/exNN_*.py
 SOLUTIONS_FOLDER = PACKAGE / "solutions"           # exercises/solutions/exNN_*.py
 HINTS_FILE = PACKAGE / "hints.json"
+HIDDEN = "(hidden)"                                 # shown instead of an expected answer
 
 
 @dataclass(frozen=True)
@@ -217,15 +218,16 @@ class Checks:
         return value
 
     def _row(self, check, topic, expected, got_fn, compare):
+        expected_text = expected if expected is HIDDEN else describe(expected)
         try:
             got = got_fn()
         except NotImplementedError as error:
             text = str(error) or f"{topic}: not written yet"
-            self.rows.append(Row(check, topic, describe(expected), "not written", None, None,
+            self.rows.append(Row(check, topic, expected_text, "not written", None, None,
                                  "TODO", text))
             return
         except Exception as error:  # the student's exception becomes a failing row
-            self.rows.append(Row(check, topic, describe(expected), "raised", None, None,
+            self.rows.append(Row(check, topic, expected_text, "raised", None, None,
                                  "ERROR", exception_message(error, self.path)))
             return
         try:
@@ -233,7 +235,7 @@ class Checks:
         except Exception as error:  # a comparison that cannot run is a failed one
             verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
                                                      f"could not compare: {error}")
-        self.rows.append(Row(check, topic, describe(expected), got_text, diff, rel,
+        self.rows.append(Row(check, topic, expected_text, got_text, diff, rel,
                              verdict, message))
 
     def close(self, check, topic, expected, got_fn, tol=1e-10):
@@ -243,6 +245,18 @@ class Checks:
     def equal(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly (numbers, strings, sets, booleans)."""
         self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
+
+    def answer_is(self, name, expected, transform=None, check=None):
+        """Row: the answer variable `name` (after transform, e.g. set) equals `expected`.
+        The expected answer is not shown: the row would give it away."""
+        def got_fn():
+            value = self.answer(name)
+            return transform(value) if transform else value
+
+        def compare(got):
+            verdict, got_text, _, _, _ = compare_equal(expected, got)
+            return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer"
+        self._row(check or name, name, HIDDEN, got_fn, compare)
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True. expected_text says what must hold."""

@@ -1,7 +1,8 @@
 """The checks of every exercise, in course order: one function per exercise.
 
 Each function receives a checker.Checks object `c` and adds rows with c.close (arrays,
-compared with rel_error), c.equal (exact answers) or c.holds (a property). Expected
+compared with rel_error), c.equal (exact values), c.holds (a property) or c.answer_is
+(an answer variable; its expected value is not shown). Expected
 values come from bilinear_numpy (bn) or from finite differences, computed here, outside
 the student's code; `c.call(name, ...)` runs the student's function `name` and
 `c.answer(name)` reads the student's answer variable `name`. Inputs are drawn from
@@ -96,8 +97,7 @@ def key_value_memory(c):
     for i in range(3):
         c.equal(f"top_key, token {i}", "top_key", int(np.argmax(K @ x[i])),
                 lambda i=i: c.call("top_key", x[i], K))
-    c.equal("N_PARAMS (d = 768, m = 3072)", "N_PARAMS",
-            bn.FORMULATIONS["mlp"].n_params(768, 3072), lambda: c.answer("N_PARAMS"))
+    c.answer_is("N_PARAMS", bn.FORMULATIONS["mlp"].n_params(768, 3072))
 
 
 # ----- A static global query --------------------------------------------------------------
@@ -115,8 +115,8 @@ def static_query(c):
     c.close("mlp(K') = static query, every act", "absorb_query",
             all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
             lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
-    c.equal("EXTRA_PARAMS (d = 768)", "EXTRA_PARAMS", 768 * 768, lambda: c.answer("EXTRA_PARAMS"))
-    c.equal("MORE_EXPRESSIVE", "MORE_EXPRESSIVE", False, lambda: c.answer("MORE_EXPRESSIVE"))
+    c.answer_is("EXTRA_PARAMS", 768 * 768)
+    c.answer_is("MORE_EXPRESSIVE", False)
 
 
 # ----- Full bilinear attention ------------------------------------------------------------
@@ -141,8 +141,7 @@ def full_bilinear(c):
     c.holds("scores of A - sym(A) are 0", "bilinear_scores", "max|s| < 1e-12",
             lambda: float(np.max(np.abs(c.call("bilinear_scores", x, A - A_sym)))),
             lambda s: s < 1e-12)
-    c.equal("ANTISYMMETRIC_SCORE", "ANTISYMMETRIC_SCORE", 0,
-            lambda: c.answer("ANTISYMMETRIC_SCORE"))
+    c.answer_is("ANTISYMMETRIC_SCORE", 0)
 
 
 # ----- From full to rank-1 ----------------------------------------------------------------
@@ -166,8 +165,8 @@ def rank1(c):
             all_acts(lambda a: bn.mlp_forward(x, K_mlp, V_mlp, a)[0]),
             lambda: all_acts(lambda a: bn.rank1_bilinear_forward(
                 *c.call("mlp_as_rank1", x, K_mlp), V_mlp, a)[0]))
-    c.equal("RANK_OF_OUTER", "RANK_OF_OUTER", 1, lambda: c.answer("RANK_OF_OUTER"))
-    c.equal("A_OVER_QK (d = 768)", "A_OVER_QK", 384, lambda: c.answer("A_OVER_QK"))
+    c.answer_is("RANK_OF_OUTER", 1)
+    c.answer_is("A_OVER_QK", 768 * 768 / (2 * 768))
 
 
 # ----- The gated MLP and the GLU family ---------------------------------------------------
@@ -186,17 +185,14 @@ def gated_mlp(c):
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act))
-    c.equal("GLU_ACTIVATION", "GLU_ACTIVATION",
-            {variant: act for variant, (_, act) in bn.GLU_VARIANTS.items()},
-            lambda: c.answer("GLU_ACTIVATION"))
-    c.equal("ROLE", "ROLE", {"Q": "gate_proj", "K": "up_proj", "V": "down_proj"},
-            lambda: c.answer("ROLE"))
+    c.answer_is("GLU_ACTIVATION", {variant: act for variant, (_, act) in bn.GLU_VARIANTS.items()})
+    c.answer_is("ROLE", {"Q": "gate_proj", "K": "up_proj", "V": "down_proj"})
     rng = np.random.default_rng(50)
     w1, w3 = rng.standard_normal((M, D)), rng.standard_normal((M, D))
     w2 = rng.standard_normal((D, M))                          # d_out = d here
     c.close("gated(from_common_code) = llama_ffn", "from_common_code", llama_ffn(x, w1, w2, w3),
             lambda: bn.gated_mlp_forward(x, *c.call("from_common_code", w1, w2, w3), "silu")[0])
-    c.equal("M_GATED (d = 768, m = 3072)", "M_GATED", 2048, lambda: c.answer("M_GATED"))
+    c.answer_is("M_GATED", 2 * 3072 * 768 // (3 * 768))
 
 
 # ----- Exchange symmetry ------------------------------------------------------------------
@@ -215,9 +211,9 @@ def exchange_symmetry(c):
     for act in ("identity", "relu", "silu"):
         c.close(f"sigma_ratio, {act}", "sigma_ratio", sigma(act, z) / z,
                 lambda act=act: c.call("sigma_ratio", act, z))
-    c.equal("KEEPS_EXCHANGE", "KEEPS_EXCHANGE",
-            {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, "exchange")},
-            lambda: set(c.answer("KEEPS_EXCHANGE")))
+    c.answer_is("KEEPS_EXCHANGE",
+                {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, "exchange")},
+                set)
 
     def relu_gap():
         a, b = (float(v) for v in c.answer("RELU_COUNTEREXAMPLE"))
@@ -225,8 +221,7 @@ def exchange_symmetry(c):
 
     c.holds("RELU_COUNTEREXAMPLE breaks exchange", "RELU_COUNTEREXAMPLE",
             "|relu(a)b - relu(b)a| > 1e-3", relu_gap, lambda gap: gap > 1e-3)
-    c.equal("RANK1_KEEPS_FOR_EVERY_SIGMA", "RANK1_KEEPS_FOR_EVERY_SIGMA", True,
-            lambda: c.answer("RANK1_KEEPS_FOR_EVERY_SIGMA"))
+    c.answer_is("RANK1_KEEPS_FOR_EVERY_SIGMA", True)
 
 
 # ----- Inverse-scaling symmetry -----------------------------------------------------------
@@ -260,12 +255,12 @@ def inverse_scaling(c):
         c.close(f"scaling_deviations, {name}, {act}", "scaling_deviations", expected,
                 lambda form=form, act=act: c.call("scaling_deviations", form.forward,
                                                   x, Q, K, V, act, alphas), tol=1e-6)
-    c.equal("KEEPS_SCALING", "KEEPS_SCALING",
-            {sign: {a for a in bn.ACTIVATIONS
-                    if bn.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
-             for sign in ("positive", "negative")},
-            lambda: {sign: set(acts) for sign, acts in c.answer("KEEPS_SCALING").items()})
-    c.equal("RELU_NEGATIVE", "RELU_NEGATIVE", "b", lambda: c.answer("RELU_NEGATIVE"))
+    c.answer_is("KEEPS_SCALING",
+                {sign: {a for a in bn.ACTIVATIONS
+                        if bn.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
+                 for sign in ("positive", "negative")},
+                lambda answer: {sign: set(acts) for sign, acts in answer.items()})
+    c.answer_is("RELU_NEGATIVE", "b")
 
 
 # ----- Backprop I: the gated MLP ----------------------------------------------------------
@@ -351,12 +346,10 @@ def conservation(c):
                                                        0.05, 12))
     unchanged(c, "train_balance leaves params unchanged", "train_balance", list(p.values()),
               lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3))
-    c.equal("DRIFT_SLOPE", "DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1},
-            lambda: c.answer("DRIFT_SLOPE"))
-    c.equal("CONSERVED_GATED", "CONSERVED_GATED",
-            {a for a in bn.ACTIVATIONS
-             if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")},
-            lambda: set(c.answer("CONSERVED_GATED")))
+    c.answer_is("DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1})
+    c.answer_is("CONSERVED_GATED",
+                {a for a in bn.ACTIVATIONS
+                 if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}, set)
 
 
 # ----- Tied factors -----------------------------------------------------------------------
@@ -378,10 +371,11 @@ def tied_factors(c):
         c.close(f"tied_gap, {name}, {act}", "tied_gap", expected,
                 lambda name=name, act=act: c.call("tied_gap", name, act, x, T, W, V, 0.05, 12),
                 tol=1e-8)
-    c.equal("STAYS_TIED", "STAYS_TIED",
-            {"rank1_bilinear": set(bn.ACTIVATIONS),
-             "gated_mlp": {a for a in bn.ACTIVATIONS if bn.ACTIVATIONS[a].positively_homogeneous}},
-            lambda: {name: set(acts) for name, acts in c.answer("STAYS_TIED").items()})
+    c.answer_is("STAYS_TIED",
+                {"rank1_bilinear": set(bn.ACTIVATIONS),
+                 "gated_mlp": {a for a in bn.ACTIVATIONS
+                               if bn.ACTIVATIONS[a].positively_homogeneous}},
+                lambda answer: {name: set(acts) for name, acts in answer.items()})
 
 
 # ----- Higher rank ------------------------------------------------------------------------
@@ -415,4 +409,4 @@ def higher_rank(c):
                  for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
-    c.equal("RANK_FOR_EXACT (d = 8)", "RANK_FOR_EXACT", 8, lambda: c.answer("RANK_FOR_EXACT"))
+    c.answer_is("RANK_FOR_EXACT", 8)
