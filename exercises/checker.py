@@ -359,7 +359,7 @@ def summary_line(result, width=48):
     text = f"  {result.number:>2}  {result.exercise.title:<{width}} {result.status}"
     if result.status == "failing":
         row = result.first_failure
-        reason = row.message or row.verdict
+        reason = "not written yet" if row.verdict == "TODO" else row.message or row.verdict
         text += f": {row.check}: {reason}"
     elif result.status == "missing":
         text += f" ({result.path.name} not found)"
