@@ -230,12 +230,12 @@ def exchange_symmetry(c):
 def inverse_scaling(c):
     x, p = draw("gated_mlp", seed=7)
     Q, K, V = p["Q"], p["K"], p["V"]
-    alpha = np.array([0.5, -1.0, 2.0, -3.0])                      # one factor per unit
-    scaled = bn.transform_params("gated_mlp", p, "inverse_scaling_neg", alpha)
-    c.close("inverse_scale, per-unit alpha: aQ", "inverse_scale", scaled["Q"],
-            lambda: c.call("inverse_scale", Q, K, alpha)[0])
-    c.close("inverse_scale, per-unit alpha: K/a", "inverse_scale", scaled["K"],
-            lambda: c.call("inverse_scale", Q, K, alpha)[1])
+    for sign, symmetry in (("> 0", "inverse_scaling_pos"), ("< 0", "inverse_scaling_neg")):
+        alpha = np.array([0.5, 1.0, 2.0, 3.0]) * (1 if sign == "> 0" else -1)   # one per unit
+        scaled = bn.transform_params("gated_mlp", p, symmetry, alpha)
+        c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
+                np.stack([scaled["Q"], scaled["K"]]),
+                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)))
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
 

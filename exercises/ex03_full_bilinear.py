@@ -17,8 +17,8 @@
 # transpose `x Aᵀ xᵀ`, and therefore `x A xᵀ = x ((A + Aᵀ)/2) xᵀ`. This is why exchanging
 # the query and the key (`A_j → A_jᵀ`) changes nothing: the exchange symmetry of exercise 6.
 #
-# Read first: [derivations.md, sections 2 and 4](../derivations.md#2-the-formulations),
-# [symmetries](../derivations.md#4-symmetries).
+# Read first: derivations.md, [2.3 Full bilinear attention](../derivations.md#23-full-bilinear-attention-bilinear)
+# and [4.2 Exchange](../derivations.md#42-exchange).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.bilinear_forward`.

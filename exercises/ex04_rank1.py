@@ -16,7 +16,8 @@
 # `x' = [1, x]`, and take `q'_j = e_0` (one in coordinate 0), `k'_j = [0, k_j]`: then
 # `(x'·q'_j)(x'·k'_j) = 1 · (x·k_j)`.
 #
-# Read first: [derivations.md, section 2](../derivations.md#2-the-formulations).
+# Read first: derivations.md, [2.5 Rank-1 bilinear](../derivations.md#25-rank-1-bilinear-rank1_bilinear) and
+# [5.7 The key-value MLP is a bilinear unit with a static query](../derivations.md#57-the-key-value-mlp-is-a-bilinear-unit-with-a-static-query).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.rank1_bilinear_forward`.

@@ -21,8 +21,9 @@
 # approximates `∂L/∂x_i` with an error of order `h²` (plus rounding of order `ε/h`).
 # Always use float64 and a random `dy`: an all-ones `dy` can hide a wrong transpose.
 #
-# Read first: [derivations.md, sections 3 and 7](../derivations.md#3-backward-passes),
-# [checking derivatives](../derivations.md#7-checking-derivatives-numerically).
+# Read first: derivations.md, [3.0 Four rules](../derivations.md#30-four-rules-and-two-ways-to-check-them),
+# [3.6 gated_mlp_backward](../derivations.md#36-gated_mlp_backward) and
+# [7. Checking derivatives numerically](../derivations.md#7-checking-derivatives-numerically).
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.gated_mlp_backward` and `bn.numerical_gradient`.

@@ -17,7 +17,8 @@
 # so with the symmetry the balance drifts only by `O(η²)` per step; without it, by `O(η)`.
 # The rank-1 layer has the symmetry for every σ; the gated MLP only for homogeneous σ.
 #
-# Read first: [derivations.md, section 5](../derivations.md#5-consequences-for-learning).
+# Read first: derivations.md, [5.1 From a symmetry to an identity](../derivations.md#51-from-a-symmetry-to-an-identity)
+# to [5.3 Drift under gradient descent](../derivations.md#53-drift-under-gradient-descent).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use

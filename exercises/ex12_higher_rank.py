@@ -16,7 +16,8 @@
 #
 # Rank 1, the paper's layer, is the coarsest case: one term per unit.
 #
-# Read first: [derivations.md, section 6](../derivations.md#6-higher-rank).
+# Read first: derivations.md, [6.2 Eigendecomposition](../derivations.md#62-eigendecomposition-of-a-bilinear-unit)
+# and [6.3 The best rank-r approximation](../derivations.md#63-the-best-rank-r-approximation-eckartyoung).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.

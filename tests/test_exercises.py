@@ -315,3 +315,14 @@ def test_readme_lists_every_exercise_in_order():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| (\d+) \| `(ex\d\d_\w+\.py)` \|", readme, re.M)
     assert rows == [(str(n), checker.file_name(n, ex)) for n, ex in NUMBERED]
+
+
+def test_a_crash_of_the_checks_themselves_is_a_row_not_a_traceback():
+    def broken_check(c):
+        c.equal("first row", "f", 1, lambda: c.call("f"))
+        raise KeyError("oops")
+
+    exercise = checker.Exercise("broken", "A broken check", broken_check)
+    result = checker.check_module(1, exercise, types.SimpleNamespace(f=lambda: 1))
+    assert result.status == "failing"
+    assert result.rows[-1].verdict == "ERROR" and "checks.py" in result.rows[-1].message

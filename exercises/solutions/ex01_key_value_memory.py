@@ -11,7 +11,7 @@
 # the weighted sum of the values. The keys are *static*: they do not depend on `x`. The
 # rest of the course lets the input compute its own query as well.
 #
-# Read first: [derivations.md, section 2](../../derivations.md#2-the-formulations).
+# Read first: derivations.md, [2.1 Key-value memory MLP](../../derivations.md#21-key-value-memory-mlp-mlp).
 #
 # **What to do.** Complete every function marked `TODO` and set every answer that is
 # `None`. You may call anything in `bilinear_numpy` (imported as `bn`) except

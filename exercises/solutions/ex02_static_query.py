@@ -11,7 +11,7 @@
 # key-value memory with the keys `K' = K Qᵀ`. A query helps only if it differs from unit to
 # unit *and* depends on `x`: that is full bilinear attention, in exercise 3.
 #
-# Read first: [derivations.md, section 2](../../derivations.md#2-the-formulations).
+# Read first: derivations.md, [2.2 Static global query](../../derivations.md#22-static-global-query-static_query_mlp).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.static_query_mlp_forward`.

@@ -21,7 +21,7 @@
 # the *down* projection (`down_proj`). Beware: Shazeer's paper calls the linear branch `V`;
 # here `V` is always the down matrix, shape `(m, d_out)`.
 #
-# Read first: [derivations.md, section 2](../../derivations.md#2-the-formulations).
+# Read first: derivations.md, [2.6 Gated MLP, the GLU family](../../derivations.md#26-gated-mlp-the-glu-family-gated_mlp).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.gated_mlp_forward`.

@@ -17,7 +17,7 @@
 # paper's reading of why gating works: a query and a key that are no longer
 # interchangeable.
 #
-# Read first: [derivations.md, section 4](../../derivations.md#4-symmetries).
+# Read first: derivations.md, [4.2 Exchange](../../derivations.md#42-exchange).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and

@@ -14,7 +14,7 @@
 #   keeps the positive part and `α` flips the sign (find the right formula below).
 # - GELU, SiLU, sigmoid: not homogeneous for any `α ≠ 1`: broken.
 #
-# Read first: [derivations.md, section 4](../../derivations.md#4-symmetries).
+# Read first: derivations.md, [4.3 Inverse scaling](../../derivations.md#43-inverse-scaling).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and

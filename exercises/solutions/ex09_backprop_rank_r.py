@@ -18,8 +18,8 @@
 # `dQ[j, :, ρ] = Σ_n da[n, j, ρ] x_n` and `dx` gets `Σ_{j,ρ} da[n, j, ρ] Q[j, :, ρ]`, and the
 # same for `K`. Write each as an `np.einsum` whose output indices are the shape you want.
 #
-# Read first: [derivations.md, sections 3 and 6](../../derivations.md#3-backward-passes),
-# [higher rank](../../derivations.md#6-higher-rank).
+# Read first: derivations.md, [2.4 Rank-r bilinear](../../derivations.md#24-rank-r-bilinear-rank_r_bilinear) and
+# [3.4 rank_r_bilinear_backward](../../derivations.md#34-rank_r_bilinear_backward).
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.rank_r_bilinear_backward`; `bn.numerical_gradient`

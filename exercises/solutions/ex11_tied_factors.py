@@ -13,7 +13,8 @@
 # degree one. ReLU is: `relu(a)·a = relu(a)²`, the **squared ReLU** of Primer (So et al.
 # 2021), is a tied ReGLU, and it stays tied.
 #
-# Read first: [derivations.md, section 5](../../derivations.md#5-consequences-for-learning).
+# Read first: derivations.md, [5.5 Exchange keeps tied factors tied](../../derivations.md#55-exchange-keeps-tied-factors-tied)
+# and [5.6 Squared ReLU is a tied ReGLU](../../derivations.md#56-squared-relu-is-a-tied-reglu).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`).
