@@ -121,3 +121,8 @@ if __name__ == "__main__":
         slope = np.polyfit(np.log(lrs), np.log(drifts), 1)[0]          # drift ~ lr^slope
         print(f"{name:<15}{act:<6} max |residual| {np.max(np.abs(residual)):.1e}   "
               f"drift after 10 steps {np.array(drifts)}   slope {slope:.2f}")
+    print("balance ||q_0||^2 - ||k_0||^2 of unit 0 after 0, 50, ..., 200 steps (lr 0.05):")
+    for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
+        params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
+        history = train_balance(name, act, x, T, params, 0.05, steps=200)     # (201, m)
+        print(f"  {name:<15}{act:<6}", np.round(history[::50, 0], 4))
