@@ -1573,11 +1573,18 @@ def verification_report(seed=0, out=print):
     out("   (every activation is checked; relu and silu are shown)")
 
     out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
+    out("Pictures of these results: figures/*.png; make them with `python bilinear_numpy.py figures`.")
     return failures
 
 
 def _cmd_verify(args):
     return 1 if verification_report(seed=args.seed) else 0
+
+
+def _cmd_figures(args):
+    from experiments import figures   # matplotlib is imported inside its drawing functions
+    figures.make_figures(args.out, quick=args.quick)
+    return 0
 
 
 def build_parser():
@@ -1599,6 +1606,13 @@ def build_parser():
     verify.add_argument("--seed", type=int, default=argparse.SUPPRESS,
                         help="seed of the random draws (default 0)")
     verify.set_defaults(func=_cmd_verify)
+
+    figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
+                                          "files, with the numbers as CSV beside them")
+    figs.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    figs.add_argument("--quick", action="store_true",
+                      help="small sizes for a fast preview (the numbers differ)")
+    figs.set_defaults(func=_cmd_figures)
     return parser
 
 

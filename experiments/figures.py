@@ -1,0 +1,712 @@
+"""Pictures of the symmetries and their consequences.
+
+`python bilinear_numpy.py figures [--out DIR] [--quick]` writes five PNG files and, beside
+each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
+
+  fig1_exchange           exchange symmetry Q <-> K per activation; the curves sigma(z)/z
+  fig2_inverse_scaling    inverse-scaling symmetry (alpha Q, K / alpha) against alpha
+  fig3_conservation       ||q_j||^2 - ||k_j||^2 under gradient descent; drift against eta
+  fig4_tied_factors       ||Q - K|| over training from a tied start Q = K
+  fig5_rank               spectrum of a trained bilinear layer, rank-r truncation, students
+
+Each figure has a data function (NumPy only; it returns rows, and the tests call it with
+small sizes) and a drawing function (matplotlib is imported inside it, Agg backend).
+Training is plain gradient descent on the mean squared error of a synthetic regression
+task: tokens x ~ N(0, I_d), targets from a random teacher network (teacher_task).
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+
+import bilinear_numpy as bn
+
+# Labels used in legends and titles.
+FORM_LABELS = {"rank1_bilinear": "rank-1 bilinear (symmetric)", "gated_mlp": "gated MLP"}
+CASE_LABELS = {
+    ("rank1_bilinear", "silu"): "rank-1 bilinear, SiLU",
+    ("gated_mlp", "identity"): "Bilinear (gated identity)",
+    ("gated_mlp", "relu"): "ReGLU (gated ReLU)",
+    ("gated_mlp", "silu"): "SwiGLU (gated SiLU)",
+    ("gated_mlp", "gelu"): "GEGLU (gated GELU)",
+    ("gated_mlp", "sigmoid"): "GLU (gated sigmoid)",
+    ("rank_r_bilinear", "identity"): "rank-r bilinear student (symmetric, identity σ)",
+    ("gated_rank_r", "silu"): "gated rank-r student (SiLU)",
+}
+
+
+# =============================================================================
+# Shared pieces: rows, the regression task, gradient descent
+# =============================================================================
+
+
+def _row(panel, series, x, y):
+    return {"panel": panel, "series": series, "x": x, "y": float(y)}
+
+
+def _positive(name, value, integer=False):
+    ok = value > 0 and (not integer or isinstance(value, (int, np.integer)))
+    if isinstance(value, bool) or not ok:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+
+
+def pick(rows, panel, series=None):
+    """The x and y values of the rows of one panel (and one series), in row order.
+
+    Args:
+        rows: list of dicts with keys panel, series, x, y; panel, series: str.
+    Returns:
+        x: list (floats or str); y: (n,) float64.
+    Raises:
+        ValueError if no row matches (the message lists the panels present).
+    """
+    chosen = [r for r in rows if r["panel"] == panel and series in (None, r["series"])]
+    if not chosen:
+        raise ValueError(f"no rows for panel {panel!r}, series {series!r}; "
+                         f"panels: {sorted({r['panel'] for r in rows})}")
+    return [r["x"] for r in chosen], np.array([r["y"] for r in chosen])
+
+
+def series_names(rows, panel):
+    """The series of one panel, in order of first appearance (list of str)."""
+    return list(dict.fromkeys(r["series"] for r in rows if r["panel"] == panel))
+
+
+def loglog_slope(x, y):
+    """Least-squares slope p of log y = p log x + c (the exponent of y ~ x^p).
+
+    Args: x, y: (n,) positive floats, n >= 2. Returns: float.
+    Raises: ValueError if a value is not positive or n < 2.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.size < 2 or np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError(f"loglog_slope: expected two positive arrays of one shape, n >= 2; "
+                         f"got shapes {x.shape}, {y.shape}")
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def rel_rms(y, target):
+    """Relative root-mean-square error ||y - target||_F / ||target||_F (a float).
+
+    Args: y, target: arrays of one shape. Raises ValueError if the shapes differ.
+    """
+    if np.shape(y) != np.shape(target):
+        raise ValueError(f"rel_rms: expected one shape, got {np.shape(y)} and {np.shape(target)}")
+    return float(np.linalg.norm(y - target) / max(1e-300, np.linalg.norm(target)))
+
+
+def teacher_task(seed=0, d=8, d_out=4, n_tokens=256, teacher="rank1_bilinear", m_teacher=2):
+    """A synthetic regression task: tokens x ~ N(0, I_d), targets t = teacher(x).
+
+    The teacher is a random layer of formulation `teacher` with m_teacher units, sigma =
+    identity, drawn with the module's init; the default, a rank-1 bilinear layer with two
+    units, is t = ((x Q^T) * (x K^T)) V: its interaction matrices sym(q_t^T k_t) have rank 2.
+
+    Args:
+        seed: int; d, d_out, n_tokens, m_teacher: positive ints; teacher: key of FORMULATIONS
+            whose parameters init draws (every formulation here).
+    Returns:
+        X: (n_tokens, d) float64; T: (n_tokens, d_out) float64; the teacher's parameters (dict).
+    Raises:
+        ValueError for a non-positive size or an unknown formulation.
+    Source: a standard teacher-student setup; paper.md, formulations 3 and 5.
+    """
+    _positive("n_tokens", n_tokens, integer=True)
+    form = bn.get_formulation(teacher)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_tokens, d))                        # (N, d)
+    params = form.init(rng, d, m_teacher, d_out)
+    return X, form.forward(X, **params, act="identity")[0], params
+
+
+def train_gd(name, act, params, X, T, eta, steps, watch=None):
+    """Plain gradient descent on L = 1/(2N) sum_n ||y_n - t_n||^2:  p <- p - eta dL/dp.
+
+    The gradients come from the formulation's own backward pass with dL/dy = (y - t) / N.
+
+    Args:
+        name: key of FORMULATIONS; act: activation name;
+        params: dict of the formulation's parameters, float64 (not modified);
+        X: (N, d) float64 inputs; T: (N, d_out) float64 targets;
+        eta: float > 0, the step size; steps: int >= 0;
+        watch: optional function params -> float or array, recorded before the first step
+            and after every step.
+    Returns:
+        params after training (new arrays); losses: (steps,) float64, the loss before each
+        step; watched: array of steps + 1 watch values (stacked; empty without watch).
+    Raises:
+        ValueError for eta <= 0, steps < 0, or shapes the forward pass rejects.
+    Source: gradient descent; the backward passes of bilinear_numpy (derivations.md, section 3).
+    """
+    form = bn.get_formulation(name)
+    _positive("eta", eta)
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps: expected an integer >= 0, got {steps!r}")
+    p = {k: np.array(v, dtype=np.float64) for k, v in params.items()}   # private copies
+    losses, watched = [], ([watch(p)] if watch else [])
+    for _ in range(steps):
+        y, cache = form.forward(X, **p, act=act)
+        err = y - T                                                # (N, d_out)
+        losses.append(0.5 * np.mean(np.sum(err ** 2, axis=1)))     # L = 1/(2N) sum ||y - t||^2
+        grads = form.backward(err / len(X), cache)                 # dL/dy = (y - t) / N
+        p = {k: v - eta * grads[k] for k, v in p.items()}          # p <- p - eta dL/dp
+        if watch:
+            watched.append(watch(p))
+    return p, np.array(losses), np.array(watched)
+
+
+# =============================================================================
+# The data of each figure (NumPy only)
+# =============================================================================
+
+
+def exchange_data(seed=0, z_max=4.0, n_z=400):
+    """Figure 1: the exchange symmetry (Q, K) -> (K, Q), and why only a linear sigma keeps it.
+
+    Panel "deviation": rel_error of the outputs before and after Q <-> K
+    (bn.symmetry_deviation), series = formulation (rank1_bilinear, gated_mlp), x = activation.
+    Panel "sigma_over_z": series = activation, x = z, y = sigma(z) / z. The gated form is
+    invariant iff sigma(a) b = sigma(b) a for all a, b, i.e. iff sigma(z)/z is constant.
+
+    Args:
+        seed: int; z_max: float > 0; n_z: int > 1, grid points on [-z_max, z_max]
+        (z = 0, where sigma(z)/z is 0/0, is left out).
+    Returns:
+        list of rows {panel, series, x, y}.
+    Raises:
+        ValueError for a non-positive z_max or n_z.
+    Source: paper.md, "The symmetries" (exchange).
+    """
+    _positive("z_max", z_max)
+    _positive("n_z", n_z, integer=True)
+    rows = []
+    for name in FORM_LABELS:
+        for act in bn.ACTIVATIONS:
+            rows.append(_row("deviation", name, act,
+                             bn.symmetry_deviation(name, act, "exchange", seed)))
+    z = np.linspace(-z_max, z_max, n_z)
+    z = z[z != 0]                                                  # sigma(0)/0 is undefined
+    for act, activation in bn.ACTIVATIONS.items():
+        for zi, ratio in zip(z, activation.f(z) / z):
+            rows.append(_row("sigma_over_z", act, zi, ratio))
+    return rows
+
+
+def inverse_scaling_data(seed=0, n_alpha=25, d=6, m=5, d_out=3, n_tokens=7):
+    """Figure 2: relative output change under (Q, K) -> (alpha Q, K / alpha) against alpha.
+
+    One alpha for every unit, |alpha| = geomspace(1/8, 8, n_alpha), both signs. Panels
+    "alpha>0" and "alpha<0"; series "FORMULATION ACTIVATION" for rank1_bilinear and
+    gated_mlp with every activation; x = alpha; y = rel_error(y, y') (0.0 where the
+    rounding happens to cancel, e.g. for alpha a power of two).
+
+    Args:
+        seed: int; n_alpha: int > 1; d, m, d_out, n_tokens: positive ints (sizes).
+    Returns:
+        list of rows {panel, series, x, y}.
+    Raises:
+        ValueError for a non-positive size.
+    Source: paper.md, "The symmetries" (inverse scaling).
+    """
+    _positive("n_alpha", n_alpha, integer=True)
+    magnitudes = np.geomspace(1 / 8, 8, n_alpha)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n_tokens, d))                         # (N, d)
+    rows = []
+    for name in FORM_LABELS:
+        form = bn.get_formulation(name)
+        params = form.init(rng, d, m, d_out)
+        for act in bn.ACTIVATIONS:
+            y = form.forward(x, **params, act=act)[0]
+            for sign, symmetry, panel in ((1, "inverse_scaling_pos", "alpha>0"),
+                                          (-1, "inverse_scaling_neg", "alpha<0")):
+                for alpha in sign * magnitudes:
+                    scaled = bn.transform_params(name, params, symmetry, np.full(m, alpha))
+                    y_scaled = form.forward(x, **scaled, act=act)[0]
+                    rows.append(_row(panel, f"{name} {act}", alpha, bn.rel_error(y, y_scaled)))
+    return rows
+
+
+CONSERVATION_CASES = (("rank1_bilinear", "silu"), ("gated_mlp", "relu"), ("gated_mlp", "silu"))
+
+
+def _q_minus_k(params):
+    return np.sum(params["Q"] ** 2, axis=1) - np.sum(params["K"] ** 2, axis=1)   # (m,)
+
+
+def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400,
+                      units=4, total_time=4.0, drift_steps=(50, 100, 200, 400, 800, 1600)):
+    """Figure 3: c_j = ||q_j||^2 - ||k_j||^2 under gradient descent on the teacher task.
+
+    Under gradient flow c_j is constant wherever (q_j, k_j) -> (alpha q_j, k_j / alpha),
+    alpha > 0, is a symmetry (rank-1 with any sigma, gated ReLU), since then
+    <q_j, dL/dq_j> = <k_j, dL/dk_j>. One step of size eta changes c_j by exactly
+    eta^2 (||dL/dq_j||^2 - ||dL/dk_j||^2) there, and by 2 eta (<k_j, dL/dk_j> - <q_j, dL/dq_j>)
+    + O(eta^2) where the symmetry is broken (gated SiLU).
+
+    Panels: "trace" (series "FORMULATION ACTIVATION unit j", x = step, y = c_j, step size
+    eta, for `units` units whose initial c_j are spread out); "one step" (x = eta,
+    y = max_j |c_j(1) - c_j(0)|: slope 2 on log-log axes where the symmetry holds, 1 where
+    broken); "fixed time" (x = eta = total_time / n for n in
+    drift_steps, y = max_j |c_j(n) - c_j(0)|, the drift at time t = n eta = total_time:
+    n steps of O(eta^2) give slope 1 where the symmetry holds; slope 0 where broken, since
+    gradient flow itself moves c_j).
+
+    Args:
+        seed: int; d, m, d_out, n_tokens, steps, units (<= m): positive ints; eta,
+        total_time: floats > 0; drift_steps: tuple of positive ints.
+    Returns:
+        list of rows {panel, series, x, y}.
+    Raises:
+        ValueError for a non-positive size or units > m.
+    Source: Kunin et al. 2021; Du, Hu, Lee 2018; paper.md, "Symmetry => conservation law";
+    derivations.md, section 5.
+    """
+    _positive("units", units, integer=True)
+    _positive("total_time", total_time)
+    if units > m:
+        raise ValueError(f"units: expected at most m = {m}, got {units}")
+    X, T, _ = teacher_task(seed, d, d_out, n_tokens)
+    rows = []
+    for name, act in CONSERVATION_CASES:
+        series = f"{name} {act}"
+        params = bn.get_formulation(name).init(np.random.default_rng(seed + 1), d, m, d_out)
+        c = train_gd(name, act, params, X, T, eta, steps, watch=_q_minus_k)[2]   # (steps+1, m)
+        spread = np.argsort(c[0])[np.linspace(0, m - 1, units).astype(int)]   # distinct levels
+        for j in spread:
+            rows += [_row("trace", f"{series} unit {j}", t, c[t, j]) for t in range(steps + 1)]
+        for n in drift_steps:
+            _positive("drift_steps", n, integer=True)
+            eta_n = total_time / n
+            c = train_gd(name, act, params, X, T, eta_n, n, watch=_q_minus_k)[2]
+            rows.append(_row("one step", series, eta_n, np.max(np.abs(c[1] - c[0]))))
+            rows.append(_row("fixed time", series, eta_n, np.max(np.abs(c[-1] - c[0]))))
+    return rows
+
+
+TIED_CASES = (("rank1_bilinear", "silu"), ("gated_mlp", "identity"), ("gated_mlp", "relu"),
+              ("gated_mlp", "silu"), ("gated_mlp", "gelu"), ("gated_mlp", "sigmoid"))
+
+
+def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400):
+    """Figure 4: ||Q - K||_F over gradient descent from a tied start Q = K.
+
+    In the rank-1 form dL/dq_j = ds_j b x and dL/dk_j = ds_j a x with a = x.q_j, b = x.k_j:
+    equal when Q = K, so the factors stay tied (exactly: the same floating-point operations).
+    In the gated form dL/dq_j = dh_j b sigma'(a) x and dL/dk_j = dh_j sigma(a) x: equal at
+    a = b iff sigma(a) = a sigma'(a), true for identity and ReLU (tied ReGLU is squared
+    ReLU), false for SiLU, GELU, sigmoid.
+
+    Panel "distance": series "FORMULATION ACTIVATION" for TIED_CASES, x = step, y = ||Q - K||_F.
+
+    Args:
+        seed: int; d, m, d_out, n_tokens, steps: positive ints; eta: float > 0.
+    Returns:
+        list of rows {panel, series, x, y}.
+    Raises:
+        ValueError for a non-positive size.
+    Source: paper.md, "Exchange => tied factors stay tied".
+    """
+    X, T, _ = teacher_task(seed, d, d_out, n_tokens)
+    rows = []
+    for name, act in TIED_CASES:
+        params = bn.get_formulation(name).init(np.random.default_rng(seed + 1), d, m, d_out)
+        params["K"] = params["Q"].copy()                           # tied start Q = K
+        dist = train_gd(name, act, params, X, T, eta, steps,
+                        watch=lambda p: np.linalg.norm(p["Q"] - p["K"]))[2]
+        rows += [_row("distance", f"{name} {act}", t, dist[t]) for t in range(steps + 1)]
+    return rows
+
+
+STUDENTS = (("rank_r_bilinear", "identity"), ("gated_rank_r", "silu"))
+
+
+def signed_truncation(lam, r):
+    """Which eigen-terms r factor pairs (q, k) can hold: the r largest positive and the r
+    most negative eigenvalues of each unit.
+
+    A pair is a difference of two squares, (x.q)(x.k) = (x.(q+k))^2/4 - (x.(q-k))^2/4, so a
+    rank-r unit's sym(Q_j K_j^T) has at most r positive and r negative eigenvalues; keeping
+    those r + r eigen-terms is the closest such matrix in Frobenius norm (Hoffman-Wielandt).
+
+    Args:
+        lam: (m, d) float eigenvalues, each row sorted by decreasing |lambda| (as returned
+            by bn.eigen_factors); r: int >= 0.
+    Returns:
+        keep: (m, d) bool.
+    Raises:
+        ValueError if lam is not 2-D or r < 0.
+    Source: polarization identity; derivations.md, section 6.
+    """
+    lam = np.asarray(lam)
+    if lam.ndim != 2 or r < 0:
+        raise ValueError(f"signed_truncation: expected lam (m, d) and r >= 0, got {lam.shape}, {r}")
+    positive = (lam > 0) & (np.cumsum(lam > 0, axis=1) <= r)     # r largest positive
+    negative = (lam < 0) & (np.cumsum(lam < 0, axis=1) <= r)     # r most negative
+    return positive | negative
+
+
+def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init_scale=0.1,
+              student_tokens=256, student_eta=0.05, student_steps=3000, ranks=None):
+    """Figure 5: the rank of bilinear layers.
+
+    (a), (b): a full bilinear layer (identity sigma, m units) trained by gradient descent on
+    the teacher task (teacher: rank-1 bilinear with two units; each sym(q_t^T k_t) has two
+    eigen-terms, so the target needs four: panel "teacher", y = 4). It starts from
+    init_scale times the module's init: from small weights gradient descent builds the
+    structure the task needs and little else (only sum_j vec(A_j) v_j^T matters, so at
+    full scale much of the random start stays). Panels "spectrum init" / "spectrum trained": series "unit j", x = i,
+    y = |lambda_i| of sym(A_j), largest first (bn.eigen_factors). Panel "truncation matrix":
+    x = r, y = ||S_j - S_j^(r)||_F / ||S_j||_F, S_j = sym(A_j), S_j^(r) its r largest
+    eigen-terms (Eckart-Young: sqrt(sum_{i>r} lambda_i^2 / sum_i lambda_i^2)). Panel
+    "truncation output": x = r, y = rel_rms of the truncated layer's output against the
+    full layer's, on n_tokens held-out tokens. Panel "fit": x = steps, y = rel_rms of the
+    trained layer against the targets on the held-out tokens.
+
+    (c) teacher-student: a random full bilinear unit (one unit, d_out = 1, A of full rank
+    d) as teacher; rank-r students (one unit, r factor pairs) trained by gradient descent
+    (student_steps steps of student_eta on student_tokens tokens) to mimic it: the
+    symmetric rank_r_bilinear (identity sigma) and the gated_rank_r (SiLU). Panel
+    "students": series "FORMULATION ACTIVATION" and "teacher truncated" (the teacher's
+    eigen-terms kept by signed_truncation: the best that r factor pairs can hold in
+    Frobenius norm), x = r, y = rel_rms on as many held-out tokens.
+
+    Args:
+        seed: int; d, m, d_out, n_tokens, steps, student_tokens, student_steps: positive
+        ints; eta, student_eta, init_scale: floats > 0; ranks: iterable of student ranks
+        (default 1..d).
+    Returns:
+        list of rows {panel, series, x, y}.
+    Raises:
+        ValueError for a non-positive size.
+    Source: Pearce et al. 2024 (eigendecomposition of bilinear layers); paper.md, "Facts
+    that follow"; derivations.md, section 6.
+    """
+    _positive("init_scale", init_scale)
+    n = n_tokens
+    rows = []
+    # (a), (b): a full bilinear layer trained on the teacher task
+    m_teacher = 2                                # rank-1 units, two eigen-terms each
+    X, T, _ = teacher_task(seed, d, d_out, 2 * n, "rank1_bilinear", m_teacher)
+    rows.append(_row("teacher", "eigen-terms", 0, 2 * m_teacher))
+    X_train, T_train, X_test, T_test = X[:n], T[:n], X[n:], T[n:]
+    params = bn.get_formulation("bilinear").init(np.random.default_rng(seed + 1), d, m, d_out)
+    params["A"] = init_scale * params["A"]
+    trained = train_gd("bilinear", "identity", params, X_train, T_train, eta, steps)[0]
+    y_full = bn.bilinear_forward(X_test, **trained, act="identity")[0]           # (N, d_out)
+    rows.append(_row("fit", "bilinear identity", steps, rel_rms(y_full, T_test)))
+    for label, A in (("init", params["A"]), ("trained", trained["A"])):
+        lam = bn.eigen_factors(A)[2]                                             # (m, d)
+        for j in range(m):
+            rows += [_row(f"spectrum {label}", f"unit {j}", i + 1, abs(lam[j, i]))
+                     for i in range(d)]
+    Q, K, _ = bn.eigen_factors(trained["A"])                                     # (m, d, d)
+    S = 0.5 * (trained["A"] + trained["A"].transpose(0, 2, 1))                   # sym(A_j)
+    for r in range(1, d + 1):
+        S_r = Q[:, :, :r] @ K[:, :, :r].transpose(0, 2, 1)     # (m, d, d) r largest terms
+        err = np.linalg.norm(S - S_r, axis=(1, 2)) / np.linalg.norm(S, axis=(1, 2))   # (m,)
+        rows += [_row("truncation matrix", f"unit {j}", r, err[j]) for j in range(m)]
+        y_r = bn.rank_r_bilinear_forward(X_test, Q[:, :, :r], K[:, :, :r], trained["V"],
+                                         "identity")[0]
+        rows.append(_row("truncation output", "layer output", r, rel_rms(y_r, y_full)))
+    # (c): rank-r students of a random full bilinear unit
+    n = student_tokens
+    X, T, teacher = teacher_task(seed + 2, d, 1, 2 * n, "bilinear", 1)
+    X_train, T_train, X_test, T_test = X[:n], T[:n], X[n:], T[n:]
+    Q_t, K_t, lam_t = bn.eigen_factors(teacher["A"])                             # (1, d, d)
+    for r in (range(1, d + 1) if ranks is None else ranks):
+        keep = signed_truncation(lam_t, r)                                       # (1, d)
+        y_r = bn.rank_r_bilinear_forward(X_test, Q_t * keep[:, None, :], K_t, teacher["V"],
+                                         "identity")[0]
+        rows.append(_row("students", "teacher truncated", r, rel_rms(y_r, T_test)))
+        for name, act in STUDENTS:
+            form = bn.get_formulation(name)
+            start = form.init(np.random.default_rng(seed + 3), d, 1, 1, r)
+            student = train_gd(name, act, start, X_train, T_train, student_eta, student_steps)[0]
+            y_s = form.forward(X_test, **student, act=act)[0]
+            rows.append(_row("students", f"{name} {act}", r, rel_rms(y_s, T_test)))
+    return rows
+
+
+# =============================================================================
+# Drawing (matplotlib imported inside, Agg backend, PNG files)
+# =============================================================================
+
+_STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
+          "legend.fontsize": 10, "xtick.labelsize": 11, "ytick.labelsize": 11,
+          "figure.dpi": 100, "savefig.dpi": 100, "axes.grid": True, "grid.alpha": 0.3}
+ACT_COLORS = {"identity": "black", "relu": "tab:blue", "sigmoid": "tab:green",
+              "silu": "tab:red", "gelu": "tab:purple", "gelu_tanh": "tab:orange"}
+_ROUNDING = "rounding level (≤ 1e-10, bn.CLAIM_TOL)"
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _symlog_deviation_axis(ax):
+    # A log axis that can also show exact zeros: linear below 1e-16, logarithmic above.
+    ax.set_yscale("symlog", linthresh=1e-16, linscale=0.5)
+    ax.set_ylim(0, 5)
+    ax.set_yticks([0, 1e-12, 1e-8, 1e-4, 1], ["0", "1e-12", "1e-8", "1e-4", "1"])
+    ax.axhline(bn.CLAIM_TOL, color="gray", ls=":", lw=1.5, label=_ROUNDING)
+
+
+def _eta_ticks(ax, eta):
+    ax.minorticks_off()
+    ax.set_xticks(eta, [f"{e:g}" for e in eta])
+
+
+def _save(plt, fig, path):
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def draw_exchange(rows, path):
+    """Draw figure 1 from exchange_data's rows into the PNG file `path` (str or Path)."""
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.6))
+        acts = list(bn.ACTIVATIONS)
+        for name, color, marker, shift in (("rank1_bilinear", "tab:blue", "o", -0.12),
+                                           ("gated_mlp", "tab:red", "s", 0.12)):
+            _, dev = pick(rows, "deviation", name)
+            ax1.plot(np.arange(len(acts)) + shift, dev, marker, ms=10, color=color, ls="none",
+                     clip_on=False, zorder=3, label=FORM_LABELS[name])
+        _symlog_deviation_axis(ax1)
+        ax1.set_xticks(np.arange(len(acts)), acts, rotation=20)
+        ax1.set_xlim(-0.5, len(acts) - 0.5)
+        ax1.set_xlabel("activation σ")
+        ax1.set_ylabel("relative output change (rel_error, no unit)")
+        ax1.set_title("(a) change of the output under Q ↔ K")
+        ax1.legend(loc="center right")
+        for act in acts:
+            z, ratio = pick(rows, "sigma_over_z", act)
+            ax2.plot(z, ratio, color=ACT_COLORS[act], lw=2.5 if act == "identity" else 1.6,
+                     label=act + (" (linear: constant)" if act == "identity" else ""))
+        ax2.set_ylim(-0.6, 1.6)
+        ax2.text(-3.9, -0.45, "sigmoid: σ(0) = ½, so σ(z)/z → ±∞ at 0", fontsize=10,
+                 color=ACT_COLORS["sigmoid"])
+        ax2.set_xlabel("pre-activation z (no unit)")
+        ax2.set_ylabel("σ(z) / z (no unit)")
+        ax2.set_title("(b) σ(a)·b = σ(b)·a for all a, b  ⇔  σ(z)/z constant")
+        ax2.legend(loc="upper left", ncol=2)
+        fig.suptitle("Exchange symmetry Q ↔ K: the rank-1 form keeps it for every σ, "
+                     "the gated form only for a linear σ", fontsize=13)
+        _save(plt, fig, path)
+
+
+def draw_inverse_scaling(rows, path):
+    """Draw figure 2 from inverse_scaling_data's rows into the PNG file `path`."""
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True)
+        for ax, panel, sign in ((axes[0], "alpha>0", "α > 0"), (axes[1], "alpha<0", "α < 0")):
+            for act in bn.ACTIVATIONS:
+                alpha, dev = pick(rows, panel, f"rank1_bilinear {act}")
+                ax.plot(np.abs(alpha), dev, color="gray", lw=1, alpha=0.8,
+                        label="rank-1 bilinear, every σ" if act == "identity" else None)
+            for act in bn.ACTIVATIONS:
+                alpha, dev = pick(rows, panel, f"gated_mlp {act}")
+                ax.plot(np.abs(alpha), dev, "o-", ms=3.5, color=ACT_COLORS[act],
+                        lw=2.5 if act == "relu" else 1.5, label=f"gated MLP, {act}")
+            ax.set_xscale("log", base=2)
+            _symlog_deviation_axis(ax)
+            ax.set_xlabel(f"|α|, the scale factor ({sign}; no unit)")
+            ax.set_title(f"(Q, K) → (αQ, K/α) with {sign}")
+        axes[0].set_ylabel("relative output change (rel_error, no unit)")
+        axes[1].legend(loc="center right")
+        fig.suptitle("Inverse scaling: the rank-1 form keeps it for every σ; gated ReLU only "
+                     "for α > 0, gated identity for every α", fontsize=13)
+        _save(plt, fig, path)
+
+
+def draw_conservation(rows, path):
+    """Draw figure 3 from conservation_data's rows into the PNG file `path`."""
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c"],
+                                      ["d", "d", "d", "e", "e", "e"]], figsize=(11, 8.6))
+        colors = dict(zip(CONSERVATION_CASES, ("tab:blue", "tab:green", "tab:red")))
+        verdict = ("conserved", "conserved", "not conserved")
+        for key, case, word in zip("abc", CONSERVATION_CASES, verdict):
+            series = f"{case[0]} {case[1]}"
+            for s in [s for s in series_names(rows, "trace") if s.startswith(series + " unit")]:
+                steps, c = pick(rows, "trace", s)
+                ax[key].plot(steps, c, lw=1.8, label=" ".join(s.split()[-2:]))
+            ax[key].set_xlabel("gradient-descent step")
+            ax[key].set_title(f"({key}) {CASE_LABELS[case]}:\n{word}", color=colors[case])
+        ax["a"].set_ylabel("‖q_j‖² − ‖k_j‖²  (weight units²)")
+        ax["a"].legend(title="the same units in (a)-(c)", ncol=2, loc="center")
+        lo = min(ax[k].get_ylim()[0] for k in "abc")
+        hi = max(ax[k].get_ylim()[1] for k in "abc")
+        for k in "abc":
+            ax[k].set_ylim(lo, hi)
+        for key, panel, ref, title in (
+                ("d", "one step", 2, "(d) change in one step of size η"),
+                ("e", "fixed time", 1, "(e) drift up to a fixed time t = steps · η")):
+            for case in CONSERVATION_CASES:
+                eta, drift = pick(rows, panel, f"{case[0]} {case[1]}")
+                slope = loglog_slope(eta, drift)
+                slope = 0.0 if abs(slope) < 5e-3 else slope          # no "-0.00"
+                ax[key].loglog(eta, drift, "o-", color=colors[case],
+                               label=f"{CASE_LABELS[case]}: slope {slope:.2f}")
+            eta = np.array(eta)
+            _, first = pick(rows, panel, "rank1_bilinear silu")
+            ax[key].loglog(eta, 1.5 * first[-1] * (eta / eta[-1]) ** ref, "k--", lw=1,
+                           label=f"reference ∝ {'η²' if ref == 2 else 'η'}")
+            _eta_ticks(ax[key], eta)
+            ax[key].set_xlabel("step size η (loss ½·mean ‖y − t‖²)")
+            ax[key].set_title(title)
+            ax[key].legend(loc="lower right")
+        ax["d"].set_ylabel("max_j |change of ‖q_j‖² − ‖k_j‖²|")
+        fig.suptitle("Conservation law: where (q_j, k_j) → (αq_j, k_j/α) is a symmetry, "
+                     "gradient flow conserves ‖q_j‖² − ‖k_j‖²;\ngradient descent changes it "
+                     "by O(η²) per step, so by O(η) over a fixed time", fontsize=13)
+        _save(plt, fig, path)
+
+
+TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity"): "black",
+               ("gated_mlp", "relu"): "tab:blue", ("gated_mlp", "silu"): "tab:red",
+               ("gated_mlp", "gelu"): "tab:purple", ("gated_mlp", "sigmoid"): "tab:green"}
+
+
+def draw_tied(rows, path):
+    """Draw figure 4 from tied_data's rows into the PNG file `path`."""
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(9, 4.9))
+        styles = {("rank1_bilinear", "silu"): ("-", 6), ("gated_mlp", "identity"): ("--", 3.5),
+                  ("gated_mlp", "relu"): (":", 3)}
+        for case in TIED_CASES:
+            steps, dist = pick(rows, "distance", f"{case[0]} {case[1]}")
+            ls, lw = styles.get(case, ("-", 2))
+            verdict = "stays exactly 0" if np.max(dist) == 0 else "grows"
+            ax.plot(steps, dist, ls=ls, lw=lw, color=TIED_COLORS[case],
+                    label=f"{CASE_LABELS[case]}: {verdict}")
+        ax.set_xlabel("gradient-descent step")
+        ax.set_ylabel("‖Q − K‖_F  (weight units)")
+        ax.legend(loc="upper left")
+        ax.set_title("Tied start Q = K: the rank-1 form keeps Q = K exactly (any σ), and so do\n"
+                     "gated forms with σ(a) = a·σ'(a) (identity, ReLU); SwiGLU, GEGLU, GLU untie")
+        _save(plt, fig, path)
+
+
+def draw_rank(rows, path):
+    """Draw figure 5 from rank_data's rows into the PNG file `path`."""
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(10, 8.8))
+        for k, unit in enumerate(series_names(rows, "spectrum trained")):
+            i, lam = pick(rows, "spectrum init", unit)
+            ax["a"].semilogy(i, lam, ":", color=f"C{k}", lw=1.3)
+            i, lam = pick(rows, "spectrum trained", unit)
+            ax["a"].semilogy(i, lam, "o-", color=f"C{k}", label=unit)
+            r, err = pick(rows, "truncation matrix", unit)
+            ax["b"].semilogy(r, np.maximum(err, 1e-17), "o-", color=f"C{k}", ms=4, lw=1,
+                             label=f"sym(A_j) (Frobenius), {unit}")
+        ax["a"].plot([], [], "k:", label="before training")
+        d = int(max(pick(rows, "truncation matrix")[0]))
+        terms = int(pick(rows, "teacher", "eigen-terms")[1][0])
+        if terms < d:
+            ax["a"].axvline(terms + 0.5, color="gray", lw=1)
+            ax["a"].text(terms + 0.6, 0.9, f"teacher:\n{terms} eigen-terms", va="top",
+                         color="gray", fontsize=10, transform=ax["a"].get_xaxis_transform())
+        for key in "abc":
+            ax[key].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+        ax["a"].set_xlabel("eigenvalue index i (largest |λ| first)")
+        ax["a"].set_ylabel("|λ_i| of sym(A_j)  (no unit)")
+        _, fit = pick(rows, "fit", "bilinear identity")
+        ax["a"].set_title(f"(a) spectra of a trained bilinear layer\n"
+                          f"(held-out relative error {fit[0]:.0e})")
+        ax["a"].legend(loc="lower left")
+        r, err = pick(rows, "truncation output", "layer output")
+        ax["b"].semilogy(r, np.maximum(err, 1e-17), "s-", color="black", lw=2.2,
+                         label="layer output (RMS, held-out)")
+        ax["b"].set_xlabel("rank r kept (largest |λ| first)")
+        ax["b"].set_ylabel("relative error (no unit)")
+        ax["b"].set_title("(b) its best rank-r truncation\n(r = d is exact)")
+        ax["b"].legend(loc="lower left")
+        labels = {"teacher truncated": "teacher, r largest positive + r negative eigen-terms"}
+        for series, style in (("teacher truncated", "k--"),
+                              ("rank_r_bilinear identity", "o-"), ("gated_rank_r silu", "s-")):
+            r, err = pick(rows, "students", series)
+            ax["c"].semilogy(r, np.maximum(err, 1e-17), style, lw=2,
+                             label=labels.get(series) or CASE_LABELS[tuple(series.split())])
+        ax["c"].set_xlabel("student rank r (factor pairs (q, k) per unit)")
+        ax["c"].set_ylabel("relative RMS error, held-out (no unit)")
+        ax["c"].set_title(f"(c) rank-r students trained to mimic a random full bilinear "
+                          f"unit (d = {d});\na pair holds two eigen-terms: (x·q)(x·k) = ¼(x·(q+k))² − ¼(x·(q−k))²")
+        ax["c"].legend(loc="lower left")
+        fig.suptitle("Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²",
+                     fontsize=13)
+        _save(plt, fig, path)
+
+
+# =============================================================================
+# All figures
+# =============================================================================
+
+FIGURES = {
+    "fig1_exchange": (exchange_data, draw_exchange),
+    "fig2_inverse_scaling": (inverse_scaling_data, draw_inverse_scaling),
+    "fig3_conservation": (conservation_data, draw_conservation),
+    "fig4_tied_factors": (tied_data, draw_tied),
+    "fig5_rank": (rank_data, draw_rank),
+}
+
+# Small sizes for a fast preview and for the tests (the numbers differ from the full run).
+QUICK = {
+    "fig1_exchange": {"n_z": 40},
+    "fig2_inverse_scaling": {"n_alpha": 7},
+    "fig3_conservation": {"n_tokens": 64, "steps": 40, "drift_steps": (10, 20, 40)},
+    "fig4_tied_factors": {"n_tokens": 64, "steps": 40},
+    "fig5_rank": {"d": 4, "m": 2, "d_out": 2, "n_tokens": 64, "steps": 60,
+                  "student_steps": 40, "ranks": (1, 4)},
+}
+
+
+def write_csv(rows, path):
+    """Write rows {panel, series, x, y} to the CSV file `path` (UTF-8, header line first)."""
+    with Path(path).open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["panel", "series", "x", "y"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def make_figures(out_dir="figures", quick=False, names=None, out=print):
+    """Compute, write (CSV) and draw (PNG) every figure of FIGURES into out_dir.
+
+    Args:
+        out_dir: str or Path, created if missing; quick: bool, use the small sizes of QUICK;
+        names: iterable of keys of FIGURES (default: all); out: function printing one line.
+    Returns:
+        list of the Paths written (PNG and CSV of each figure).
+    Raises:
+        ValueError for an unknown figure name.
+    """
+    names = list(FIGURES) if names is None else list(names)
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figures {unknown}; expected some of {list(FIGURES)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names:
+        start = time.perf_counter()
+        compute, draw = FIGURES[name]
+        rows = compute(**(QUICK[name] if quick else {}))
+        write_csv(rows, out_dir / f"{name}.csv")
+        draw(rows, out_dir / f"{name}.png")
+        written += [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
+        out(f"wrote {out_dir / name}.png and .csv ({time.perf_counter() - start:.1f} s)")
+    return written
