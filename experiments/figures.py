@@ -668,7 +668,8 @@ FIGURES = {
 QUICK = {
     "fig1_exchange": {"n_z": 40},
     "fig2_inverse_scaling": {"n_alpha": 7},
-    "fig3_conservation": {"n_tokens": 64, "steps": 40, "drift_steps": (10, 20, 40)},
+    "fig3_conservation": {"n_tokens": 64, "steps": 40, "total_time": 1.0,
+                          "drift_steps": (10, 20, 40)},
     "fig4_tied_factors": {"n_tokens": 64, "steps": 40},
     "fig5_rank": {"d": 4, "m": 2, "d_out": 2, "n_tokens": 64, "steps": 60,
                   "student_steps": 40, "ranks": (1, 4)},

@@ -1,0 +1,153 @@
+"""The figures: every PNG and CSV is written, and the data agree with theory where it is exact."""
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bilinear_numpy as bn
+from experiments import figures as fg
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = fg.QUICK
+NONLINEAR = [a for a in bn.ACTIVATIONS if a != "identity"]
+
+
+def test_every_figure_and_csv_is_written(tmp_path):
+    assert bn.main(["figures", "--quick", "--out", str(tmp_path)]) == 0
+    for name in fg.FIGURES:
+        png = (tmp_path / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000, name
+        with (tmp_path / f"{name}.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and list(rows[0]) == ["panel", "series", "x", "y"], name
+        assert all(np.isfinite(float(r["y"])) for r in rows), name
+    # The CSV holds exactly the numbers of the data function.
+    with (tmp_path / "fig1_exchange.csv").open(encoding="utf-8", newline="") as f:
+        written = [float(r["y"]) for r in csv.DictReader(f)]
+    assert written == [r["y"] for r in fg.exchange_data(**QUICK["fig1_exchange"])]
+
+
+def test_exchange_symmetric_flat_gated_broken():
+    rows = fg.exchange_data(**QUICK["fig1_exchange"])
+    for act in bn.ACTIVATIONS:
+        _, sym = fg.pick(rows, "deviation", "rank1_bilinear")
+        assert np.all(sym <= 1e-12)
+    _, gated = fg.pick(rows, "deviation", "gated_mlp")
+    acts = list(bn.ACTIVATIONS)
+    assert gated[acts.index("identity")] <= 1e-12
+    assert all(gated[acts.index(a)] > 1e-3 for a in NONLINEAR)
+    # sigma(z)/z is constant for the linear sigma only.
+    z, ratio = fg.pick(rows, "sigma_over_z", "identity")
+    assert 0 not in z and np.ptp(ratio) <= 1e-12
+    for act in NONLINEAR:
+        assert np.ptp(fg.pick(rows, "sigma_over_z", act)[1]) > 0.1, act
+
+
+def test_inverse_scaling_curves():
+    rows = fg.inverse_scaling_data(**QUICK["fig2_inverse_scaling"])
+    for panel in ("alpha>0", "alpha<0"):
+        for act in bn.ACTIVATIONS:
+            assert np.all(fg.pick(rows, panel, f"rank1_bilinear {act}")[1] <= 1e-12)
+        assert np.all(fg.pick(rows, panel, "gated_mlp identity")[1] <= 1e-12)
+    assert np.all(fg.pick(rows, "alpha>0", "gated_mlp relu")[1] <= 1e-12)    # flat, alpha > 0
+    assert np.all(fg.pick(rows, "alpha<0", "gated_mlp relu")[1] > 1e-3)      # not, alpha < 0
+    alpha, dev = fg.pick(rows, "alpha>0", "gated_mlp silu")
+    away_from_1 = ~np.isclose(alpha, 1.0)
+    assert np.all(dev[away_from_1] > 1e-3) and np.all(dev[~away_from_1] <= 1e-12)
+
+
+def test_one_step_changes_c_by_exactly_eta_squared_times_gradient_difference():
+    X, T, _ = fg.teacher_task(seed=3, n_tokens=32)
+    eta = 0.1
+    for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "relu")):
+        form = bn.get_formulation(name)
+        p = form.init(np.random.default_rng(4), 8, 5, 4)
+        y, cache = form.forward(X, **p, act=act)
+        g = form.backward((y - T) / len(X), cache)
+        predicted = eta ** 2 * (np.sum(g["Q"] ** 2, axis=1) - np.sum(g["K"] ** 2, axis=1))
+        trained = fg.train_gd(name, act, p, X, T, eta, 1, watch=fg._q_minus_k)[2]
+        assert np.allclose(trained[1] - trained[0], predicted, rtol=1e-9, atol=1e-14), name
+
+
+def test_conservation_drift_slopes():
+    rows = fg.conservation_data(**(QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}))
+    kept, broken = ("rank1_bilinear silu", "gated_mlp relu"), "gated_mlp silu"
+    for series in kept:
+        assert abs(fg.loglog_slope(*fg.pick(rows, "one step", series)) - 2) < 0.02, series
+        assert abs(fg.loglog_slope(*fg.pick(rows, "fixed time", series)) - 1) < 0.1, series
+    assert abs(fg.loglog_slope(*fg.pick(rows, "one step", broken)) - 1) < 0.1
+    assert abs(fg.loglog_slope(*fg.pick(rows, "fixed time", broken))) < 0.2
+    # The traces: a kept symmetry moves c_j far less than the broken one.
+    def total_move(series):
+        units = [s for s in fg.series_names(rows, "trace") if s.startswith(series)]
+        return max(np.ptp(fg.pick(rows, "trace", s)[1]) for s in units)
+    assert max(total_move(s) for s in kept) < 0.25 * total_move(broken)
+
+
+def test_tied_factors_stay_tied_exactly_where_theory_says():
+    rows = fg.tied_data(**(QUICK["fig4_tied_factors"] | {"steps": 30}))
+    for series in ("rank1_bilinear silu", "gated_mlp identity", "gated_mlp relu"):
+        assert np.all(fg.pick(rows, "distance", series)[1] <= 1e-12), series
+    for series in ("gated_mlp silu", "gated_mlp gelu", "gated_mlp sigmoid"):
+        _, dist = fg.pick(rows, "distance", series)
+        assert dist[0] == 0 and dist[-1] > 1e-3 and dist[-1] > dist[len(dist) // 2], series
+
+
+def test_rank_truncation_matches_eckart_young():
+    rows = fg.rank_data(**QUICK["fig5_rank"])
+    d = QUICK["fig5_rank"]["d"]
+    for unit in fg.series_names(rows, "spectrum trained"):
+        _, lam = fg.pick(rows, "spectrum trained", unit)
+        assert np.all(np.diff(lam) <= 0)                                   # |lambda| sorted
+        _, err = fg.pick(rows, "truncation matrix", unit)
+        tail = np.sqrt([np.sum(lam[r:] ** 2) / np.sum(lam ** 2) for r in range(1, d + 1)])
+        assert np.allclose(err, tail, rtol=1e-8, atol=1e-12), unit
+    _, out_err = fg.pick(rows, "truncation output", "layer output")
+    assert out_err[-1] <= 1e-12 and out_err[0] > 1e-3                      # r = d is exact
+    ranks, teacher = fg.pick(rows, "students", "teacher truncated")
+    assert ranks[-1] == d and teacher[-1] <= 1e-12 and teacher[0] > 1e-2
+    for series in ("rank_r_bilinear identity", "gated_rank_r silu"):
+        assert len(fg.pick(rows, "students", series)[1]) == len(ranks)
+
+
+def test_a_factor_pair_holds_one_positive_and_one_negative_eigen_term():
+    rng = np.random.default_rng(0)
+    for r in (1, 2, 3):
+        Q, K = rng.standard_normal((1, 7, r)), rng.standard_normal((1, 7, r))
+        lam = bn.eigen_factors(Q @ K.transpose(0, 2, 1))[2]                # sym(Q K^T)
+        assert np.sum(lam > 1e-10) <= r and np.sum(lam < -1e-10) <= r
+        assert np.all(fg.signed_truncation(lam, r) | (np.abs(lam) <= 1e-10))
+    lam = np.array([[3.0, -2.0, 1.0, -0.5]])
+    assert fg.signed_truncation(lam, 1).tolist() == [[True, True, False, False]]
+    assert fg.signed_truncation(lam, 2).all()
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="n_z"):
+        fg.exchange_data(n_z=0)
+    with pytest.raises(ValueError, match="units"):
+        fg.conservation_data(units=9, m=8)
+    with pytest.raises(ValueError, match="eta"):
+        fg.train_gd("gated_mlp", "silu", {}, np.zeros((1, 2)), np.zeros((1, 2)), 0.0, 1)
+    with pytest.raises(ValueError, match="unknown figures"):
+        fg.make_figures("unused", names=["fig9"])
+    with pytest.raises(ValueError, match="no rows"):
+        fg.pick([], "trace")
+
+
+def test_data_functions_need_no_matplotlib():
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from experiments import figures\n"
+            "rows = figures.exchange_data(n_z=4)\n"
+            "assert rows and 'matplotlib.pyplot' not in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_report_says_where_the_figures_are():
+    lines = []
+    bn.verification_report(out=lines.append)
+    assert "python bilinear_numpy.py figures" in lines[-1] and "figures/" in lines[-1]
