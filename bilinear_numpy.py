@@ -12,6 +12,8 @@ Attention" (arXiv 2606.22172). Read it top to bottom:
 4. The paper's claims   equivalences, the symmetry table, the conservation identity,
                         each returning measured numbers.
 5. Command line         `python bilinear_numpy.py` prints the verification report.
+                        `python bilinear_numpy.py figures` draws the results
+                        (experiments/figures.py).
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r));

@@ -165,7 +165,7 @@ def train_gd(name, act, params, X, T, eta, steps, watch=None):
 # =============================================================================
 
 
-def exchange_data(seed=0, z_max=4.0, n_z=400):
+def exchange_data(seed=0, z_max=4.0, n_z=201):
     """Figure 1: the exchange symmetry (Q, K) -> (K, Q), and why only a linear sigma keeps it.
 
     Panel "deviation": rel_error of the outputs before and after Q <-> K
@@ -240,7 +240,8 @@ def _q_minus_k(params):
 
 
 def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400,
-                      units=4, total_time=4.0, drift_steps=(50, 100, 200, 400, 800, 1600)):
+                      units=4, total_time=4.0, drift_steps=(50, 100, 200, 400, 800, 1600),
+                      every=5):
     """Figure 3: c_j = ||q_j||^2 - ||k_j||^2 under gradient descent on the teacher task.
 
     Under gradient flow c_j is constant wherever (q_j, k_j) -> (alpha q_j, k_j / alpha),
@@ -249,8 +250,8 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     eta^2 (||dL/dq_j||^2 - ||dL/dk_j||^2) there, and by 2 eta (<k_j, dL/dk_j> - <q_j, dL/dq_j>)
     + O(eta^2) where the symmetry is broken (gated SiLU).
 
-    Panels: "trace" (series "FORMULATION ACTIVATION unit j", x = step, y = c_j, step size
-    eta, for `units` units whose initial c_j are spread out); "one step" (x = eta,
+    Panels: "trace" (series "FORMULATION ACTIVATION unit j", x = step (every `every`-th),
+    y = c_j, step size eta, for `units` units whose initial c_j are spread out); "one step" (x = eta,
     y = max_j |c_j(1) - c_j(0)|: slope 2 on log-log axes where the symmetry holds, 1 where
     broken); "fixed time" (x = eta = total_time / n for n in
     drift_steps, y = max_j |c_j(n) - c_j(0)|, the drift at time t = n eta = total_time:
@@ -258,7 +259,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     gradient flow itself moves c_j).
 
     Args:
-        seed: int; d, m, d_out, n_tokens, steps, units (<= m): positive ints; eta,
+        seed: int; d, m, d_out, n_tokens, steps, units (<= m), every: positive ints; eta,
         total_time: floats > 0; drift_steps: tuple of positive ints.
     Returns:
         list of rows {panel, series, x, y}.
@@ -268,6 +269,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     derivations.md, section 5.
     """
     _positive("units", units, integer=True)
+    _positive("every", every, integer=True)
     _positive("total_time", total_time)
     if units > m:
         raise ValueError(f"units: expected at most m = {m}, got {units}")
@@ -279,7 +281,8 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
         c = train_gd(name, act, params, X, T, eta, steps, watch=_q_minus_k)[2]   # (steps+1, m)
         spread = np.argsort(c[0])[np.linspace(0, m - 1, units).astype(int)]   # distinct levels
         for j in spread:
-            rows += [_row("trace", f"{series} unit {j}", t, c[t, j]) for t in range(steps + 1)]
+            rows += [_row("trace", f"{series} unit {j}", t, c[t, j])
+                     for t in range(0, steps + 1, every)]
         for n in drift_steps:
             _positive("drift_steps", n, integer=True)
             eta_n = total_time / n
@@ -293,7 +296,7 @@ TIED_CASES = (("rank1_bilinear", "silu"), ("gated_mlp", "identity"), ("gated_mlp
               ("gated_mlp", "silu"), ("gated_mlp", "gelu"), ("gated_mlp", "sigmoid"))
 
 
-def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400):
+def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400, every=5):
     """Figure 4: ||Q - K||_F over gradient descent from a tied start Q = K.
 
     In the rank-1 form dL/dq_j = ds_j b x and dL/dk_j = ds_j a x with a = x.q_j, b = x.k_j:
@@ -302,16 +305,18 @@ def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400):
     a = b iff sigma(a) = a sigma'(a), true for identity and ReLU (tied ReGLU is squared
     ReLU), false for SiLU, GELU, sigmoid.
 
-    Panel "distance": series "FORMULATION ACTIVATION" for TIED_CASES, x = step, y = ||Q - K||_F.
+    Panel "distance": series "FORMULATION ACTIVATION" for TIED_CASES, x = step (every
+    `every`-th), y = ||Q - K||_F.
 
     Args:
-        seed: int; d, m, d_out, n_tokens, steps: positive ints; eta: float > 0.
+        seed: int; d, m, d_out, n_tokens, steps, every: positive ints; eta: float > 0.
     Returns:
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size.
     Source: paper.md, "Exchange => tied factors stay tied".
     """
+    _positive("every", every, integer=True)
     X, T, _ = teacher_task(seed, d, d_out, n_tokens)
     rows = []
     for name, act in TIED_CASES:
@@ -319,7 +324,7 @@ def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400):
         params["K"] = params["Q"].copy()                           # tied start Q = K
         dist = train_gd(name, act, params, X, T, eta, steps,
                         watch=lambda p: np.linalg.norm(p["Q"] - p["K"]))[2]
-        rows += [_row("distance", f"{name} {act}", t, dist[t]) for t in range(steps + 1)]
+        rows += [_row("distance", f"{name} {act}", t, dist[t]) for t in range(0, steps + 1, every)]
     return rows
 
 
@@ -668,9 +673,9 @@ FIGURES = {
 QUICK = {
     "fig1_exchange": {"n_z": 40},
     "fig2_inverse_scaling": {"n_alpha": 7},
-    "fig3_conservation": {"n_tokens": 64, "steps": 40, "total_time": 1.0,
+    "fig3_conservation": {"n_tokens": 64, "steps": 40, "every": 1, "total_time": 1.0,
                           "drift_steps": (10, 20, 40)},
-    "fig4_tied_factors": {"n_tokens": 64, "steps": 40},
+    "fig4_tied_factors": {"n_tokens": 64, "steps": 40, "every": 1},
     "fig5_rank": {"d": 4, "m": 2, "d_out": 2, "n_tokens": 64, "steps": 60,
                   "student_steps": 40, "ranks": (1, 4)},
 }
