@@ -140,7 +140,8 @@ def train_gd(name, act, params, X, T, eta, steps, watch=None):
         params after training (new arrays); losses: (steps,) float64, the loss before each
         step; watched: array of steps + 1 watch values (stacked; empty without watch).
     Raises:
-        ValueError for eta <= 0, steps < 0, or shapes the forward pass rejects.
+        ValueError for eta <= 0, steps < 0, T not of the output's shape, or shapes the
+        forward pass rejects.
     Source: gradient descent; the backward passes of bilinear_numpy (derivations.md, section 3).
     """
     form = bn.get_formulation(name)
@@ -151,6 +152,8 @@ def train_gd(name, act, params, X, T, eta, steps, watch=None):
     losses, watched = [], ([watch(p)] if watch else [])
     for _ in range(steps):
         y, cache = form.forward(X, **p, act=act)
+        if T.shape != y.shape:
+            raise ValueError(f"T: expected the output's shape {y.shape}, got {T.shape}")
         err = y - T                                                # (N, d_out)
         losses.append(0.5 * np.mean(np.sum(err ** 2, axis=1)))     # L = 1/(2N) sum ||y - t||^2
         grads = form.backward(err / len(X), cache)                 # dL/dy = (y - t) / N
@@ -235,7 +238,13 @@ def inverse_scaling_data(seed=0, n_alpha=25, d=6, m=5, d_out=3, n_tokens=7):
 CONSERVATION_CASES = (("rank1_bilinear", "silu"), ("gated_mlp", "relu"), ("gated_mlp", "silu"))
 
 
-def _q_minus_k(params):
+def qk_norm_gap(params):
+    """c_j = ||q_j||^2 - ||k_j||^2 for every unit j.
+
+    Args: params: dict with Q and K of shape (m, d), float. Returns: (m,) array.
+    Raises: KeyError if Q or K is missing.
+    Source: paper.md, "Symmetry => conservation law".
+    """
     return np.sum(params["Q"] ** 2, axis=1) - np.sum(params["K"] ** 2, axis=1)   # (m,)
 
 
@@ -251,9 +260,9 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     + O(eta^2) where the symmetry is broken (gated SiLU).
 
     Panels: "trace" (series "FORMULATION ACTIVATION unit j", x = step (every `every`-th),
-    y = c_j, step size eta, for `units` units whose initial c_j are spread out); "one step" (x = eta,
-    y = max_j |c_j(1) - c_j(0)|: slope 2 on log-log axes where the symmetry holds, 1 where
-    broken); "fixed time" (x = eta = total_time / n for n in
+    y = c_j, step size eta, for `units` units whose initial c_j are spread out);
+    "one step" (x = eta, y = max_j |c_j(1) - c_j(0)|: slope 2 on log-log axes where the
+    symmetry holds, 1 where broken); "fixed time" (x = eta = total_time / n for n in
     drift_steps, y = max_j |c_j(n) - c_j(0)|, the drift at time t = n eta = total_time:
     n steps of O(eta^2) give slope 1 where the symmetry holds; slope 0 where broken, since
     gradient flow itself moves c_j).
@@ -278,7 +287,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     for name, act in CONSERVATION_CASES:
         series = f"{name} {act}"
         params = bn.get_formulation(name).init(np.random.default_rng(seed + 1), d, m, d_out)
-        c = train_gd(name, act, params, X, T, eta, steps, watch=_q_minus_k)[2]   # (steps+1, m)
+        c = train_gd(name, act, params, X, T, eta, steps, watch=qk_norm_gap)[2]   # (steps+1, m)
         spread = np.argsort(c[0])[np.linspace(0, m - 1, units).astype(int)]   # distinct levels
         for j in spread:
             rows += [_row("trace", f"{series} unit {j}", t, c[t, j])
@@ -286,7 +295,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
         for n in drift_steps:
             _positive("drift_steps", n, integer=True)
             eta_n = total_time / n
-            c = train_gd(name, act, params, X, T, eta_n, n, watch=_q_minus_k)[2]
+            c = train_gd(name, act, params, X, T, eta_n, n, watch=qk_norm_gap)[2]
             rows.append(_row("one step", series, eta_n, np.max(np.abs(c[1] - c[0]))))
             rows.append(_row("fixed time", series, eta_n, np.max(np.abs(c[-1] - c[0]))))
     return rows
@@ -324,7 +333,8 @@ def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400, ever
         params["K"] = params["Q"].copy()                           # tied start Q = K
         dist = train_gd(name, act, params, X, T, eta, steps,
                         watch=lambda p: np.linalg.norm(p["Q"] - p["K"]))[2]
-        rows += [_row("distance", f"{name} {act}", t, dist[t]) for t in range(0, steps + 1, every)]
+        rows += [_row("distance", f"{name} {act}", t, dist[t])
+                 for t in range(0, steps + 1, every)]
     return rows
 
 
@@ -350,7 +360,8 @@ def signed_truncation(lam, r):
     """
     lam = np.asarray(lam)
     if lam.ndim != 2 or r < 0:
-        raise ValueError(f"signed_truncation: expected lam (m, d) and r >= 0, got {lam.shape}, {r}")
+        raise ValueError(f"signed_truncation: expected lam of shape (m, d) and r >= 0, "
+                         f"got {lam.shape} and {r}")
     positive = (lam > 0) & (np.cumsum(lam > 0, axis=1) <= r)     # r largest positive
     negative = (lam < 0) & (np.cumsum(lam < 0, axis=1) <= r)     # r most negative
     return positive | negative
@@ -365,13 +376,14 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     eigen-terms, so the target needs four: panel "teacher", y = 4). It starts from
     init_scale times the module's init: from small weights gradient descent builds the
     structure the task needs and little else (only sum_j vec(A_j) v_j^T matters, so at
-    full scale much of the random start stays). Panels "spectrum init" / "spectrum trained": series "unit j", x = i,
-    y = |lambda_i| of sym(A_j), largest first (bn.eigen_factors). Panel "truncation matrix":
-    x = r, y = ||S_j - S_j^(r)||_F / ||S_j||_F, S_j = sym(A_j), S_j^(r) its r largest
-    eigen-terms (Eckart-Young: sqrt(sum_{i>r} lambda_i^2 / sum_i lambda_i^2)). Panel
-    "truncation output": x = r, y = rel_rms of the truncated layer's output against the
-    full layer's, on n_tokens held-out tokens. Panel "fit": x = steps, y = rel_rms of the
-    trained layer against the targets on the held-out tokens.
+    full scale much of the random start stays). Panels "spectrum init" and "spectrum
+    trained": series "unit j", x = i, y = |lambda_i| of sym(A_j), largest first
+    (bn.eigen_factors). Panel "truncation matrix": x = r, y = ||S_j - S_j^(r)||_F / ||S_j||_F,
+    S_j = sym(A_j), S_j^(r) its r largest eigen-terms (Eckart-Young: the error is
+    sqrt(sum_{i>r} lambda_i^2 / sum_i lambda_i^2)). Panel "truncation output": x = r,
+    y = rel_rms of the truncated layer's output against the full layer's, on n_tokens
+    held-out tokens. Panel "fit": x = steps, y = rel_rms of the trained layer against the
+    targets on the held-out tokens.
 
     (c) teacher-student: a random full bilinear unit (one unit, d_out = 1, A of full rank
     d) as teacher; rank-r students (one unit, r factor pairs) trained by gradient descent
@@ -447,7 +459,7 @@ _STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
           "figure.dpi": 100, "savefig.dpi": 100, "axes.grid": True, "grid.alpha": 0.3}
 ACT_COLORS = {"identity": "black", "relu": "tab:blue", "sigmoid": "tab:green",
               "silu": "tab:red", "gelu": "tab:purple", "gelu_tanh": "tab:orange"}
-_ROUNDING = "rounding level (≤ 1e-10, bn.CLAIM_TOL)"
+_ROUNDING = "below: kept (bn.CLAIM_TOL = 1e-10)"
 
 
 def _pyplot():
@@ -650,7 +662,8 @@ def draw_rank(rows, path):
         ax["c"].set_xlabel("student rank r (factor pairs (q, k) per unit)")
         ax["c"].set_ylabel("relative RMS error, held-out (no unit)")
         ax["c"].set_title(f"(c) rank-r students trained to mimic a random full bilinear "
-                          f"unit (d = {d});\na pair holds two eigen-terms: (x·q)(x·k) = ¼(x·(q+k))² − ¼(x·(q−k))²")
+                          f"unit (d = {d});\na pair holds two eigen-terms: "
+                          f"(x·q)(x·k) = ¼(x·(q+k))² − ¼(x·(q−k))²")
         ax["c"].legend(loc="lower left")
         fig.suptitle("Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²",
                      fontsize=13)

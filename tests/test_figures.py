@@ -32,11 +32,9 @@ def test_every_figure_and_csv_is_written(tmp_path):
 
 def test_exchange_symmetric_flat_gated_broken():
     rows = fg.exchange_data(**QUICK["fig1_exchange"])
-    for act in bn.ACTIVATIONS:
-        _, sym = fg.pick(rows, "deviation", "rank1_bilinear")
-        assert np.all(sym <= 1e-12)
+    acts, sym = fg.pick(rows, "deviation", "rank1_bilinear")
+    assert acts == list(bn.ACTIVATIONS) and np.all(sym <= 1e-12)
     _, gated = fg.pick(rows, "deviation", "gated_mlp")
-    acts = list(bn.ACTIVATIONS)
     assert gated[acts.index("identity")] <= 1e-12
     assert all(gated[acts.index(a)] > 1e-3 for a in NONLINEAR)
     # sigma(z)/z is constant for the linear sigma only.
@@ -68,12 +66,13 @@ def test_one_step_changes_c_by_exactly_eta_squared_times_gradient_difference():
         y, cache = form.forward(X, **p, act=act)
         g = form.backward((y - T) / len(X), cache)
         predicted = eta ** 2 * (np.sum(g["Q"] ** 2, axis=1) - np.sum(g["K"] ** 2, axis=1))
-        trained = fg.train_gd(name, act, p, X, T, eta, 1, watch=fg._q_minus_k)[2]
+        trained = fg.train_gd(name, act, p, X, T, eta, 1, watch=fg.qk_norm_gap)[2]
         assert np.allclose(trained[1] - trained[0], predicted, rtol=1e-9, atol=1e-14), name
 
 
 def test_conservation_drift_slopes():
-    rows = fg.conservation_data(**(QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}))
+    sizes = QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}   # eta <= 0.04
+    rows = fg.conservation_data(**sizes)
     kept, broken = ("rank1_bilinear silu", "gated_mlp relu"), "gated_mlp silu"
     for series in kept:
         assert abs(fg.loglog_slope(*fg.pick(rows, "one step", series)) - 2) < 0.02, series
@@ -132,6 +131,10 @@ def test_bad_input_is_refused():
         fg.conservation_data(units=9, m=8)
     with pytest.raises(ValueError, match="eta"):
         fg.train_gd("gated_mlp", "silu", {}, np.zeros((1, 2)), np.zeros((1, 2)), 0.0, 1)
+    X, T, _ = fg.teacher_task(n_tokens=4)
+    p = bn.get_formulation("gated_mlp").init(np.random.default_rng(0), 8, 3, 4)
+    with pytest.raises(ValueError, match="T: expected"):
+        fg.train_gd("gated_mlp", "silu", p, X, T[:, 0], 0.1, 1)           # no broadcasting
     with pytest.raises(ValueError, match="unknown figures"):
         fg.make_figures("unused", names=["fig9"])
     with pytest.raises(ValueError, match="no rows"):
