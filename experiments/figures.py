@@ -323,7 +323,7 @@ def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400, ever
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size.
-    Source: paper.md, "Exchange => tied factors stay tied".
+    Source: paper.md, "Exchange => tied factors stay tied"; derivations.md, section 5.5.
     """
     _positive("every", every, integer=True)
     X, T, _ = teacher_task(seed, d, d_out, n_tokens)
