@@ -621,6 +621,7 @@ def draw_tied(rows, path):
 def draw_rank(rows, path):
     """Draw figure 5 from rank_data's rows into the PNG file `path`."""
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(10, 8.8))
         for k, unit in enumerate(series_names(rows, "spectrum trained")):
@@ -639,7 +640,7 @@ def draw_rank(rows, path):
             ax["a"].text(terms + 0.6, 0.9, f"teacher:\n{terms} eigen-terms", va="top",
                          color="gray", fontsize=10, transform=ax["a"].get_xaxis_transform())
         for key in "abc":
-            ax[key].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+            ax[key].xaxis.set_major_locator(MaxNLocator(integer=True))   # ranks are integers
         ax["a"].set_xlabel("eigenvalue index i (largest |λ| first)")
         ax["a"].set_ylabel("|λ_i| of sym(A_j)  (no unit)")
         _, fit = pick(rows, "fit", "bilinear identity")
