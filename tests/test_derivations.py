@@ -1,0 +1,691 @@
+"""The statements of derivations.md that a computer can check, in the order of the text.
+
+Each test names the section it checks. Two float64 routes to one number (a backward pass
+and the same gradient pushed through another formulation, say) differ by rounding: about
+1e-16 per operation, over sums of at most a few dozen terms of order 1. So TOL = 1e-12
+leaves a margin of a factor 100 or more above the measured 1e-16 to 1e-14, while a real
+mistake (a missing term, a wrong sign or transpose) gives a rel_error of 1e-2 or more.
+"""
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bilinear_numpy as bn
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "derivations.md").read_text(encoding="utf-8")
+ACTS = list(bn.ACTIVATIONS)
+TOL = 1e-12
+
+
+def draw(name, n=5, d=4, m=3, d_out=2, r=2, seed=0):
+    """x (n, d), the formulation's parameters, and an upstream gradient dy (n, d_out)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    params = bn.FORMULATIONS[name].init(rng, d, m, d_out, r)
+    return x, params, rng.standard_normal((n, d_out))
+
+
+def run(name, x, params, dy, act):
+    """(y, gradients) of formulation `name`."""
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, **params, act=act)
+    return y, form.backward(dy, cache)
+
+
+def sigmoid(t):
+    return 1 / (1 + math.exp(-t)) if t >= 0 else math.exp(t) / (1 + math.exp(t))
+
+
+def silu(t):
+    return t * sigmoid(t)
+
+
+def silu_grad(t):
+    s = sigmoid(t)
+    return s * (1 + t * (1 - s))
+
+
+def table_rows(section_title):
+    """The rows of the first Markdown table under a heading, as lists of cell texts."""
+    body = DOC.split(section_title, 1)[1].split("\n### ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in body.splitlines()
+            if line.startswith("|") and not line.startswith("| ---")]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+# ----- 2. The formulations -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_mlp_matches_an_independent_loop(act):
+    # 2.1: y = sum_j sigma(x . k_j) v_j, one token and one unit at a time.
+    x, p, _ = draw("mlp")
+    sig = {"relu": lambda t: max(t, 0.0), "silu": silu}[act]
+    expected = np.zeros((5, 2))
+    for n in range(5):
+        for j in range(3):
+            expected[n] += sig(float(x[n] @ p["K"][j])) * p["V"][j]
+    y, _ = bn.mlp_forward(x, **p, act=act)
+    assert bn.rel_error(y, expected) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_rank_r_with_identity_keys_is_full_bilinear(act):
+    # 2.4: every A_j is Q_j K_j^T with Q_j = A_j and K_j = I (r = d).
+    x, p, _ = draw("bilinear")
+    A, V = p["A"], p["V"]                                  # A: (m, d, d)
+    K = np.broadcast_to(np.eye(4), A.shape).copy()         # K_j = I, (m, d, r = d)
+    y_rank_d = bn.rank_r_bilinear_forward(x, A.copy(), K, V, act)[0]
+    assert bn.rel_error(y_rank_d, bn.bilinear_forward(x, A, V, act)[0]) < TOL
+
+
+def count(latex_or_text, d, m, r, d_out):
+    """Evaluate a count such as `$2mdr + md_{\\text{out}}$` or "2 m d r + m d_out"."""
+    e = latex_or_text.strip().strip("$")
+    e = e.replace(r"d_{\text{out}}", "D").replace("d_out", "D").replace("^", "**")
+    e = re.sub(r"(?<=[\w)])\s*(?=[mdrD(])", "*", e.replace(" ", ""))   # implicit products
+    assert re.fullmatch(r"[mdrD0-9*+() ]+", e), latex_or_text
+    return eval(e, {}, {"m": m, "d": d, "r": r, "D": d_out})
+
+
+@pytest.mark.parametrize("name", list(bn.FORMULATIONS))
+def test_summary_table_matches_the_code(name):
+    # 2.9: the parameter, multiply-add and sigma-evaluation columns, row by row.
+    rows = {row[0].strip("`"): row for row in table_rows("### 2.9 Summary")[1:]}
+    assert set(rows) == set(bn.FORMULATIONS)
+    _, _, params, madds, sigmas = rows[name]
+    form = bn.FORMULATIONS[name]
+    evaluations = []
+    counting = bn.Activation("identity", lambda z: evaluations.append(z.size) or z.copy(),
+                             np.ones_like, linear=True, positively_homogeneous=True)
+    for d, m, r, d_out in [(5, 7, 3, 4), (2, 11, 5, 3)]:     # two sets: no coincidence
+        assert count(params, d, m, r, d_out) == form.n_params(d, m, d_out, r)
+        assert count(madds, d, m, r, d_out) == count(form.cost, d, m, r, d_out)
+        evaluations.clear()
+        x = np.random.default_rng(0).standard_normal((1, d))          # one token
+        form.forward(x, **form.init(np.random.default_rng(1), d, m, d_out, r), act=counting)
+        assert sum(evaluations) == count(sigmas, d, m, r, d_out)
+
+
+# ----- 3. Backward passes ----------------------------------------------------------------
+
+
+def test_mlp_backward_by_indices():
+    # 3.1, second derivation: dK_jc = sum_n dz_nj x_nc, dx_nc = sum_j dz_nj K_jc,
+    # dV_jk = sum_n h_nj dY_nk, with dz_nj = (sum_k dY_nk V_jk) sigma'(z_nj).
+    x, p, dy = draw("mlp", n=4, d=3)
+    K, V = p["K"], p["V"]
+    dK, dx, dV = np.zeros_like(K), np.zeros_like(x), np.zeros_like(V)
+    for n in range(4):
+        for j in range(3):
+            z = sum(x[n, c] * K[j, c] for c in range(3))
+            dz = sum(dy[n, k] * V[j, k] for k in range(2)) * silu_grad(z)
+            for c in range(3):
+                dK[j, c] += dz * x[n, c]
+                dx[n, c] += dz * K[j, c]
+            for k in range(2):
+                dV[j, k] += silu(z) * dy[n, k]
+    _, g = run("mlp", x, p, dy, "silu")
+    assert max(bn.rel_error(g[t], e) for t, e in (("K", dK), ("x", dx), ("V", dV))) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_static_query_gradients_through_absorbed_keys(act):
+    # 3.2: the gradients of the key-value MLP with K' = K Q^T, pushed back through R1:
+    # dK = dK' Q, dQ = dK'^T K; dx and dV are the key-value MLP's.
+    x, p, dy = draw("static_query_mlp")
+    _, g = run("static_query_mlp", x, p, dy, act)
+    _, g_kv = run("mlp", x, {"K": p["K"] @ p["Q"].T, "V": p["V"]}, dy, act)
+    assert bn.rel_error(g["K"], g_kv["K"] @ p["Q"]) < TOL
+    assert bn.rel_error(g["Q"], g_kv["K"].T @ p["K"]) < TOL
+    assert bn.rel_error(g["x"], g_kv["x"]) < TOL and bn.rel_error(g["V"], g_kv["V"]) < TOL
+
+
+def test_bilinear_dA_is_symmetric_and_dx_by_tokens():
+    # 3.3: dA_j = sum_n dS_nj x_n^T x_n is symmetric; dx_n = x_n sum_j dS_nj (A_j + A_j^T).
+    x, p, dy = draw("bilinear")
+    A, V = p["A"], p["V"]
+    _, g = run("bilinear", x, p, dy, "sigmoid")
+    assert bn.rel_error(g["A"], g["A"].transpose(0, 2, 1)) < 1e-15   # same products, summed
+    for n in range(5):
+        s = [float(x[n] @ A[j] @ x[n]) for j in range(3)]
+        dS = [float(dy[n] @ V[j]) * sigmoid(s[j]) * (1 - sigmoid(s[j])) for j in range(3)]
+        dx_n = x[n] @ sum(dS[j] * (A[j] + A[j].T) for j in range(3))
+        assert bn.rel_error(g["x"][n], dx_n) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_rank_r_gradients_through_full_bilinear(act):
+    # 3.4, second derivation: with A_j = Q_j K_j^T, dQ_j = dA_j K_j and dK_j = dA_j^T Q_j.
+    x, p, dy = draw("rank_r_bilinear", r=3)
+    Q, K = p["Q"], p["K"]
+    _, g = run("rank_r_bilinear", x, p, dy, act)
+    _, g_full = run("bilinear", x, {"A": Q @ K.transpose(0, 2, 1), "V": p["V"]}, dy, act)
+    dA = g_full["A"]                                       # (m, d, d)
+    assert bn.rel_error(g["Q"], dA @ K) < TOL
+    assert bn.rel_error(g["K"], dA.transpose(0, 2, 1) @ Q) < TOL
+    assert bn.rel_error(g["x"], g_full["x"]) < TOL and bn.rel_error(g["V"], g_full["V"]) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_rank1_gradients_through_full_bilinear(act):
+    # 3.5, second derivation: with A_j = q_j^T k_j, dq_j = (dA_j k_j^T)^T and dk_j = q_j dA_j.
+    x, p, dy = draw("rank1_bilinear")
+    Q, K = p["Q"], p["K"]
+    _, g = run("rank1_bilinear", x, p, dy, act)
+    _, g_full = run("bilinear", x, {"A": Q[:, :, None] * K[:, None, :], "V": p["V"]}, dy, act)
+    dA = g_full["A"]
+    assert bn.rel_error(g["Q"], np.einsum("jpc,jc->jp", dA, K)) < TOL
+    assert bn.rel_error(g["K"], np.einsum("jp,jpc->jc", Q, dA)) < TOL
+    assert bn.rel_error(g["x"], g_full["x"]) < TOL and bn.rel_error(g["V"], g_full["V"]) < TOL
+
+
+def test_gated_mlp_backward_by_indices():
+    # 3.6, second derivation: dh_nj times dh/dQ_jc = sigma'(a) x_nc b, dh/dK_jc = sigma(a) x_nc,
+    # dh/dx_nc = sigma'(a) b Q_jc + sigma(a) K_jc, summed over n (parameters) or j (input).
+    x, p, dy = draw("gated_mlp", n=4, d=3)
+    Q, K, V = p["Q"], p["K"], p["V"]
+    dQ, dK, dx = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(x)
+    for n in range(4):
+        for j in range(3):
+            a, b = float(x[n] @ Q[j]), float(x[n] @ K[j])
+            dh = float(dy[n] @ V[j])
+            for c in range(3):
+                dQ[j, c] += dh * silu_grad(a) * x[n, c] * b
+                dK[j, c] += dh * silu(a) * x[n, c]
+                dx[n, c] += dh * (silu_grad(a) * b * Q[j, c] + silu(a) * K[j, c])
+    _, g = run("gated_mlp", x, p, dy, "silu")
+    assert max(bn.rel_error(g[t], e) for t, e in (("Q", dQ), ("K", dK), ("x", dx))) < TOL
+    # Sanity check of 3.6: with sigma = identity the gated MLP's gradients are rank-1's.
+    _, g_id = run("gated_mlp", x, p, dy, "identity")
+    _, g_rank1 = run("rank1_bilinear", x, p, dy, "identity")
+    assert max(bn.rel_error(g_id[t], g_rank1[t]) for t in g_id) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_gated_rank_r_is_a_gated_mlp_with_tied_values(act):
+    # 3.7 and 6.5: the m*r terms are gated units (row j*r + rho holds Q[j, :, rho]) whose
+    # values are v_j repeated r times; the shared value's gradient sums its r copies.
+    x, p, dy = draw("gated_rank_r", r=3)
+    m, d, r = p["Q"].shape
+    units = {"Q": p["Q"].transpose(0, 2, 1).reshape(m * r, d),
+             "K": p["K"].transpose(0, 2, 1).reshape(m * r, d),
+             "V": np.repeat(p["V"], r, axis=0)}
+    y, g = run("gated_rank_r", x, p, dy, act)
+    y_units, g_units = run("gated_mlp", x, units, dy, act)
+    assert bn.rel_error(y, y_units) < TOL
+    for t in ("Q", "K"):
+        assert bn.rel_error(g[t], g_units[t].reshape(m, r, d).transpose(0, 2, 1)) < TOL
+    assert bn.rel_error(g["V"], g_units["V"].reshape(m, r, -1).sum(axis=1)) < TOL
+    assert bn.rel_error(g["x"], g_units["x"]) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_double_gated_backward_by_indices_and_exchange(act):
+    # 3.8: da = dh sigma(b) sigma'(a), db = dh sigma(a) sigma'(b); exchanging Q and K
+    # exchanges dQ and dK; with sigma = identity the gradients are rank-1's.
+    x, p, dy = draw("double_gated_mlp")
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    a, b, dh = x @ p["Q"].T, x @ p["K"].T, dy @ p["V"].T           # (N, m) each
+    da, db = dh * f(b) * df(a), dh * f(a) * df(b)
+    _, g = run("double_gated_mlp", x, p, dy, act)
+    assert bn.rel_error(g["Q"], da.T @ x) < TOL and bn.rel_error(g["K"], db.T @ x) < TOL
+    assert bn.rel_error(g["x"], da @ p["Q"] + db @ p["K"]) < TOL
+    _, g_swapped = run("double_gated_mlp", x, p | {"Q": p["K"], "K": p["Q"]}, dy, act)
+    assert bn.rel_error(g_swapped["Q"], g["K"]) < TOL and bn.rel_error(g_swapped["K"], g["Q"]) < TOL
+    if act == "identity":
+        _, g_rank1 = run("rank1_bilinear", x, p, dy, act)
+        assert max(bn.rel_error(g[t], g_rank1[t]) for t in g) < TOL
+
+
+def test_sigmoid_tanh_form_error_in_the_negative_tail():
+    # 3.10: sigma = (1 + tanh(z/2)) / 2 is accurate to eps = 2.2e-16 in absolute terms,
+    # but 1 + tanh cancels for z << 0. The reference e^z / (1 + e^z) (z < 0) keeps full
+    # relative accuracy. These numbers describe the tanh form: if the sigmoid's formula
+    # changes, this test fails and 3.10 must be rewritten with it.
+    z = np.linspace(-60, 60, 12001)
+    s = bn.ACTIVATIONS["sigmoid"].f(z)
+    ref = np.array([sigmoid(t) for t in z])
+    assert np.max(np.abs(s - ref)) <= 2.3e-16           # measured 2.2e-16, at z = 1.68
+    rel = {t: abs(bn.ACTIVATIONS["sigmoid"].f(np.array([t]))[0] - sigmoid(t)) / sigmoid(t)
+           for t in (-10.0, -20.0, -30.0)}
+    assert rel[-10.0] < 1e-11                           # measured 2.5e-13
+    assert 1e-9 < rel[-20.0] < 1e-7                     # measured 9.0e-9: "about 1e-8"
+    assert 1e-5 < rel[-30.0] < 1e-3                     # measured 1.7e-4
+    assert np.all(s[z <= -38] == 0) and np.all(s[z >= -37.9] > 0)   # exactly 0 from -37.98
+    assert np.all(ref[z <= -38] < 1e-16)                # where the true value is below 1e-16
+    z32 = np.linspace(-30, 0, 3001).astype(np.float32)
+    s32 = bn.ACTIVATIONS["sigmoid"].f(z32)
+    assert s32.dtype == np.float32
+    assert np.all(s32[z32 < -20.1] == 0) and np.all(s32[z32 > -19.9] > 0)   # float32: from -20
+
+
+# ----- 4. Symmetries ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("act, a, lhs, rhs", [
+    ("relu", -1.0, 0.0, -1.0), ("sigmoid", 0.0, 0.5, 0.0),
+    ("silu", 2.0, 1.762, 1.462), ("gelu", 2.0, 1.954, 1.683), ("gelu_tanh", 2.0, 1.955, 1.682)])
+def test_gated_exchange_counterexamples(act, a, lhs, rhs):
+    # 4.2: with b = 1, sigma(a) b and sigma(b) a differ: the gated unit sees the exchange.
+    f = bn.ACTIVATIONS[act].f
+    sigma_a_b = f(np.array([a]))[0] * 1.0
+    sigma_b_a = f(np.array([1.0]))[0] * a
+    assert round(sigma_a_b, 3) == lhs and round(sigma_b_a, 3) == rhs
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_static_query_unchanged_by_any_invertible_matrix(act):
+    # 4.3: (Q, K) -> (Q M, K M^-T) for any invertible d x d matrix M.
+    x, p, _ = draw("static_query_mlp")
+    M = np.eye(4) + 0.5 * np.random.default_rng(7).standard_normal((4, 4))
+    assert np.linalg.cond(M) < 100                       # rounding of inv(M): ~ cond * eps
+    QM, KM = p["Q"] @ M, p["K"] @ np.linalg.inv(M).T
+    y = bn.static_query_mlp_forward(x, **p, act=act)[0]
+    assert bn.rel_error(y, bn.static_query_mlp_forward(x, QM, KM, p["V"], act)[0]) < TOL
+    # Control: Q M alone is another function.
+    assert bn.rel_error(y, bn.static_query_mlp_forward(x, QM, p["K"], p["V"], act)[0]) > 1e-3
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("name", ["rank_r_bilinear", "gated_rank_r"])
+def test_reordering_the_terms_inside_a_unit(name, act):
+    # 4.5: one permutation of rho per unit, the same in Q_j and K_j, changes nothing.
+    x, p, _ = draw(name, r=3)
+    order = np.array([[1, 2, 0], [2, 0, 1], [1, 0, 2]])[:, None, :]   # unit j: order[j]
+    Qp = np.take_along_axis(p["Q"], order, axis=2)
+    Kp = np.take_along_axis(p["K"], order, axis=2)
+    form = bn.FORMULATIONS[name]
+    y = form.forward(x, **p, act=act)[0]
+    assert bn.rel_error(y, form.forward(x, Qp, Kp, p["V"], act=act)[0]) < TOL
+    # Control: reordering the terms of Q_j alone is another function.
+    assert bn.rel_error(y, form.forward(x, Qp, p["K"], p["V"], act=act)[0]) > 1e-3
+
+
+def test_symmetry_table_in_the_text_is_symmetry_expected():
+    # 4.7: every cell of the table in the text is what the code's symmetry_expected says.
+    rows = table_rows("### 4.7 The table")
+    header = [cell.strip("`") for cell in rows[0][1:]]
+    assert header == list(bn.SYMMETRIES)
+    assert [row[0].strip("`") for row in rows[1:]] == list(bn.FORMULATIONS)
+    for row in rows[1:]:
+        for symmetry, cell in zip(header, row[1:]):
+            for name, act in bn.ACTIVATIONS.items():
+                expected = {"n/a": None, "always": True, "PH": act.positively_homogeneous,
+                            "linear": act.linear}[cell]
+                assert bn.symmetry_expected(row[0].strip("`"), name, symmetry) is expected
+
+
+# ----- 5. Consequences for learning ------------------------------------------------------
+
+def np_sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def np_tanh_u(z):
+    return np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3))
+
+
+EULER = {   # 5.1's table: E(z) = z sigma'(z) - sigma(z) in closed form (|z| <= 6 here)
+    "identity": lambda z: 0 * z,
+    "relu": lambda z: 0 * z,
+    "sigmoid": lambda z: z * np_sigmoid(z) * (1 - np_sigmoid(z)) - np_sigmoid(z),
+    "silu": lambda z: z * z * np_sigmoid(z) * (1 - np_sigmoid(z)),
+    "gelu": lambda z: z * z * np.exp(-z * z / 2) / math.sqrt(2 * math.pi),
+    "gelu_tanh": lambda z: (0.5 * z * z * (1 - np_tanh_u(z) ** 2)
+                            * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * z * z)),
+}
+
+
+def inner(P, dP):
+    """<p_j, dp_j> per unit j (the leading axis)."""
+    return np.sum((P * dP).reshape(P.shape[0], -1), axis=1)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_conservation_residual_closed_forms(act):
+    # 5.1 and 5.4: the residuals <p_j, dp_j> - <q_j, dq_j> of the backward passes equal the
+    # closed forms built from Euler's bracket E.
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    z = np.linspace(-6, 6, 241)
+    assert np.max(np.abs(z * df(z) - f(z) - EULER[act](z))) < 1e-14   # the table of 5.1
+    if act in ("silu", "gelu", "gelu_tanh"):
+        assert np.all(EULER[act](z[z != 0]) > 0)                      # positive for z != 0
+    x, p, dy = draw("gated_mlp", n=6)
+    a, b, dh = x @ p["Q"].T, x @ p["K"].T, dy @ p["V"].T                # (N, m) each
+    Ea, Eb = a * df(a) - f(a), b * df(b) - f(b)
+    for name, pair, closed in [
+            ("gated_mlp", ("Q", "K"), np.sum(dh * b * Ea, axis=0)),
+            ("double_gated_mlp", ("Q", "K"), np.sum(dh * (f(b) * Ea - f(a) * Eb), axis=0)),
+            ("double_gated_mlp", ("K", "V"), np.sum(dh * f(a) * Eb, axis=0)),
+            ("mlp", ("K", "V"), np.sum(dh * Eb, axis=0)),
+            ("gated_mlp", ("K", "V"), 0 * Ea[0])]:                     # every sigma: 0
+        params = {k: p[k] for k in bn.FORMULATIONS[name].param_names}
+        _, g = run(name, x, params, dy, act)
+        first, second = inner(p[pair[0]], g[pair[0]]), inner(p[pair[1]], g[pair[1]])
+        scale = np.max(np.abs(first) + np.abs(second))
+        assert scale > 1e-3
+        assert np.max(np.abs(first - second - closed)) < 1e-13 * scale, (name, pair)
+
+
+def norm_difference(P, K):
+    """C_j = ||p_j||^2 - ||k_j||^2 per unit."""
+    return inner(P, P) - inner(K, K)
+
+
+def descend(name, act, eta, t, weight_decay=0.0):
+    """Gradient descent with step eta for time t on L = |y - target|^2 / 2 (+ weight decay
+    on Q and K); returns (C_j at time 0, C_j at time t)."""
+    x, p, target = draw(name, n=8)
+    p["Q"] = 2 * p["Q"]                                   # unbalanced: C_j(0) far from 0
+    c0 = norm_difference(p["Q"], p["K"])
+    form = bn.FORMULATIONS[name]
+    for _ in range(round(t / eta)):
+        y, cache = form.forward(x, **p, act=act)
+        g = form.backward(y - target, cache)              # dL/dy for L = |y - target|^2 / 2
+        p = {k: v - eta * (g[k] + (weight_decay * v if k in "QK" else 0)) for k, v in p.items()}
+    return c0, norm_difference(p["Q"], p["K"])
+
+
+@pytest.mark.parametrize("name, act, conserved", [
+    ("rank1_bilinear", "silu", True), ("gated_mlp", "relu", True), ("gated_mlp", "silu", False)])
+def test_norm_difference_under_small_steps(name, act, conserved):
+    # 5.2 and 5.3: where the symmetry holds, the drift of C_j over a time t is O(eta t):
+    # halving eta halves it; where it is broken, C_j moves by O(1) whatever eta.
+    drift = {}
+    for eta in (0.01, 0.005):
+        c0, ct = descend(name, act, eta, t=0.5)
+        drift[eta] = np.max(np.abs(ct - c0)) / np.max(np.abs(c0))
+    ratio = drift[0.005] / drift[0.01]
+    if conserved:        # measured: drift 1.1e-3, ratio 0.52 (rank-1); 2.7e-3, 0.43 (ReGLU)
+        assert drift[0.005] < 5e-3 and 0.35 < ratio < 0.65
+    else:                # measured: drift 3.5e-2, ratio 0.93 (SwiGLU): the limit is not 0
+        assert drift[0.005] > 2e-2 and 0.85 < ratio < 1.1
+
+
+def test_weight_decay_balances_norms():
+    # 5.2: with weight decay lambda, C_j(t) = C_j(0) exp(-2 lambda t) under gradient flow;
+    # gradient descent approaches it at first order in eta.
+    lam, t = 1.0, 0.5
+    error = {}
+    for eta in (0.01, 0.005):
+        c0, ct = descend("rank1_bilinear", "silu", eta, t, weight_decay=lam)
+        error[eta] = np.max(np.abs(ct - c0 * math.exp(-2 * lam * t))) / np.max(np.abs(c0))
+    assert error[0.01] < 5e-3 and 0.4 < error[0.005] / error[0.01] < 0.6   # 4.1e-3, 0.50
+    assert math.exp(-2 * lam * t) < 0.5                   # far from "no change"
+
+
+def one_step(name, act, eta):
+    """(C_j before, C_j after, r_j, ||dq_j||^2 - ||dk_j||^2, scale) for one step of size eta."""
+    x, p, dy = draw(name)
+    _, g = run(name, x, p, dy, act)
+    before = norm_difference(p["Q"], p["K"])
+    after = norm_difference(p["Q"] - eta * g["Q"], p["K"] - eta * g["K"])
+    residual = inner(p["Q"], g["Q"]) - inner(p["K"], g["K"])
+    scale = np.max(inner(p["Q"], p["Q"]) + inner(p["K"], p["K"]))
+    return before, after, residual, norm_difference(g["Q"], g["K"]), scale
+
+
+@pytest.mark.parametrize("name, act", [("rank1_bilinear", a) for a in ACTS]
+                         + [("gated_mlp", "identity"), ("gated_mlp", "relu"), ("rank_r_bilinear", "silu")])
+def test_one_step_changes_norm_difference_at_second_order(name, act):
+    # 5.3: where the symmetry holds, one step changes C_j by exactly eta^2 (||dq||^2 - ||dk||^2).
+    eta = 0.1
+    before, after, _, grad_difference, scale = one_step(name, act, eta)
+    assert np.max(np.abs(grad_difference)) > 1e-4                     # not trivially 0
+    # C_j is a difference of two sums of squares of size `scale`: rounding ~ 1e-16 scale.
+    assert np.max(np.abs(after - before - eta ** 2 * grad_difference)) < 1e-14 * scale
+
+
+def test_gated_silu_norm_difference_moves_at_first_order():
+    # 5.3: SwiGLU: the change is -2 eta r_j + eta^2 (...), and -2 eta r_j dominates.
+    for eta in (1e-2, 1e-3):
+        before, after, residual, grad_difference, scale = one_step("gated_mlp", "silu", eta)
+        exact = -2 * eta * residual + eta ** 2 * grad_difference
+        assert np.max(np.abs(after - before - exact)) < 1e-14 * scale
+        assert np.min(np.abs(residual)) > 1e-3 * scale                 # r_j != 0 for every unit
+    assert np.max(np.abs((after - before) / (-2 * eta * residual) - 1)) < 0.05
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("name", ["rank1_bilinear", "double_gated_mlp", "gated_mlp"])
+def test_tied_factors(name, act):
+    # 5.5: at Q = K, dQ = dK for the exchange-symmetric forms (every sigma) and for the
+    # gated MLP with identity or ReLU (E = 0); otherwise dQ - dK = (dh * E(a))^T X != 0.
+    x, p, dy = draw(name)
+    p["K"] = p["Q"].copy()
+    _, g = run(name, x, p, dy, act)
+    stays_tied = name != "gated_mlp" or act in ("identity", "relu")
+    if stays_tied:
+        assert bn.rel_error(g["Q"], g["K"]) < 1e-15       # the same arithmetic on equal numbers
+    else:
+        assert bn.rel_error(g["Q"], g["K"]) > 1e-3
+    if name == "gated_mlp":
+        a, dh = x @ p["Q"].T, dy @ p["V"].T
+        f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+        assert bn.rel_error(g["Q"] - g["K"], (dh * (a * df(a) - f(a))).T @ x) < TOL
+
+
+def mse_step(name, params, x, target, act):
+    """Gradients of L = |y - target|^2 / 2 for formulation `name`, and its output y."""
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, **params, act=act)
+    return y, form.backward(y - target, cache)
+
+
+def test_tied_reglu_step_is_a_squared_relu_step():
+    # 5.6: a ReGLU with K = Q and step eta is the squared-ReLU MLP relu(x Q^T)^2 V trained
+    # with step eta / 2 on its keys Q and eta on its values V.
+    x, p, target = draw("gated_mlp", n=8)
+    squared_relu = bn.Activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
+                                 lambda z: 2 * np.maximum(z, 0), linear=False,
+                                 positively_homogeneous=False, kink=True)
+    eta = 0.05
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}     # ReGLU with K = Q
+    squared = {"K": p["Q"], "V": p["V"]}                       # keys Q, values V
+    halved = dict(squared)                                     # step eta / 2 on both
+    for _ in range(5):
+        y, g = mse_step("gated_mlp", tied, x, target, "relu")
+        y_sq, g_sq = mse_step("mlp", squared, x, target, squared_relu)
+        assert bn.rel_error(y, y_sq) < TOL                               # one function
+        assert bn.rel_error(g["Q"] + g["K"], g_sq["K"]) < TOL            # two paths (R4)
+        tied = {k: v - eta * g[k] for k, v in tied.items()}
+        squared = {"K": squared["K"] - eta / 2 * g_sq["K"], "V": squared["V"] - eta * g_sq["V"]}
+        _, g_h = mse_step("mlp", halved, x, target, squared_relu)
+        halved = {k: v - eta / 2 * g_h[k] for k, v in halved.items()}
+    assert np.array_equal(tied["Q"], tied["K"])                          # still tied
+    assert bn.rel_error(tied["Q"], squared["K"]) < TOL and bn.rel_error(tied["V"], squared["V"]) < TOL
+    # Control: step eta / 2 on the values too is another trajectory.
+    assert bn.rel_error(tied["V"], halved["V"]) > 1e-3
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_static_query_with_biases(act):
+    # 5.7: x~ = (1, x), q~_j = e_0, k~_j = (beta_j, k_j): rank-1 = key-value MLP with biases.
+    # Gated: a static gate gives sigma(1) (x . k_j + beta_j), a linear layer; a static
+    # linear factor with the gate (beta_j, q_j) gives sigma(x . q_j + beta_j).
+    x, p, _ = draw("gated_mlp")
+    beta = np.random.default_rng(3).standard_normal(3)
+    f = bn.ACTIVATIONS[act].f
+    x1 = np.concatenate([np.ones((5, 1)), x], axis=1)          # (N, d + 1)
+    e0 = np.zeros((3, 5))
+    e0[:, 0] = 1.0                                             # q~_j = e_0
+    K1 = np.concatenate([beta[:, None], p["K"]], axis=1)       # k~_j = (beta_j, k_j)
+    Q1 = np.concatenate([beta[:, None], p["Q"]], axis=1)
+    kv_mlp = f(x @ p["K"].T + beta) @ p["V"]
+    assert bn.rel_error(bn.rank1_bilinear_forward(x1, e0, K1, p["V"], act)[0], kv_mlp) < TOL
+    linear = f(np.ones(1))[0] * (x @ p["K"].T + beta) @ p["V"]
+    assert bn.rel_error(bn.gated_mlp_forward(x1, e0, K1, p["V"], act)[0], linear) < TOL
+    gate_as_keys = f(x @ p["Q"].T + beta) @ p["V"]
+    assert bn.rel_error(bn.gated_mlp_forward(x1, Q1, e0, p["V"], act)[0], gate_as_keys) < TOL
+
+
+# ----- 6. Higher rank --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, act, holds", [("rank_r_bilinear", a, True) for a in ACTS]
+                         + [("gated_rank_r", "identity", True), ("gated_rank_r", "silu", False)])
+def test_rank_r_matrix_conservation(name, act, holds):
+    # 6.1: Q_j^T dQ_j = dK_j^T K_j (r x r) wherever the whole GL(r) group is a symmetry.
+    x, p, dy = draw(name, d=5, r=3)
+    _, g = run(name, x, p, dy, act)
+    lhs = np.einsum("jdr,jds->jrs", p["Q"], g["Q"])           # Q_j^T dQ_j
+    rhs = np.einsum("jdr,jds->jrs", g["K"], p["K"])           # dK_j^T K_j
+    assert (bn.rel_error(lhs, rhs) < TOL) is holds
+    if not holds:
+        assert bn.rel_error(lhs, rhs) > 1e-3
+
+
+@pytest.mark.parametrize("d, r", [(6, 1), (6, 2), (5, 2), (6, 3), (4, 3)])
+def test_identifiable_numbers_of_a_rank_r_unit(d, r):
+    # 6.1: the scores of one unit, as x varies, determine k d - k (k - 1) / 2 numbers,
+    # k = min(2r, d): the rank of the Jacobian of s(x_1), ..., s(x_N) in (Q_j, K_j).
+    rng = np.random.default_rng(0)
+    Q, K = rng.standard_normal((1, d, r)), rng.standard_normal((1, d, r))
+    rows = []
+    for x_n in rng.standard_normal((3 * d * r, d)):
+        _, cache = bn.rank_r_bilinear_forward(x_n, Q, K, np.ones((1, 1)), "identity")
+        g = bn.rank_r_bilinear_backward(np.ones(1), cache)     # ds(x_n) / d(Q, K)
+        rows.append(np.concatenate([g["Q"].ravel(), g["K"].ravel()]))
+    k = min(2 * r, d)
+    rank = np.linalg.matrix_rank(np.array(rows))
+    assert rank == k * d - k * (k - 1) // 2
+    assert rank <= 2 * d * r - r * r and bool(rank < 2 * d * r - r * r) is (r > 1)
+
+
+def test_truncated_eigen_factors_bound_the_scores():
+    # 6.3: the first r eigen-factors, used as a rank-r unit, miss each score by at most
+    # |lambda_{r+1}| ||x||^2, with equality along the dropped eigenvector u_{r+1}.
+    x, p, _ = draw("bilinear", n=50, d=5)
+    Q, K, lam = bn.eigen_factors(p["A"])
+    scores = np.eye(3)                                      # V = I: y holds the m scores
+    s = bn.bilinear_forward(x, p["A"], scores, "identity")[0]
+    for r in range(1, 5):
+        Qr, Kr = Q[:, :, :r].copy(), K[:, :, :r].copy()
+        s_r = bn.rank_r_bilinear_forward(x, Qr, Kr, scores, "identity")[0]
+        bound = np.abs(lam[:, r]) * np.sum(x * x, axis=1)[:, None]     # (N, m)
+        assert np.all(np.abs(s - s_r) <= bound * (1 + 1e-12) + 1e-14)
+        for j in range(3):
+            u = K[j, :, r]                                  # unit j's u_{r+1}, |u| = 1
+            gap = (bn.bilinear_forward(u, p["A"], scores, "identity")[0]
+                   - bn.rank_r_bilinear_forward(u, Qr, Kr, scores, "identity")[0])[j]
+            assert gap == pytest.approx(lam[j, r], rel=1e-12, abs=1e-14)
+
+
+def test_eigenvalues_of_a_symmetrized_rank1_product():
+    # 6.4: (q^T k + k^T q) / 2 has eigenvalues (q.k +- |q||k|) / 2, all others 0, with
+    # eigenvectors q^ + k^ and q^ - k^.
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        q, k = rng.standard_normal(5), rng.standard_normal(5)
+        S = 0.5 * (np.outer(q, k) + np.outer(k, q))
+        nq, nk = np.linalg.norm(q), np.linalg.norm(k)
+        expected = np.sort([(q @ k - nq * nk) / 2, 0, 0, 0, (q @ k + nq * nk) / 2])
+        assert np.max(np.abs(np.linalg.eigvalsh(S) - expected)) < 1e-14 * nq * nk
+        for sign in (1, -1):
+            w = q / nq + sign * k / nk
+            assert bn.rel_error(w @ S, (q @ k + sign * nq * nk) / 2 * w) < TOL
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_difference_of_squares_is_one_rank1_unit(act):
+    # 6.4: x_1^2 - x_2^2 = (x . (e1 + e2)) (x . (e1 - e2)): one rank-1 unit, while the
+    # Eckart-Young rank-1 truncation of diag(1, -1, 0, 0) misses by |lambda_2| = 1.
+    x = np.random.default_rng(0).standard_normal((6, 4))
+    V = np.array([[0.7, -1.3]])
+    q, k = np.array([[1.0, 1, 0, 0]]), np.array([[1.0, -1, 0, 0]])
+    A = np.diag([1.0, -1, 0, 0])[None]
+    assert bn.rel_error(bn.rank1_bilinear_forward(x, q, k, V, act)[0],
+                        bn.bilinear_forward(x, A, V, act)[0]) < TOL
+    Q, K, _ = bn.eigen_factors(A)
+    basis = np.eye(4)[:2]                                          # x = e1, e2
+    full = bn.bilinear_forward(basis, A, np.ones((1, 1)), "identity")[0]
+    truncated = bn.rank_r_bilinear_forward(basis, Q[:, :, :1].copy(), K[:, :, :1].copy(),
+                                           np.ones((1, 1)), "identity")[0]
+    assert np.max(np.abs(full - truncated)) == pytest.approx(1.0, abs=1e-15)
+
+
+def test_best_rank1_score_keeps_both_signs():
+    # 6.4: the best rank-1 score of a symmetric S keeps its largest and its most negative
+    # eigenvalue; it beats the Eckart-Young truncation and every random rank-1 unit.
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((6, 6))
+    S = (B + B.T) / 2
+    lam, U = np.linalg.eigh(S)                                     # increasing
+    assert lam[0] < 0 < lam[-1]
+    u, w = U[:, -1], U[:, 0]
+    q = math.sqrt(lam[-1]) * u + math.sqrt(-lam[0]) * w
+    k = math.sqrt(lam[-1]) * u - math.sqrt(-lam[0]) * w
+    best = (np.outer(q, k) + np.outer(k, q)) / 2
+    assert bn.rel_error(best, lam[-1] * np.outer(u, u) + lam[0] * np.outer(w, w)) < TOL
+    error_best = np.linalg.norm(S - best)
+    assert error_best ** 2 == pytest.approx(np.sum(lam[1:-1] ** 2), rel=1e-12)
+    top = np.argmax(np.abs(lam))
+    eckart_young = lam[top] * np.outer(U[:, top], U[:, top])
+    assert error_best < np.linalg.norm(S - eckart_young)
+    for _ in range(2000):
+        q, k = rng.standard_normal(6), rng.standard_normal(6)
+        assert np.linalg.norm(S - (np.outer(q, k) + np.outer(k, q)) / 2) >= error_best
+
+
+# ----- 7. Checking derivatives numerically ------------------------------------------------
+
+
+def test_gradcheck_redraws_near_the_kink_and_no_probe_crosses_it(monkeypatch):
+    # 7.6: a draw with a pre-activation within 1e-3 of ReLU's kink is rejected; in the
+    # accepted draw every probe leaves the sign of every pre-activation unchanged.
+    form = bn.FORMULATIONS["mlp"]
+    seen = []
+
+    def recording_forward(x, **kwargs):
+        y, cache = form.forward(x, **kwargs)
+        seen.append(cache["z"].copy())
+        return y, cache
+
+    monkeypatch.setitem(bn.FORMULATIONS, "mlp",
+                        bn.Formulation(**{**form.__dict__, "forward": recording_forward}))
+    report = bn.gradcheck("mlp", "relu", x_shape=(20, 4), m=10, d_out=2, seed=0)
+    assert report.passed and report.draws > 1
+    draws, probes = seen[:report.draws], seen[report.draws:]
+    assert all(np.min(np.abs(z)) <= 1e-3 for z in draws[:-1])
+    accepted = draws[-1]
+    assert np.min(np.abs(accepted)) > 1e-3
+    assert len(probes) == 2 * (20 * 4 + 10 * 4 + 10 * 2)          # two probes per entry
+    assert all(np.array_equal(np.sign(z), np.sign(accepted)) for z in probes)
+    assert max(np.max(np.abs(z - accepted)) for z in probes) < 1e-5   # moves ~1e-6
+
+
+def test_central_difference_at_the_kink_is_one_half_for_every_step():
+    # 7.6: at z = 0 the quotient is 1/2 for every h, relu'(0) is taken as 0; within h of
+    # the kink it averages the two slopes.
+    relu = bn.ACTIVATIONS["relu"]
+    for h in (1e-2, 1e-4, 1e-6, 1e-8):
+        assert bn.numerical_gradient(relu.f, np.zeros(1), np.ones(1), h=h)[0] == 0.5
+    assert relu.df(np.zeros(1))[0] == 0.0
+    near = bn.numerical_gradient(relu.f, np.array([0.5e-6]), np.ones(1), h=1e-6)[0]
+    assert near == pytest.approx(0.75, rel=1e-9)          # (1.5e-6 - 0) / 2e-6
+
+
+def test_tensorwise_rel_error_ignores_rounding_of_a_near_zero_element():
+    # 7.7: dV[0, 0] of a gated MLP made ~1e-17 on purpose (dy's column 0 orthogonal to
+    # h's column 0). Its numerical estimate is rounding (measured 5.6e-11), so its own
+    # ratio |a - b| / (|a| + |b|) is about 1, while the tensor-wise rel_error passes.
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 4))
+    p = bn.FORMULATIONS["gated_mlp"].init(rng, 4, 3, 2)
+    y, cache = bn.gated_mlp_forward(x, **p, act="silu")
+    h = cache["h"]
+    dy = rng.standard_normal(y.shape)
+    dy[:, 0] -= h[:, 0] * (h[:, 0] @ dy[:, 0]) / (h[:, 0] @ h[:, 0])
+    analytic = bn.gated_mlp_backward(dy, cache)["V"]
+    numeric = bn.numerical_gradient(
+        lambda V: bn.gated_mlp_forward(x, p["Q"], p["K"], V, "silu")[0], p["V"], dy)
+    a, b = analytic[0, 0], numeric[0, 0]
+    assert abs(a) < 1e-15 and abs(a - b) < 1e-9           # zero by construction; rounding
+    assert abs(a - b) / (abs(a) + abs(b)) > 0.99          # the elementwise ratio: "wrong"
+    assert bn.rel_error(analytic, numeric) < 1e-9         # the tensor-wise one: right
+    assert np.max(np.abs(analytic)) > 0.1                 # the tensor's scale
