@@ -252,3 +252,21 @@ def test_checks_catch_bad_text(tmp_path):
     doc = "### 2.1 Key: `mlp`\n\nno test here\n\n### 2.2 `other`\n\n`tests/test_a.py::test_b`\n"
     assert not citations(section_naming(doc, "mlp")[0])
     assert citations(section_naming(doc, "other")[0])
+
+
+def test_function_index_names_real_functions_and_sections():
+    # The table near the top: every name exists in bilinear_numpy, every section exists,
+    # and every formulation's forward and backward pass is listed.
+    body = DOC.split("**Where each function of `bilinear_numpy.py` is worked out**", 1)[1]
+    rows = [line for line in body.split("\n\n")[1].splitlines() if line.startswith("| `")]
+    numbers = {m.group(1) for m in re.finditer(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", DOC, re.M)}
+    listed = set()
+    for row in rows:
+        names_cell, sections_cell = row.strip("|").rsplit("|", 1)
+        names = re.findall(r"`(\w+)`", names_cell)
+        assert names and all(hasattr(bn, n) for n in names), row
+        listed.update(names)
+        cited = re.findall(r"\d+\.\d+", sections_cell)
+        assert cited and all(n in numbers for n in cited), row
+    for name, form in bn.FORMULATIONS.items():
+        assert {form.forward.__name__, form.backward.__name__} <= listed, name
