@@ -558,6 +558,33 @@ def test_rank_r_matrix_conservation(name, act, holds):
         assert bn.rel_error(lhs, rhs) > 1e-3
 
 
+def mix_terms(params, M):
+    """(Q_j M_j, K_j M_j^-T) for one r x r matrix M_j per unit: M has shape (m, r, r)."""
+    return params | {"Q": params["Q"] @ M, "K": params["K"] @ np.linalg.inv(M).transpose(0, 2, 1)}
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_mixing_the_terms_of_a_unit(act):
+    # 6.1: (Q_j, K_j) -> (Q_j M, K_j M^-T) keeps the rank-r bilinear unit for every sigma.
+    # 6.5: the gated rank-r unit keeps it for a permutation M (every sigma), a positive
+    # diagonal M (positively homogeneous sigma), a general M (linear sigma) only.
+    rng = np.random.default_rng(5)
+    general = np.eye(3) + 0.4 * rng.standard_normal((3, 3, 3))          # one M per unit
+    assert np.max(np.linalg.cond(general)) < 100
+    diagonal = np.stack([np.diag(rng.uniform(0.5, 2.0, 3)) for _ in range(3)])
+    permutation = np.stack([np.eye(3)[[1, 2, 0]]] * 3)
+    homogeneous = bn.ACTIVATIONS[act].positively_homogeneous
+    for name, M, kept in [("rank_r_bilinear", general, True),
+                          ("gated_rank_r", permutation, True),
+                          ("gated_rank_r", diagonal, homogeneous),
+                          ("gated_rank_r", general, act == "identity")]:
+        x, p, _ = draw(name, r=3)
+        form = bn.FORMULATIONS[name]
+        y = form.forward(x, **p, act=act)[0]
+        deviation = bn.rel_error(y, form.forward(x, **mix_terms(p, M), act=act)[0])
+        assert (deviation < TOL) is kept and (kept or deviation > 1e-3), (name, deviation)
+
+
 @pytest.mark.parametrize("d, r", [(6, 1), (6, 2), (5, 2), (6, 3), (4, 3)])
 def test_identifiable_numbers_of_a_rank_r_unit(d, r):
     # 6.1: the scores of one unit, as x varies, determine k d - k (k - 1) / 2 numbers,
