@@ -131,7 +131,7 @@ def test_docstring_section_references_exist():
         if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             continue
         doc = ast.get_docstring(node) or ""
-        for m in re.finditer(r"derivations\.md,\s+sections?\s+([\d.\-, and]+)", doc):
+        for m in re.finditer(r"derivations\.md,\s+sections?\s+([\d.\-,\sandto]+)", doc):
             for number in re.findall(r"\d+(?:\.\d+)?", m.group(1)):
                 refs += 1
                 assert number.rstrip(".") in numbers, f"{node.name}: no section {number}"
