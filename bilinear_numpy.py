@@ -11,9 +11,13 @@ Attention" (arXiv 2606.22172). Read it top to bottom:
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, the conservation identity,
                         each returning measured numbers.
-5. Command line         `python bilinear_numpy.py` prints the verification report.
+5. Training substrate   cross-entropy and squared error, embedding, RMSNorm, Adam, a
+                        one-block model around any formulation, parameter matching.
+6. Command line         `python bilinear_numpy.py` prints the verification report, then
+                        runs both training experiments in their --quick form.
                         `python bilinear_numpy.py figures` draws the results
-                        (experiments/figures.py).
+                        (experiments/figures.py); `train` runs the training
+                        experiments (experiments/train.py).
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r));
@@ -25,9 +29,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
+
+if __name__ == "__main__":
+    # Run as a script: one BLAS thread, set before NumPy loads its BLAS. Our matrices are
+    # small, so threads cost more than they save, and on a busy machine threads that wait
+    # for each other spin: measured 8-15x slower training on 2 shared cores.
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "VECLIB_MAXIMUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 import numpy as np
 
@@ -1508,7 +1521,335 @@ def conservation_table(seed=0):
 
 
 # =============================================================================
-# 5. The command line
+# 5. Training substrate: losses, embedding, RMSNorm, Adam, a one-block model
+# =============================================================================
+# The same conventions as the formulations: forward returns (out, cache), backward
+# takes (upstream gradient, cache); shapes checked at entry; dtype kept; nothing is
+# modified in place. The experiments (experiments/train.py) are built from these.
+
+
+def _check_positive(**sizes):
+    for name, size in sizes.items():
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {size!r}")
+
+
+def _check_ids(name, ids, n_rows):
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected an integer array, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= n_rows):
+        raise ValueError(f"{name}: expected ids in [0, {n_rows}), got [{ids.min()}, {ids.max()}]")
+    return ids
+
+
+def cross_entropy_forward(logits, targets):
+    """Mean softmax cross-entropy in nats: L = mean_n (logsumexp(z_n) - z_n[t_n]).
+
+    Stable: log p = (z - max z) - log sum exp(z - max z); every exponent is <= 0, so
+    nothing overflows, and a logit far below the maximum underflows harmlessly to p = 0.
+
+    Args:
+        logits: (N, C) float32 or float64, z; targets: (N,) integers in [0, C).
+    Returns:
+        loss: float; cache for cross_entropy_backward (holds the probabilities p).
+    Raises:
+        ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
+    Source: CS231n softmax_loss; Goodfellow et al., Deep Learning, section 6.2.2.
+    """
+    z = _nd("logits", logits, "(N, C)")
+    t = _check_ids("targets", targets, z.shape[1])
+    _check_shape("targets", t, (z.shape[0],), "(N,)")
+    if len(t) == 0:
+        raise ValueError("logits: expected at least one row, got shape (0, C)")
+    shifted = z - z.max(axis=1, keepdims=True)                          # (N, C), <= 0
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (N, C)
+    loss = -float(np.mean(log_p[np.arange(len(t)), t]))
+    return loss, {"p": np.exp(log_p), "t": t.copy()}
+
+
+def cross_entropy_backward(dloss, cache):
+    """Backward of cross_entropy_forward: dz = dloss (p - onehot(t)) / N.
+
+    Args:
+        dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
+        cache: from cross_entropy_forward.
+    Returns:
+        dlogits: (N, C), the logits' dtype.
+    Source: CS231n softmax_loss.
+    """
+    p, t = cache["p"], cache["t"]
+    dz = p.copy()                                 # (N, C)
+    dz[np.arange(len(t)), t] -= 1                 # p - onehot(t)
+    return dz * (dloss / len(t))
+
+
+def mse_forward(pred, target):
+    """Mean squared error over every entry: L = mean((pred - target)^2).
+
+    Args:
+        pred, target: arrays of one shape and one float dtype.
+    Returns:
+        loss: float; cache for mse_backward.
+    Raises:
+        ValueError if the shapes differ; TypeError on a non-float or mixed dtype.
+    Source: the squared-error loss of regression.
+    """
+    pred, target = _as_float("pred", pred), _as_float("target", target)
+    _check_shape("target", target, pred.shape, "pred's shape")
+    if pred.dtype != target.dtype:
+        raise TypeError(f"target: expected dtype {pred.dtype} (pred's), got {target.dtype}")
+    diff = pred - target                          # a new array: the inputs stay untouched
+    return float(np.mean(diff * diff)), {"diff": diff}
+
+
+def mse_backward(dloss, cache):
+    """Backward of mse_forward: dpred = dloss * 2 (pred - target) / size.
+
+    Args: dloss: float; cache: from mse_forward. Returns: dpred, pred's shape and dtype.
+    """
+    diff = cache["diff"]
+    return diff * (2.0 * dloss / diff.size)
+
+
+def embedding_forward(ids, E):
+    """Embedding lookup: out[..., :] = E[ids[...], :].
+
+    Args:
+        ids: integer array of any shape (...), entries in [0, vocab);
+        E: (vocab, e) float32 or float64, one row per token.
+    Returns:
+        out: (..., e), E's dtype; cache for embedding_backward.
+    Raises:
+        TypeError if ids are not integers or E is not float; ValueError for an id
+        outside [0, vocab) or an E that is not 2-D.
+    Source: CS231n word_embedding_forward.
+    """
+    E = _nd("E", E, "(vocab, e)")
+    ids = _check_ids("ids", ids, E.shape[0])
+    return E[ids], {"ids": ids.copy(), "E_shape": E.shape, "dtype": E.dtype}
+
+
+def embedding_backward(dout, cache):
+    """Backward of embedding_forward: dE[v] = sum of dout over the positions where ids == v.
+
+    Args: dout: (..., e), upstream gradient; cache: from embedding_forward.
+    Returns: dE: (vocab, e), E's dtype.
+    Raises: ValueError if dout's shape is not ids.shape + (e,).
+    Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
+    """
+    ids, (vocab, e) = cache["ids"], cache["E_shape"]
+    _check_shape("dout", np.asarray(dout), ids.shape + (e,), "ids.shape + (e,)")
+    dE = np.zeros((vocab, e), dtype=cache["dtype"])
+    np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
+    return dE
+
+
+def rmsnorm_forward(x, g, eps=1e-6):
+    """RMSNorm: y = g * x / rms(x), rms(x) = sqrt(mean_i x_i^2 + eps), over the last axis.
+
+    Args:
+        x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
+    Returns:
+        y: (N, d), x's dtype; cache for rmsnorm_backward.
+    Raises:
+        ValueError on a shape mismatch; TypeError on dtype.
+    Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
+    """
+    x = _nd("x", x, "(N, d)")
+    x, p = _prepare(x, {"g": g}, {"g": ((x.shape[1],), "(d,)")})
+    rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
+    xhat = x / rms                                                 # (N, d)
+    return xhat * p["g"], {"xhat": xhat, "rms": rms, "g": p["g"]}
+
+
+def rmsnorm_backward(dy, cache):
+    """Backward of rmsnorm_forward.
+
+    dg = sum_n dy * xhat;  dx = (dxhat - xhat * mean_i(dxhat * xhat)) / rms, dxhat = dy * g.
+
+    Args: dy: (N, d); cache: from rmsnorm_forward.
+    Returns: {"x": dx (N, d), "g": dg (d,)}.
+    Raises: ValueError if dy's shape differs from x's.
+    Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
+    """
+    xhat, rms, g = cache["xhat"], cache["rms"], cache["g"]
+    _check_shape("dy", np.asarray(dy), xhat.shape, "(N, d)")
+    dxhat = dy * g                                                 # (N, d)
+    dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
+    return {"x": dx, "g": np.sum(dy * xhat, axis=0)}
+
+
+def adam_init(params):
+    """Adam's state for a dict of parameters: step t = 0, zero first and second moments."""
+    return {"t": 0, "m": {k: np.zeros_like(v) for k, v in params.items()},
+            "v": {k: np.zeros_like(v) for k, v in params.items()}}
+
+
+def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+    """One Adam step, returning new parameters and a new state (nothing updated in place).
+
+        m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+        p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    Args:
+        params, grads: dicts name -> array with the same keys and shapes;
+        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0.
+    Returns:
+        (new_params, new_state).
+    Raises:
+        ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
+        whose keys or shapes differ from the parameters'.
+    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
+    """
+    if not lr > 0 or not eps > 0:
+        raise ValueError(f"lr and eps: expected positive numbers, got lr={lr}, eps={eps}")
+    if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
+        raise ValueError(f"beta1, beta2: expected values in [0, 1), got {beta1}, {beta2}")
+    if set(grads) != set(params):
+        raise ValueError(f"grads: expected keys {sorted(params)}, got {sorted(grads)}")
+    t = state["t"] + 1
+    new_params, m, v = {}, {}, {}
+    for k, p in params.items():
+        _check_shape(f"grads[{k!r}]", np.asarray(grads[k]), p.shape, f"params[{k!r}].shape")
+        m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
+        v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
+        step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
+        new_params[k] = (p - lr * step).astype(p.dtype, copy=False)
+    return new_params, {"t": t, "m": m, "v": v}
+
+
+def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dtype=np.float64):
+    """Parameters of the one-block model of model_forward.
+
+    Names: "E" (vocab, e) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
+    RMSNorm gain; the FFN's parameters as "ffn.<name>" (formulation's init, d_out = d);
+    "W_out" (d, d_out), "b_out" (d_out,).
+
+    Args:
+        rng: np.random.Generator; formulation: key of FORMULATIONS;
+        d_in: width of the input features (for token ids: context * e);
+        d: model width; m: memory units of the FFN; d_out: output width; r: rank;
+        vocab, e: vocabulary size and embedding width, for inputs that are token ids;
+        dtype: float32 or float64.
+    Returns:
+        dict name -> array of `dtype`.
+    Raises:
+        ValueError for an unknown formulation, a non-positive size, or d_in not a
+        multiple of e.
+    Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
+    """
+    form = get_formulation(formulation)
+    _check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
+    params = {}
+    if vocab is not None:
+        _check_positive(vocab=vocab, e=e)
+        if d_in % e:
+            raise ValueError(f"d_in: expected a multiple of e = {e} (context * e), got {d_in}")
+        params["E"] = rng.standard_normal((vocab, e))
+    params["W_in"] = rng.standard_normal((d_in, d)) / math.sqrt(d_in)
+    params["b_in"] = np.zeros(d)
+    params["g"] = np.ones(d)
+    for name, value in form.init(rng, d, m, d, r).items():
+        params["ffn." + name] = value
+    params["W_out"] = rng.standard_normal((d, d_out)) / math.sqrt(d)
+    params["b_out"] = np.zeros(d_out)
+    return {k: v.astype(dtype) for k, v in params.items()}
+
+
+def model_forward(inputs, params, formulation, act):
+    """The one-block model: input map -> h + FFN(RMSNorm(h)) -> output map.
+
+        X = inputs, or the concatenated embeddings [E[i_1], ..., E[i_k]] of token ids;
+        h = X W_in + b_in;  u = RMSNorm(h);  h' = h + FFN(u);  out = h' W_out + b_out.
+
+    Args:
+        inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
+        params: from model_init; formulation: key of FORMULATIONS; act: activation name.
+    Returns:
+        out: (N, d_out), the parameters' dtype (logits or predictions); cache.
+    Raises:
+        ValueError for unknown names or mismatched shapes; TypeError on dtype.
+    Source: the FFN is paper eqs. (1)-(6); the block is pre-norm (Xiong et al. 2020).
+    """
+    form = get_formulation(formulation)
+    W_in = _nd("W_in", params["W_in"], "(d_in, d)")
+    for name, value in params.items():
+        if _as_float(name, value).dtype != W_in.dtype:
+            raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
+    if "E" in params:
+        emb, emb_cache = embedding_forward(inputs, params["E"])    # (N, k, e)
+        X = emb.reshape(len(emb), -1)                              # (N, k e) concatenated
+    else:
+        X, emb_cache = _nd("inputs", inputs, "(N, d_in)"), None
+        if X.dtype != W_in.dtype:
+            raise TypeError(f"inputs: expected dtype {W_in.dtype} (the model's), got {X.dtype}")
+    _check_shape("inputs (as features)", X, (len(X), W_in.shape[0]), "(N, d_in)")
+    h = X @ W_in + params["b_in"]                                  # (N, d)
+    u, norm_cache = rmsnorm_forward(h, params["g"])                # (N, d)
+    ffn = {n: params["ffn." + n] for n in form.param_names}
+    f, ffn_cache = form.forward(u, **ffn, act=act)                 # (N, d)
+    h2 = h + f                                                     # (N, d) residual
+    out = h2 @ params["W_out"] + params["b_out"]                   # (N, d_out)
+    return out, {"form": form, "X": X, "emb": emb_cache, "norm": norm_cache,
+                 "ffn": ffn_cache, "h2": h2, "W_in": W_in, "W_out": params["W_out"]}
+
+
+def model_backward(dout, cache):
+    """Backward of model_forward.
+
+    Args: dout: (N, d_out), upstream gradient (e.g. from cross_entropy_backward);
+        cache: from model_forward.
+    Returns: dict of gradients with the keys of the parameters.
+    Raises: ValueError if dout's shape differs from the output's.
+    Source: the chain rule through each forward line, in reverse order.
+    """
+    W_out = cache["W_out"]
+    _check_shape("dout", np.asarray(dout), (len(cache["h2"]), W_out.shape[1]), "(N, d_out)")
+    grads = {"W_out": cache["h2"].T @ dout, "b_out": dout.sum(axis=0)}
+    dh2 = dout @ W_out.T                                           # (N, d)
+    g_ffn = cache["form"].backward(dh2, cache["ffn"])
+    grads |= {"ffn." + n: g_ffn[n] for n in cache["form"].param_names}
+    g_norm = rmsnorm_backward(g_ffn["x"], cache["norm"])
+    dh = dh2 + g_norm["x"]                                         # residual: both paths
+    grads |= {"g": g_norm["g"], "W_in": cache["X"].T @ dh, "b_in": dh.sum(axis=0)}
+    if cache["emb"] is not None:
+        dX = dh @ cache["W_in"].T                                  # (N, k e)
+        grads["E"] = embedding_backward(dX.reshape(cache["emb"]["ids"].shape + (-1,)),
+                                        cache["emb"])
+    return grads
+
+
+def match_units(formulation, budget, d, r=1, tol=0.02):
+    """The number of memory units m whose FFN (d -> d) has about `budget` parameters.
+
+    Every formulation's count is linear in m, n(m) = fixed + m * per_unit (for example
+    mlp 2 m d, gated_mlp 3 m d: Shazeer's 2/3 rule), so m = round((budget - fixed) / per_unit).
+
+    Args:
+        formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
+        tol: the relative mismatch allowed.
+    Returns:
+        int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
+    Raises:
+        ValueError for an unknown formulation, a non-positive budget or size, or a budget
+        that no m meets within tol (too small for this d and r).
+    Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
+    """
+    form = get_formulation(formulation)
+    _check_positive(budget=budget, d=d, r=r)
+    n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)
+    per_unit, fixed = n2 - n1, n1 - (n2 - n1)
+    m = max(1, round((budget - fixed) / per_unit))
+    n = form.n_params(d, m, d, r)
+    if abs(n - budget) > tol * budget:
+        raise ValueError(f"budget {budget}: the nearest {formulation} (d={d}, r={r}) has "
+                         f"m={m}, {n} parameters, more than {tol:.0%} away; raise the budget")
+    return m
+
+
+# =============================================================================
+# 6. The command line
 # =============================================================================
 
 
@@ -1589,6 +1930,31 @@ def _cmd_figures(args):
     return 0
 
 
+def _run_training(task, mode, **options):
+    # Bad input or missing data (e.g. no pydoc_data) stops with the message, not a traceback.
+    from experiments import train
+    try:
+        train.run_task(task, mode=mode, **options)
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_train(args):
+    return _run_training(args.task, args.mode, seeds=args.seeds, steps=args.steps,
+                         variants=args.variants.split(",") if args.variants else None,
+                         lr=args.lr, out=args.out, image=args.image)
+
+
+def _cmd_default(args):
+    """The main job: the verification report, then both experiments in their --quick form."""
+    status = _cmd_verify(args)
+    for task in ("text", "image"):
+        status = max(status, _run_training(task, "quick"))
+    return status
+
+
 def build_parser():
     """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
 
@@ -1598,9 +1964,10 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="bilinear_numpy.py",
         description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
-                    "With no subcommand, runs `verify`.")
+                    "With no subcommand, runs `verify`, then `train text --quick` and "
+                    "`train image --quick`.")
     parser.add_argument("--seed", type=int, default=0, help="seed of verify's random draws")
-    parser.set_defaults(func=_cmd_verify)
+    parser.set_defaults(func=_cmd_default)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
@@ -1615,6 +1982,25 @@ def build_parser():
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
     figs.set_defaults(func=_cmd_figures)
+
+    train = sub.add_parser("train", help="train every variant at equal parameter count on "
+                                         "real data: does breaking the symmetry help?")
+    train.add_argument("task", help="text (next character of Python's documentation) or "
+                                    "image (grace_hopper.jpg as (row, col) -> RGB)")
+    size = train.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="4 variants, short runs (under 30 s)")
+    size.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="every variant, 5 seeds, long runs (the README's table)")
+    train.add_argument("--seeds", type=int, help="number of seeds 0, 1, ... (default: the mode's)")
+    train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
+    train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")
+    train.add_argument("--variants", help="comma-separated variant names, or "
+                                          "formulation:activation[:r] (default: the mode's)")
+    train.add_argument("--out", help="output folder for results/ and figures/ (default: "
+                                     "the repository for --full, runs/<mode>/ otherwise)")
+    train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
+    train.set_defaults(func=_cmd_train, mode="default")
     return parser
 
 
