@@ -2,4 +2,9 @@
 
 Each module here is imported only inside the func of a subcommand of bilinear_numpy.py,
 so that `import bilinear_numpy` needs NumPy alone.
+
+    figures.py        the figures of the symmetries and their consequences (`figures`)
+    data.py           the two real data sets of `train`, shipped with the dependencies
+    train.py          `train`: the variants, the training loop, CSV and Markdown output
+    train_figures.py  learning curves and the grid of image reconstructions of `train`
 """

@@ -1,0 +1,155 @@
+"""Real data that ships with the project's own dependencies: nothing is downloaded.
+
+Text: the English text of Python's documentation topics, `pydoc_data.topics` (part of
+CPython's standard library; it backs `help("topics")`).
+Image: the photograph `grace_hopper.jpg` in matplotlib's sample data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+# ----- text -------------------------------------------------------------------
+
+
+def load_text_corpus() -> str:
+    """The documentation topics of this Python, joined in sorted key order.
+
+    Returns: str (about 465,000 characters on CPython 3.11).
+    Raises: RuntimeError naming the module if this Python build lacks pydoc_data.
+    """
+    try:
+        from pydoc_data import topics
+    except ImportError as exc:
+        raise RuntimeError(
+            "the text task reads the module pydoc_data (pydoc_data.topics, Python's "
+            "documentation topics, normally part of the standard library), but this "
+            f"Python build lacks it ({exc}); use a full CPython build") from exc
+    return "\n".join(topics.topics[key] for key in sorted(topics.topics))
+
+
+@dataclass(frozen=True)
+class TextData:
+    """A character-level data set: vocab (str, one character per id) and the
+    train / validation id sequences (1-D int64 arrays)."""
+
+    vocab: str
+    train: np.ndarray
+    val: np.ndarray
+
+
+def text_dataset(text: str, val_fraction: float = 0.1) -> TextData:
+    """Encode text as character ids and split it: the first (1 - val_fraction) of the
+    characters train, the rest validate (a fixed split, no shuffling).
+
+    Args: text: str; val_fraction: float in (0, 1).
+    Returns: TextData (the vocabulary covers both parts).
+    Raises: ValueError for an empty text or a fraction outside (0, 1).
+    """
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction: expected a number in (0, 1), got {val_fraction}")
+    if not text:
+        raise ValueError("text: expected a non-empty string")
+    vocab = "".join(sorted(set(text)))
+    index = {c: i for i, c in enumerate(vocab)}
+    ids = np.array([index[c] for c in text], dtype=np.int64)
+    split = int(len(ids) * (1 - val_fraction))
+    return TextData(vocab, ids[:split], ids[split:])
+
+
+def context_windows(ids: np.ndarray, positions: np.ndarray, k: int):
+    """Inputs and targets for next-character prediction.
+
+    Args:
+        ids: (T,) int array; positions: (n,) ints in [k, T); k: context length.
+    Returns:
+        X: (n, k) the k characters before each position; y: (n,) the character at it.
+    Raises: ValueError if a position has fewer than k characters before it.
+    """
+    positions = np.asarray(positions)
+    if positions.size and (positions.min() < k or positions.max() >= len(ids)):
+        raise ValueError(f"positions: expected values in [{k}, {len(ids)}), got "
+                         f"[{positions.min()}, {positions.max()}]")
+    X = ids[positions[:, None] - k + np.arange(k)]                 # (n, k)
+    return X, ids[positions]
+
+
+def unigram_bpc(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
+    """Cross-entropy in bits per character of the unigram model on val: each character
+    predicted by its frequency in train, add-one smoothed so that no probability is 0.
+
+    Returns: float, -mean(log2 p(c)) over the characters of val.
+    """
+    counts = np.bincount(train, minlength=vocab_size) + 1.0
+    p = counts / counts.sum()
+    return float(-np.mean(np.log2(p[val])))
+
+
+# ----- image ------------------------------------------------------------------
+
+
+def sample_image_path() -> Path:
+    """Path of matplotlib's sample photograph grace_hopper.jpg (600 x 512 pixels)."""
+    from matplotlib import cbook
+    return Path(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+
+
+def load_image(path=None, stride: int = 4) -> np.ndarray:
+    """An RGB image as floats in [0, 1], shrunk by averaging stride x stride blocks.
+
+    Args:
+        path: str or Path of an image file matplotlib can read (default: grace_hopper.jpg);
+        stride: positive int.
+    Returns:
+        (H // stride, W // stride, 3) float64 array in [0, 1].
+    Raises:
+        ValueError for a non-positive stride; RuntimeError naming the file if it cannot be
+        read or is not an RGB(A) image.
+    """
+    if not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride: expected a positive integer, got {stride!r}")
+    import matplotlib.image
+    path = Path(path) if path is not None else sample_image_path()
+    try:
+        img = np.asarray(matplotlib.image.imread(path))
+    except Exception as exc:   # Pillow and matplotlib raise several types for a bad file
+        raise RuntimeError(f"cannot read the image file {path}: {exc}") from exc
+    if img.ndim != 3 or img.shape[2] not in (3, 4):
+        raise RuntimeError(f"image file {path}: expected an RGB image, got array shape {img.shape}")
+    img = img[:, :, :3].astype(np.float64)
+    if img.max() > 1.0:                        # 8-bit files load as 0..255
+        img = img / 255.0
+    H, W = img.shape[0] // stride, img.shape[1] // stride
+    if H == 0 or W == 0:
+        raise ValueError(f"stride {stride} is larger than the image {img.shape[:2]}")
+    blocks = img[:H * stride, :W * stride].reshape(H, stride, W, stride, 3)
+    return blocks.mean(axis=(1, 3))                                # (H, W, 3)
+
+
+def pixel_coordinates(H: int, W: int) -> np.ndarray:
+    """(H * W, 2) coordinates (row, column) of the pixel centres, scaled to [0, 1], row-major."""
+    rows, cols = np.meshgrid((np.arange(H) + 0.5) / H, (np.arange(W) + 0.5) / W, indexing="ij")
+    return np.stack([rows.ravel(), cols.ravel()], axis=1)
+
+
+def fourier_features(coords: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Random Fourier features gamma(v) = [cos(2 pi v B), sin(2 pi v B)].
+
+    Args: coords: (N, 2) in [0, 1]; B: (2, F) frequencies (cycles per image side).
+    Returns: (N, 2F) float64.
+    Source: Tancik et al., Fourier Features Let Networks Learn High Frequency Functions
+    in Low Dimensional Domains, NeurIPS 2020.
+    """
+    angle = 2 * math.pi * coords @ B                               # (N, F)
+    return np.concatenate([np.cos(angle), np.sin(angle)], axis=1)  # (N, 2F)
+
+
+def psnr_db(pred: np.ndarray, target: np.ndarray) -> float:
+    """Peak signal-to-noise ratio for values in [0, 1]: 10 log10(1 / mean((pred - target)^2))."""
+    mse = float(np.mean((np.asarray(pred, dtype=np.float64) - target) ** 2))
+    return 10 * math.log10(1.0 / max(mse, 1e-20))

@@ -1,0 +1,384 @@
+"""Does breaking the symmetry help? Train every variant on real data, at equal size.
+
+`python bilinear_numpy.py train text|image [--quick|--full]` runs `run_task`: for every
+variant (a formulation with an activation, VARIANTS) and seed, it trains the one-block
+model of bilinear_numpy (input map -> h + FFN(RMSNorm(h)) -> output map) with Adam, the
+FFN's unit count m chosen so that every FFN has the same number of parameters
+(bilinear_numpy.match_units). Then it writes results/<task>.csv, prints a Markdown table
+of mean +- standard deviation over seeds beside the task's baseline, and saves the
+learning curves (and, for the image, the reconstructions) under figures/
+(experiments/train_figures.py).
+
+Tasks (TASKS): "text", next-character prediction on Python's documentation topics,
+scored in bits per character; "image", grace_hopper.jpg as a function (row, col) -> RGB
+of Fourier features, scored in PSNR (dB). Another task is a class with the same methods
+added to TASKS.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import bilinear_numpy as bn
+from experiments import data
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (formulation, activation, r). Every FFN gets the same parameter budget.
+VARIANTS = {
+    "mlp-relu": ("mlp", "relu", 1),              # key-value memory MLP
+    "mlp-gelu": ("mlp", "gelu", 1),
+    "mlp-silu": ("mlp", "silu", 1),
+    "rank1-identity": ("rank1_bilinear", "identity", 1),   # symmetric, = Bilinear GLU
+    "rank1-silu": ("rank1_bilinear", "silu", 1),           # symmetric, sigma on the score
+    "GLU": ("gated_mlp", "sigmoid", 1),          # gated: sigma on the query factor
+    "Bilinear": ("gated_mlp", "identity", 1),
+    "ReGLU": ("gated_mlp", "relu", 1),
+    "GEGLU": ("gated_mlp", "gelu", 1),
+    "SwiGLU": ("gated_mlp", "silu", 1),
+    "rank2-silu": ("rank_r_bilinear", "silu", 2),
+    "rank4-silu": ("rank_r_bilinear", "silu", 4),
+    "gated-rank2-silu": ("gated_rank_r", "silu", 2),
+}
+# --quick: the key-value memory, the symmetric rank-1 form, and two gated forms, one of
+# which (Bilinear) keeps both symmetries and one (SwiGLU) breaks them.
+QUICK_VARIANTS = ("mlp-relu", "rank1-silu", "Bilinear", "SwiGLU")
+
+# Steps of each run per mode and task; each mode's time limit is for 2 cores.
+MODES = {
+    "quick": {"variants": QUICK_VARIANTS, "seeds": 3, "steps": {"text": 300, "image": 300}},
+    "default": {"variants": tuple(VARIANTS), "seeds": 3, "steps": {"text": 800, "image": 800}},
+    "full": {"variants": tuple(VARIANTS), "seeds": 5, "steps": {"text": 1500, "image": 1500}},
+}
+
+
+def resolve_variant(name: str):
+    """(formulation, activation, r) for a name in VARIANTS or a spec "formulation:activation[:r]".
+
+    Raises ValueError listing the valid names for an unknown variant, formulation or activation.
+    """
+    if name in VARIANTS:
+        return VARIANTS[name]
+    parts = name.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"unknown variant {name!r}; expected one of {list(VARIANTS)} "
+                         "or 'formulation:activation[:r]'")
+    bn.get_formulation(parts[0])             # ValueError listing the formulations
+    bn.get_activation(parts[1])              # ValueError listing the activations
+    r = 1
+    if len(parts) == 3:
+        if not parts[2].isdigit() or int(parts[2]) < 1:
+            raise ValueError(f"variant {name!r}: the rank must be a positive integer, got {parts[2]!r}")
+        r = int(parts[2])
+    return parts[0], parts[1], r
+
+
+# ----- the tasks ------------------------------------------------------------------
+
+
+class TextTask:
+    """Next-character prediction on Python's documentation topics (pydoc_data.topics).
+
+    The k previous characters, embedded and concatenated, predict the next one. Fixed
+    split: the first 90% of the characters train, the last 10% validate.
+    """
+
+    name, metric, baseline_column = "text", "val_bpc", "baseline_bpc"
+    label = "validation cross-entropy (bits per character)"
+    higher_is_better = False
+
+    def __init__(self, context=8, e=16, d=64, budget_units=256, batch=256, lr=1e-2,
+                 curve_size=4096):
+        corpus = data.text_dataset(data.load_text_corpus())
+        self.context, self.e, self.d, self.batch_size, self.lr = context, e, d, batch, lr
+        self.budget = 2 * d * budget_units       # = a key-value MLP with budget_units units
+        self.train_ids, self.val_ids, self.vocab = corpus.train, corpus.val, len(corpus.vocab)
+        self.baseline = data.unigram_bpc(corpus.train, corpus.val, self.vocab)
+        self.val_positions = np.arange(context, len(corpus.val))
+        subset = np.random.default_rng(0).choice(self.val_positions, curve_size, replace=False)
+        self.curve_positions = np.sort(subset)  # a fixed subset for the learning curves
+
+    def init(self, rng, formulation, m, r):
+        return bn.model_init(rng, formulation, self.context * self.e, self.d, m, self.vocab, r,
+                             vocab=self.vocab, e=self.e, dtype=np.float32)
+
+    def batch(self, rng):
+        positions = rng.integers(self.context, len(self.train_ids), self.batch_size)
+        return data.context_windows(self.train_ids, positions, self.context)
+
+    def loss(self, out, y):
+        """(loss in bits per character, dL/dout)."""
+        nats, cache = bn.cross_entropy_forward(out, y)
+        return nats / math.log(2), bn.cross_entropy_backward(1.0, cache)
+
+    def evaluate(self, params, formulation, act, final=False):
+        """Validation cross-entropy in bits per character (all of it if final, else the subset)."""
+        positions = self.val_positions if final else self.curve_positions
+        nats = 0.0
+        for chunk in np.array_split(positions, max(1, len(positions) // 8192)):
+            X, y = data.context_windows(self.val_ids, chunk, self.context)
+            nats += bn.cross_entropy_forward(bn.model_forward(X, params, formulation, act)[0], y)[0] * len(chunk)
+        return nats / len(positions) / math.log(2)
+
+
+class ImageTask:
+    """grace_hopper.jpg (shrunk by `stride`) as a function (row, col) -> RGB.
+
+    Inputs are random Fourier features of the pixel centre (fixed frequencies, drawn once
+    from default_rng(0) with standard deviation sigma cycles per image side).
+    """
+
+    name, metric, baseline_column = "image", "psnr_db", "baseline_psnr_db"
+    label = "PSNR (dB)"
+    higher_is_better = True
+
+    def __init__(self, path=None, stride=4, n_freq=64, sigma=10.0, d=64, budget_units=256,
+                 batch=256, lr=1e-2, curve_size=4096):
+        self.image = data.load_image(path, stride)                     # (H, W, 3)
+        self.d, self.batch_size, self.lr = d, batch, lr
+        self.budget = 2 * d * budget_units
+        H, W, _ = self.image.shape
+        B = np.random.default_rng(0).normal(0.0, sigma, (2, n_freq))   # (2, F)
+        features = data.fourier_features(data.pixel_coordinates(H, W), B)
+        self.features = features.astype(np.float32)                    # (H W, 2F)
+        self.targets = self.image.reshape(-1, 3).astype(np.float32)    # (H W, 3)
+        mean_colour = np.broadcast_to(self.targets.mean(axis=0), self.targets.shape)
+        self.baseline = data.psnr_db(mean_colour, self.targets)
+        subset = np.random.default_rng(0).choice(H * W, min(curve_size, H * W), replace=False)
+        self.curve_pixels = np.sort(subset)
+
+    def init(self, rng, formulation, m, r):
+        return bn.model_init(rng, formulation, self.features.shape[1], self.d, m, 3, r,
+                             dtype=np.float32)
+
+    def batch(self, rng):
+        idx = rng.integers(0, len(self.targets), self.batch_size)
+        return self.features[idx], self.targets[idx]
+
+    def loss(self, out, y):
+        """(mean squared error, dL/dout)."""
+        mse, cache = bn.mse_forward(out, y)
+        return mse, bn.mse_backward(1.0, cache)
+
+    def predict(self, params, formulation, act):
+        """The whole image as the model sees it: (H, W, 3), unclipped."""
+        out = bn.model_forward(self.features, params, formulation, act)[0]
+        return out.reshape(self.image.shape)
+
+    def evaluate(self, params, formulation, act, final=False):
+        """PSNR in dB over every pixel if final, else over the fixed subset."""
+        if final:
+            return data.psnr_db(self.predict(params, formulation, act), self.image)
+        idx = self.curve_pixels
+        out = bn.model_forward(self.features[idx], params, formulation, act)[0]
+        return data.psnr_db(out, self.targets[idx])
+
+
+TASKS = {"text": TextTask, "image": ImageTask}
+
+
+# ----- progress -------------------------------------------------------------------
+
+
+class Progress:
+    """A live line on a terminal (redrawn in place), an occasional line otherwise (logs)."""
+
+    def __init__(self, total_steps, stream=None, every=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.every = every if every is not None else (0.25 if self.live else 20.0)
+        self.total, self.done, self.start, self.last = total_steps, 0, time.perf_counter(), 0.0
+
+    def step(self, what, step, steps, loss, run_start):
+        self.done += 1
+        now = time.perf_counter()
+        if now - self.last < self.every and step < steps:
+            return
+        self.last = now
+        rate = step / max(now - run_start, 1e-9)
+        left = (self.total - self.done) * (now - self.start) / self.done
+        line = (f"{what}  step {step}/{steps}  loss {loss:.4f}  {rate:.0f} steps/s  "
+                f"left {int(left // 60)}m{int(left % 60):02d}s")
+        self.stream.write(f"\r{line:<100}" if self.live else line + "\n")
+        self.stream.flush()
+
+    def message(self, text):
+        self.stream.write(("\r" + " " * 100 + "\r" if self.live else "") + text + "\n")
+        self.stream.flush()
+
+
+# ----- one run, one task -----------------------------------------------------------
+
+
+def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
+    """Train one variant with one seed; return its CSV row, learning curve and parameters.
+
+    Adam at rate lr (default task.lr), cosine-decayed to 0 over `steps`. The seed fixes
+    the initialization (default_rng([seed, 0])) and the order of the batches
+    (default_rng([seed, 1])): every variant sees the same batches for a given seed.
+
+    Args:
+        task: a TASKS instance; variant: a VARIANTS name or "formulation:activation[:r]";
+        seed: int >= 0; steps: int > 0; lr: float > 0; n_evals: points on the curve.
+    Returns:
+        dict with "row" (the CSV row), "curve" ((n_evals + 1,) steps and metric values),
+        "m", "params".
+    Raises:
+        ValueError for an unknown variant or a non-positive steps or lr.
+    """
+    formulation, act, r = resolve_variant(variant)
+    lr = task.lr if lr is None else lr
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    if not lr > 0:
+        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    m = bn.match_units(formulation, task.budget, task.d, r)
+    params = task.init(np.random.default_rng([seed, 0]), formulation, m, r)
+    batch_rng = np.random.default_rng([seed, 1])
+    state = bn.adam_init(params)
+    eval_at = np.unique(np.linspace(0, steps, n_evals + 1).astype(int))
+    curve = [task.evaluate(params, formulation, act)]
+    run_start = time.perf_counter()
+    for step in range(1, steps + 1):
+        X, y = task.batch(batch_rng)
+        out, cache = bn.model_forward(X, params, formulation, act)
+        loss, dout = task.loss(out, y)
+        grads = bn.model_backward(dout, cache)
+        lr_t = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))   # cosine decay
+        params, state = bn.adam_step(params, grads, state, lr=lr_t)
+        if step in eval_at:
+            curve.append(task.evaluate(params, formulation, act))
+        if progress is not None:
+            progress.step(f"{task.name} {variant} seed {seed}", step, steps, loss, run_start)
+    row = {"variant": variant, "formulation": formulation, "activation": act, "r": r,
+           "params": bn.FORMULATIONS[formulation].n_params(task.d, m, task.d, r),
+           "seed": seed, "steps": steps,
+           task.metric: task.evaluate(params, formulation, act, final=True),
+           task.baseline_column: task.baseline}
+    return {"row": row, "curve": (eval_at, np.array(curve)), "m": m, "params": params,
+            "seconds": time.perf_counter() - run_start}
+
+
+def summarize(task, rows):
+    """Per variant (in order of first appearance): n, mean and std (ddof 1) of the metric."""
+    summary = {}
+    for row in rows:
+        summary.setdefault(row["variant"], []).append(row[task.metric])
+    return {v: (len(x), float(np.mean(x)), float(np.std(x, ddof=1)) if len(x) > 1 else 0.0)
+            for v, x in summary.items()}
+
+
+def markdown_table(task, rows, m_of):
+    """The results as a Markdown table, best mean first, with the baseline as the last row."""
+    unit = "bits/char" if task.name == "text" else "dB"
+    stats = summarize(task, rows)
+    order = sorted(stats, key=lambda v: stats[v][1], reverse=task.higher_is_better)
+    first = {row["variant"]: row for row in reversed(rows)}
+    lines = [f"| variant | formulation | activation | r | m | FFN params | {task.metric} ({unit}), mean ± std | seeds |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for v in order:
+        n, mean, std = stats[v]
+        row = first[v]
+        lines.append(f"| {v} | {row['formulation']} | {row['activation']} | {row['r']} | "
+                     f"{m_of[v]} | {row['params']:,} | {mean:.3f} ± {std:.3f} | {n} |")
+    baseline = "unigram" if task.name == "text" else "mean colour"
+    lines.append(f"| {baseline} baseline | | | | | | {task.baseline:.3f} | |")
+    return "\n".join(lines)
+
+
+def write_csv(path, task, rows):
+    """Write the rows to path (creating its folder), floats with 4 decimals."""
+    columns = ["variant", "formulation", "activation", "r", "params", "seed", "steps",
+               task.metric, task.baseline_column]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()})
+
+
+def default_out(mode):
+    """Where a mode writes: the repository itself for --full (the committed results),
+    runs/<mode>/ otherwise, so that a quick run never overwrites them."""
+    return ROOT if mode == "full" else ROOT / "runs" / mode
+
+
+def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, lr=None,
+             out=None, image=None, log=print, progress_stream=None):
+    """Train every variant with every seed on one task; write the CSV and the figures.
+
+    Args:
+        task_name: a key of TASKS; mode: "quick", "default" or "full" (MODES);
+        seeds: number of seeds (0, 1, ...), default the mode's; steps: steps per run,
+        default the mode's; variants: list of variant names, default the mode's;
+        lr: Adam's rate, default the task's; out: output folder (default_out(mode));
+        image: image file for the image task (default grace_hopper.jpg);
+        log: function printing one line; progress_stream: stream of the progress line.
+    Returns:
+        list of the CSV rows (dicts).
+    Raises:
+        ValueError for an unknown task, mode, variant, formulation or activation, or a
+        non-positive seeds, steps or lr; RuntimeError for a missing corpus or unreadable image.
+    """
+    if task_name not in TASKS:
+        raise ValueError(f"unknown task {task_name!r}; expected one of {list(TASKS)}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
+    settings = MODES[mode]
+    seeds = settings["seeds"] if seeds is None else seeds
+    steps = settings["steps"][task_name] if steps is None else steps
+    variants = list(settings["variants"] if variants is None else variants)
+    for name, value in (("seeds", seeds), ("steps", steps)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    for v in variants:
+        resolve_variant(v)                    # fail before any training
+    out = Path(out) if out is not None else default_out(mode)
+
+    task = TASKS[task_name](path=image) if task_name == "image" else TASKS[task_name]()
+    log(f"\n== {task_name}: {len(variants)} variants x {seeds} seeds x {steps} steps ({mode}) ==")
+    log(f"FFN parameter budget {task.budget:,} (d = {task.d}); matched counts:")
+    m_of = {}
+    for v in variants:
+        formulation, act, r = resolve_variant(v)
+        m_of[v] = bn.match_units(formulation, task.budget, task.d, r)
+        n = bn.FORMULATIONS[formulation].n_params(task.d, m_of[v], task.d, r)
+        log(f"   {v:<18} m = {m_of[v]:>4}  params = {n:>7,}  ({(n - task.budget) / task.budget:+.1%})")
+
+    progress = Progress(len(variants) * seeds * steps, stream=progress_stream)
+    rows, curves, recon = [], {}, {}
+    start = time.perf_counter()
+    for v in variants:
+        for seed in range(seeds):
+            result = train_run(task, v, seed, steps, lr, progress=progress)
+            rows.append(result["row"])
+            curves.setdefault(v, []).append(result["curve"])
+            if task_name == "image" and seed == 0:
+                recon[v] = task.predict(result["params"], *resolve_variant(v)[:2])
+            progress.message(f"   {v:<18} seed {seed}: {task.metric} = "
+                             f"{result['row'][task.metric]:.3f}  ({result['seconds']:.1f} s)")
+    log(f"{task_name}: {time.perf_counter() - start:.1f} s of training\n")
+    log(markdown_table(task, rows, m_of))
+
+    from experiments import train_figures
+    write_csv(out / "results" / f"{task_name}.csv", task, rows)
+    title = f"{task_name}: {task.label} during training, mean ± std over {seeds} seeds"
+    families = {v: resolve_variant(v)[0] for v in curves}
+    written = [out / "results" / f"{task_name}.csv",
+               train_figures.learning_curves(curves, families, task.baseline, task.label, title,
+                                             out / "figures" / f"{task_name}_curves.png")]
+    if task_name == "image":
+        psnr = {row["variant"]: row[task.metric] for row in rows if row["seed"] == 0}
+        written.append(train_figures.reconstruction_grid(
+            task.image, recon, psnr, out / "figures" / "image_reconstructions.png"))
+    log("wrote " + ", ".join(str(p) for p in written))
+    return rows

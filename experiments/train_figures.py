@@ -1,0 +1,100 @@
+"""Figures of the training experiments of experiments/train.py: learning curves and the grid
+of image reconstructions (matplotlib with the Agg backend, imported inside; saved as PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# Line style by family: solid = gated (symmetries broken), dashed = symmetric bilinear,
+# dotted = key-value memory MLP.
+_STYLE = {"gated_mlp": "-", "gated_rank_r": "-", "rank1_bilinear": "--",
+          "rank_r_bilinear": "--", "bilinear": "--"}
+
+
+def learning_curves(curves, families, baseline, ylabel, title, path):
+    """The metric against the training step, one line per variant (mean over seeds, with a
+    band of +- one standard deviation) and the baseline as a dash-dot line. Left: every
+    evaluation after step 0 (the untrained model would flatten the plot); right: the second
+    half of training, zoomed, where the variants separate.
+
+    Args:
+        curves: dict variant -> list (one per seed) of (steps (n,), values (n,));
+        families: dict variant -> formulation name (sets the line style);
+        baseline: float; ylabel, title: str; path: where to save the PNG.
+    Returns: the Path written.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    tab20 = plt.get_cmap("tab20").colors
+    colours = tab20[::2] + tab20[1::2]                         # 10 distinct, then lighter
+    for ax, zoom in zip(axes, (False, True)):
+        shown = [] if zoom else [baseline]
+        for i, (variant, runs) in enumerate(curves.items()):
+            steps = runs[0][0]
+            values = np.array([v for _, v in runs])            # (seeds, n)
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            keep = steps >= steps[-1] / 2 if zoom else steps > 0
+            colour = colours[i % len(colours)]
+            ax.plot(steps[keep], mean[keep], color=colour, label=variant, linewidth=1.5,
+                    linestyle=_STYLE.get(families[variant], ":"))
+            ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep], color=colour,
+                            alpha=0.15, linewidth=0)
+            shown.extend(mean[keep])
+        if not zoom:
+            ax.axhline(baseline, color="black", linestyle="-.", linewidth=1, label="baseline")
+        low, high = min(shown), max(shown)
+        ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+        ax.set_xlabel("training step (Adam updates)")
+        ax.set_ylabel(ylabel)
+        ax.set_title("second half, zoomed" if zoom else "all steps after step 0", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5),
+                   title="solid: gated\ndashed: symmetric\ndotted: key-value MLP",
+                   title_fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[0].legend(handles[-1:], labels[-1:], fontsize=7, loc="upper right")
+    fig.suptitle(title, fontsize=10)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def reconstruction_grid(original, reconstructions, psnr, path):
+    """The original image beside each variant's reconstruction (seed 0), with its PSNR.
+
+    Args:
+        original: (H, W, 3) in [0, 1]; reconstructions: dict variant -> (H, W, 3);
+        psnr: dict variant -> PSNR (dB) of that reconstruction; path: where to save the PNG.
+    Returns: the Path written.
+    """
+    plt = _pyplot()
+    panels = [("original", original)] + list(reconstructions.items())
+    cols = min(5, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.6 * rows), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, (name, img) in zip(axes.ravel(), panels):
+        ax.imshow(np.clip(img, 0, 1), interpolation="nearest")   # display only: clip to [0, 1]
+        label = name if name == "original" else f"{name}\n{psnr[name]:.2f} dB"
+        ax.set_title(label, fontsize=8)
+    fig.suptitle("grace_hopper.jpg fitted as (row, col) -> RGB, seed 0 of each variant",
+                 fontsize=10, y=1.0)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=64, bbox_inches="tight")   # about one screen pixel per image pixel
+    plt.close(fig)
+    return path
