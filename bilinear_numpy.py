@@ -17,7 +17,8 @@ Attention" (arXiv 2606.22172). Read it top to bottom:
                         runs both training experiments in their --quick form.
                         `python bilinear_numpy.py figures` draws the results
                         (experiments/figures.py); `train` runs the training
-                        experiments (experiments/train.py).
+                        experiments (experiments/train.py) and `train ablation`
+                        the 2 x 2 ablation of the symmetries (experiments/ablation.py).
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r));
@@ -1934,7 +1935,11 @@ def _run_training(task, mode, **options):
     # Bad input or missing data (e.g. no pydoc_data) stops with the message, not a traceback.
     from experiments import train
     try:
-        train.run_task(task, mode=mode, **options)
+        if task == "ablation":                # the 2 x 2 ablation, on both tasks
+            from experiments import ablation
+            ablation.run_ablation(mode=mode, **options)
+        else:
+            train.run_task(task, mode=mode, **options)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1985,13 +1990,16 @@ def build_parser():
 
     train = sub.add_parser("train", help="train every variant at equal parameter count on "
                                          "real data: does breaking the symmetry help?")
-    train.add_argument("task", help="text (next character of Python's documentation) or "
-                                    "image (grace_hopper.jpg as (row, col) -> RGB)")
+    train.add_argument("task", help="text (next character of Python's documentation), "
+                                    "image (grace_hopper.jpg as (row, col) -> RGB), or "
+                                    "ablation (which broken symmetry matters: 2 x 2 cells, "
+                                    "both tasks)")
     size = train.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="mode", action="store_const", const="quick",
                       help="4 variants, short runs (under 30 s)")
     size.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="every variant, 5 seeds, long runs (the README's table)")
+                      help="every variant, 5 seeds (ablation: 10), long runs (the README's "
+                           "tables of text and image)")
     train.add_argument("--seeds", type=int, help="number of seeds 0, 1, ... (default: the mode's)")
     train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
     train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")

@@ -6,5 +6,6 @@ so that `import bilinear_numpy` needs NumPy alone.
     figures.py        the figures of the symmetries and their consequences (`figures`)
     data.py           the two real data sets of `train`, shipped with the dependencies
     train.py          `train`: the variants, the training loop, CSV and Markdown output
-    train_figures.py  learning curves and the grid of image reconstructions of `train`
+    train_figures.py  learning curves, image reconstructions and the ablation grid of `train`
+    ablation.py       `train ablation`: which broken symmetry matters, the 2 x 2 cells
 """

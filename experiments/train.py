@@ -328,7 +328,8 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
         non-positive seeds, steps or lr; RuntimeError for a missing corpus or unreadable image.
     """
     if task_name not in TASKS:
-        raise ValueError(f"unknown task {task_name!r}; expected one of {list(TASKS)}")
+        raise ValueError(f"unknown task {task_name!r}; expected one of {list(TASKS)} "
+                         "(or, on the command line, 'ablation')")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
     settings = MODES[mode]

@@ -1,5 +1,6 @@
-"""Figures of the training experiments of experiments/train.py: learning curves and the grid
-of image reconstructions (matplotlib with the Agg backend, imported inside; saved as PNG)."""
+"""Figures of the training experiments of experiments/train.py and experiments/ablation.py:
+learning curves, the grid of image reconstructions and the 2 x 2 ablation grid (matplotlib
+with the Agg backend, imported inside; saved as PNG)."""
 
 from __future__ import annotations
 
@@ -96,5 +97,82 @@ def reconstruction_grid(original, reconstructions, psnr, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=64, bbox_inches="tight")   # about one screen pixel per image pixel
+    plt.close(fig)
+    return path
+
+
+# Colour by activation in the ablation grid (the cell says which symmetries the form keeps).
+_ACT_COLOURS = {"relu": "tab:blue", "silu": "tab:orange", "gelu": "tab:green"}
+
+
+def _two_lines(name):
+    """A variant's name as a tick label: 'double-gated-silu' -> 'double-gated\nsilu'."""
+    for prefix in ("double-gated-", "rank1-"):
+        if name.startswith(prefix):
+            return prefix[:-1] + "\n" + name[len(prefix):]
+    return name
+
+
+def ablation_grid(rows, cells, tasks, title, path):
+    """The 2 x 2 ablation, one grid per task: rows exchange kept / broken, columns inverse
+    scaling kept / broken. In each cell, one column of points per variant (a point per
+    seed, a bar at the mean, a line of +- one standard deviation); the four panels of a
+    task share their y axis.
+
+    Args:
+        rows: CSV rows of experiments/ablation.py (keys task, formulation, activation,
+        exchange_kept, scaling_kept, seed, metric); cells: ablation.CELLS (name ->
+        (formulation, activation, exchange kept, scaling kept)); tasks: dict name -> task
+        class of experiments/train.py (label, higher_is_better); title: str; path: the PNG.
+    Returns: the Path written.
+    """
+    plt = _pyplot()
+    fig = plt.figure(figsize=(6.2 * len(tasks), 7.2))
+    subfigs = np.atleast_1d(fig.subfigures(1, len(tasks), wspace=0.04))
+    ran = {(r["formulation"], r["activation"]) for r in rows}
+    widest = max(sum(c[:2] in ran and c[2:] == cell for c in cells.values())
+                 for cell in ((True, True), (True, False), (False, True), (False, False)))
+    for subfig, (task, task_class) in zip(subfigs, tasks.items()):
+        axes = subfig.subplots(2, 2, sharey=True, gridspec_kw={"hspace": 0.45})
+        better = "higher" if task_class.higher_is_better else "lower"
+        subfig.suptitle(f"{task}: {task_class.label}, {better} is better", fontsize=10)
+        for i, exchange in enumerate((True, False)):
+            for j, scaling in enumerate((True, False)):
+                ax = axes[i, j]
+                names = [n for n, c in cells.items() if c[2:] == (exchange, scaling)
+                         and any(r["task"] == task and (r["formulation"], r["activation"]) == c[:2]
+                                 for r in rows)]
+                for x, name in enumerate(names):
+                    formulation, act = cells[name][:2]
+                    values = np.array([float(r["metric"]) for r in rows if r["task"] == task
+                                       and (r["formulation"], r["activation"]) == (formulation, act)])
+                    offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+                    colour = _ACT_COLOURS.get(act, "tab:gray")
+                    ax.scatter(x + np.asarray(offsets), values, s=16, color=colour, alpha=0.7,
+                               edgecolor="none", zorder=3)
+                    std = values.std(ddof=1) if len(values) > 1 else 0.0
+                    ax.errorbar(x + 0.3, values.mean(), yerr=std, fmt="_", color="black",
+                                markersize=12, capsize=3, zorder=4)
+                ax.set_xticks(range(len(names)))
+                ax.set_xticklabels([_two_lines(n) for n in names], fontsize=8)
+                ax.set_xlim(-0.5, max(widest, 1) - 0.3)
+                if not names:
+                    ax.text(0.5, 0.5, "no variant run", ha="center", transform=ax.transAxes)
+                ax.set_title(f"exchange {'kept' if exchange else 'broken'}, "
+                             f"scaling {'kept' if scaling else 'broken'}", fontsize=9)
+                ax.grid(axis="y", alpha=0.3)
+                if j == 0:
+                    ax.set_ylabel(task_class.label, fontsize=8)
+    acts = {act for _, act in ran}
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=f"one seed, σ = {a}")
+               for a, c in _ACT_COLOURS.items() if a in acts]
+    handles.append(plt.Line2D([], [], marker="_", markersize=12, color="black",
+                              label="mean ± std over seeds"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle(title, fontsize=11, y=1.03)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -1,0 +1,303 @@
+"""Which broken symmetry matters? A 2 x 2 ablation of the two symmetries of the rank-1 form.
+
+The gated MLP breaks two symmetries of the rank-1 bilinear form at once: exchange (Q <-> K)
+and inverse scaling ((alpha Q, K / alpha), alpha > 0). The double-gated MLP
+(sigma(x Q^T) * sigma(x K^T)) V keeps exchange and, for a smooth sigma, breaks inverse
+scaling; ReGLU does the opposite. With the rank-1 form (both kept) and SwiGLU / GEGLU (both
+broken) every cell of a 2 x 2 table is filled (derivations.md, 4.6):
+
+                        inverse scaling kept                 inverse scaling broken
+    exchange kept       rank1-silu, rank1-gelu,              double-gated-silu,
+                        double-gated-relu                    double-gated-gelu
+    exchange broken     ReGLU (the only nonlinear gated      SwiGLU, GEGLU
+                        sigma that keeps scaling)
+
+`python bilinear_numpy.py train ablation [--quick|--full]` runs `run_ablation`: every variant
+with every seed on both real tasks of experiments/train.py (same model, same parameter count,
+same optimizer, same batches: train.train_run does the training), then writes
+results/ablation.csv, prints the mean +- std of every cell and the paired differences between
+cells with a 95% confidence interval over seeds, and draws figures/ablation_grid.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import bilinear_numpy as bn
+from experiments import train
+
+# name -> (formulation, activation, exchange kept, inverse scaling (alpha > 0) kept).
+# The two booleans are the issue's table; tests/test_ablation.py checks them against
+# bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
+CELLS = {
+    "rank1-silu": ("rank1_bilinear", "silu", True, True),
+    "rank1-gelu": ("rank1_bilinear", "gelu", True, True),
+    "double-gated-relu": ("double_gated_mlp", "relu", True, True),
+    "double-gated-silu": ("double_gated_mlp", "silu", True, False),
+    "double-gated-gelu": ("double_gated_mlp", "gelu", True, False),
+    "ReGLU": ("gated_mlp", "relu", False, True),
+    "SwiGLU": ("gated_mlp", "silu", False, False),
+    "GEGLU": ("gated_mlp", "gelu", False, False),
+}
+TASK_NAMES = ("text", "image")
+
+# One variant per cell for --quick (no exact GELU: it is 4 to 8 times slower).
+MODES = {
+    "quick": {"variants": ("rank1-silu", "double-gated-silu", "ReGLU", "SwiGLU"),
+              "seeds": 3, "steps": 200},
+    "default": {"variants": tuple(CELLS), "seeds": 5, "steps": 400},
+    "full": {"variants": tuple(CELLS), "seeds": 10, "steps": 1500},
+}
+
+# The paired comparisons: (keeps, breaks, the symmetry that differs, what else differs).
+# Each difference is metric(breaks) - metric(keeps), seed by seed: the effect of breaking.
+COMPARISONS = [
+    ("rank1-silu", "double-gated-silu", "scaling", "exchange kept; SiLU on the product vs on each factor"),
+    ("rank1-gelu", "double-gated-gelu", "scaling", "exchange kept; GELU on the product vs on each factor"),
+    ("double-gated-relu", "double-gated-silu", "scaling", "exchange kept; same form, ReLU vs SiLU"),
+    ("double-gated-relu", "double-gated-gelu", "scaling", "exchange kept; same form, ReLU vs GELU"),
+    ("ReGLU", "SwiGLU", "scaling", "exchange broken; same form, ReLU vs SiLU"),
+    ("ReGLU", "GEGLU", "scaling", "exchange broken; same form, ReLU vs GELU"),
+    ("double-gated-relu", "ReGLU", "exchange", "scaling kept; ReLU on both factors vs on one"),
+    ("double-gated-silu", "SwiGLU", "exchange", "scaling broken; SiLU on both factors vs on one"),
+    ("double-gated-gelu", "GEGLU", "exchange", "scaling broken; GELU on both factors vs on one"),
+    ("rank1-silu", "SwiGLU", "both", "SiLU on the product vs on one factor (the paper's pair)"),
+    ("rank1-gelu", "GEGLU", "both", "GELU on the product vs on one factor (the paper's pair)"),
+]
+
+COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept", "params",
+           "seed", "metric", "metric_name"]
+
+# Student t quantiles t_{0.975, df} for df = 1..30 (4 decimals); beyond 30, t_975 uses the
+# Cornish-Fisher expansion around the normal quantile (error below 1e-5 there).
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+
+
+def t_975(df):
+    """The 97.5% quantile of Student's t distribution with df degrees of freedom.
+
+    Args: df: int >= 1.
+    Returns: float, t with P(T <= t) = 0.975 (so mean +- t * sd / sqrt(n) is a 95% interval
+        for n = df + 1 values).
+    Raises: ValueError for df < 1 or not an integer.
+    Source: the table of any statistics text for df <= 30; Abramowitz & Stegun 26.7.5
+        (Cornish-Fisher expansion in 1/df) beyond.
+    """
+    if not isinstance(df, (int, np.integer)) or isinstance(df, bool) or df < 1:
+        raise ValueError(f"df: expected an integer >= 1, got {df!r}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = statistics.NormalDist().inv_cdf(0.975)
+    g1 = (z ** 3 + z) / 4
+    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
+    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
+    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3
+
+
+def variant_of(formulation, activation):
+    """The CELLS name of (formulation, activation); ValueError if it is not a cell."""
+    for name, (f, a, _, _) in CELLS.items():
+        if (f, a) == (formulation, activation):
+            return name
+    raise ValueError(f"({formulation}, {activation}) is not a variant of the ablation; "
+                     f"expected one of {list(CELLS)}")
+
+
+def metric_values(rows, task, variant):
+    """{seed: metric} of one variant on one task, from rows as written or as read back
+    from the CSV (strings are converted)."""
+    formulation, activation = CELLS[variant][:2]
+    return {int(r["seed"]): float(r["metric"]) for r in rows
+            if (r["task"], r["formulation"], r["activation"]) == (task, formulation, activation)}
+
+
+def paired_difference(rows, task, keeps, breaks):
+    """Seed-by-seed difference metric(breaks) - metric(keeps) and its 95% t-interval.
+
+    Both variants ran with the same seeds; a seed gives both the same initial weights (the
+    rank-1, gated and double-gated forms have the same parameter shapes) and the same
+    batches, so the differences are paired.
+
+    Args:
+        rows: CSV rows (dicts with the keys of COLUMNS); task: "text" or "image";
+        keeps, breaks: CELLS names.
+    Returns:
+        dict with "n" (seeds), "diffs" ((n,) array, in seed order), "mean", "std" (ddof 1),
+        "low", "high" (mean -+ t_975(n - 1) * std / sqrt(n)).
+    Raises:
+        ValueError if the two variants do not have the same seeds, or fewer than 2.
+    """
+    a, b = metric_values(rows, task, keeps), metric_values(rows, task, breaks)
+    if sorted(a) != sorted(b) or len(a) < 2:
+        raise ValueError(f"{task}: {keeps} has seeds {sorted(a)} and {breaks} has {sorted(b)}; "
+                         "a paired difference needs the same seeds, at least 2")
+    diffs = np.array([b[s] - a[s] for s in sorted(a)])          # (n,)
+    n, mean, std = len(diffs), float(diffs.mean()), float(diffs.std(ddof=1))
+    half = t_975(n - 1) * std / math.sqrt(n)                     # half-width of the interval
+    return {"n": n, "diffs": diffs, "mean": mean, "std": std,
+            "low": mean - half, "high": mean + half}
+
+
+def verdict(task, diff):
+    """'breaking helps', 'breaking hurts' or 'within noise' (the interval holds 0)."""
+    if diff["low"] <= 0 <= diff["high"]:
+        return "within noise"
+    better = diff["mean"] > 0 if train.TASKS[task].higher_is_better else diff["mean"] < 0
+    return "breaking helps" if better else "breaking hurts"
+
+
+# ----- tables -----------------------------------------------------------------------
+
+
+def cells_table(rows, variants, tasks):
+    """Markdown: one row per variant, its cell and its metric per task, mean +- std (ddof 1)."""
+    head = "".join(f" {task} {train.TASKS[task].metric}, mean ± std |" for task in tasks)
+    lines = ["| variant | formulation | activation | exchange | inverse scaling | FFN params |" + head,
+             "| --- | --- | --- | --- | --- | --- |" + " --- |" * len(tasks)]
+    for v in variants:
+        formulation, act, exchange, scaling = CELLS[v]
+        params = next(r["params"] for r in rows if r["formulation"] == formulation)
+        text = f"| {v} | {formulation} | {act} | {_kept(exchange)} | {_kept(scaling)} | {int(params):,} |"
+        for task in tasks:
+            x = np.array(list(metric_values(rows, task, v).values()))
+            text += f" {x.mean():.3f} ± {x.std(ddof=1):.3f} |" if len(x) > 1 else f" {x.mean():.3f} |"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def _kept(flag):
+    return "kept" if flag else "broken"
+
+
+def comparisons_in(variants):
+    """The COMPARISONS whose two variants both ran."""
+    return [c for c in COMPARISONS if c[0] in variants and c[1] in variants]
+
+
+def differences_table(rows, variants, tasks):
+    """Markdown: each comparison's paired difference per task, mean [95% interval], verdict."""
+    units = {"text": "bits/char", "image": "dB"}
+    head = "".join(f" {task}: Δ {train.TASKS[task].metric} ({units[task]}) [95% CI] |" for task in tasks)
+    lines = ["| breaks − keeps | symmetry broken | what else differs |" + head,
+             "| --- | --- | --- |" + " --- |" * len(tasks)]
+    for keeps, breaks, symmetry, other in comparisons_in(variants):
+        text = f"| {breaks} − {keeps} | {symmetry} | {other} |"
+        for task in tasks:
+            d = paired_difference(rows, task, keeps, breaks)
+            text += (f" {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
+                     f"{verdict(task, d)} |")
+        lines.append(text)
+    return "\n".join(lines)
+
+
+# ----- the CSV ----------------------------------------------------------------------
+
+
+def write_csv(path, rows):
+    """Write rows (dicts with the keys of COLUMNS) to path, creating its folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: f"{row[k]:.6f}" if k == "metric" else row[k] for k in COLUMNS})
+
+
+def read_csv(path):
+    """The rows of an ablation CSV, typed: ints, floats and booleans where COLUMNS has them."""
+    with Path(path).open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.update(params=int(r["params"]), seed=int(r["seed"]), metric=float(r["metric"]),
+                 exchange_kept=r["exchange_kept"] == "True", scaling_kept=r["scaling_kept"] == "True")
+    return rows
+
+
+# ----- the run ----------------------------------------------------------------------
+
+
+def _make_task(name, image):
+    return train.TASKS[name](path=image) if name == "image" else train.TASKS[name]()
+
+
+def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None, out=None,
+                 image=None, tasks=TASK_NAMES, log=print, progress_stream=None):
+    """Train every variant of the ablation with every seed on each task; write the CSV,
+    print the two tables, draw the 2 x 2 grid.
+
+    Args:
+        mode: "quick", "default" or "full" (MODES); seeds: number of seeds 0, 1, ... (at
+        least 2, default the mode's); steps: Adam steps per run (default the mode's);
+        variants: CELLS names (default the mode's); lr: Adam's rate (default the task's);
+        out: output folder (default train.default_out(mode)); image: image file for the
+        image task; tasks: names of train.TASKS; log: prints one line;
+        progress_stream: stream of the progress line.
+    Returns:
+        list of the CSV rows (dicts with the keys of COLUMNS; metric rounded to 6 decimals,
+        as written).
+    Raises:
+        ValueError for an unknown mode, variant or task, fewer than 2 seeds, non-positive
+        steps or lr; RuntimeError for a missing corpus or an unreadable image.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
+    settings = MODES[mode]
+    seeds = settings["seeds"] if seeds is None else seeds
+    steps = settings["steps"] if steps is None else steps
+    variants = list(settings["variants"] if variants is None else variants)
+    unknown = [v for v in variants if v not in CELLS] + [t for t in tasks if t not in train.TASKS]
+    if unknown or not variants or not tasks:
+        raise ValueError(f"ablation: unknown or missing names {unknown}; variants are "
+                         f"{list(CELLS)}, tasks {list(train.TASKS)}")
+    if not isinstance(seeds, (int, np.integer)) or seeds < 2:
+        raise ValueError(f"seeds: the paired comparison needs at least 2 seeds, got {seeds!r}")
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    out = Path(out) if out is not None else train.default_out(mode)
+
+    log(f"\n== ablation: {len(variants)} variants x {seeds} seeds x {steps} steps x "
+        f"{len(tasks)} tasks ({mode}) ==")
+    progress = train.Progress(len(tasks) * len(variants) * seeds * steps, stream=progress_stream)
+    rows, start = [], time.perf_counter()
+    for task_name in tasks:
+        task = _make_task(task_name, image)
+        for v in variants:
+            formulation, act, exchange, scaling = CELLS[v]
+            m = bn.match_units(formulation, task.budget, task.d)
+            params = bn.FORMULATIONS[formulation].n_params(task.d, m, task.d)
+            for seed in range(seeds):
+                result = train.train_run(task, f"{formulation}:{act}", seed, steps, lr, n_evals=1,
+                                         progress=progress)
+                value = round(result["row"][task.metric], 6)
+                rows.append({"task": task_name, "formulation": formulation, "activation": act,
+                             "exchange_kept": exchange, "scaling_kept": scaling, "params": params,
+                             "seed": seed, "metric": value, "metric_name": task.metric})
+                progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
+                                 f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
+    log(f"ablation: {time.perf_counter() - start:.1f} s of training\n")
+    log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
+    log(cells_table(rows, variants, tasks) + "\n")
+    if comparisons_in(variants):
+        log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
+        log(differences_table(rows, variants, tasks) + "\n")
+
+    from experiments import train_figures
+    csv_path = out / "results" / "ablation.csv"
+    write_csv(csv_path, rows)
+    title = (f"Which broken symmetry matters? {seeds} seeds x {steps} steps per variant, "
+             "equal FFN parameters")
+    figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
+                                         out / "figures" / "ablation_grid.png")
+    log(f"wrote {csv_path}, {figure}")
+    return rows
