@@ -1998,8 +1998,7 @@ def build_parser():
     size.add_argument("--quick", dest="mode", action="store_const", const="quick",
                       help="4 variants, short runs (under 30 s)")
     size.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="every variant, 5 seeds (ablation: 10), long runs (the README's "
-                           "tables of text and image)")
+                      help="every variant, 5 seeds, long runs (the README's tables)")
     train.add_argument("--seeds", type=int, help="number of seeds 0, 1, ... (default: the mode's)")
     train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
     train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")

@@ -12,6 +12,9 @@ second.
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 
 import bilinear_numpy as bn
@@ -261,6 +264,80 @@ def inverse_scaling(c):
                  for sign in ("positive", "negative")},
                 lambda answer: {sign: set(acts) for sign, acts in answer.items()})
     c.answer_is("RELU_NEGATIVE", "b")
+
+
+# ----- Which broken symmetry matters? The 2x2 ablation ------------------------------------
+
+ABLATION_CASES = [
+    ("rank1_bilinear", "silu"), ("rank1_bilinear", "gelu"),
+    ("double_gated_mlp", "relu"), ("double_gated_mlp", "silu"), ("double_gated_mlp", "sigmoid"),
+    ("gated_mlp", "relu"), ("gated_mlp", "silu"), ("gated_mlp", "identity"),
+]
+
+
+def ablation_rows():
+    """A hand-made CSV table (strings, as csv.DictReader gives them): 3 seeds of two variants,
+    in shuffled order, with a third variant and another task that must be ignored."""
+    values = {("rank1_bilinear", "silu"): [2.10, 2.15, 2.08],
+              ("gated_mlp", "silu"): [2.12, 2.13, 2.11], ("gated_mlp", "relu"): [9.0, 9.0, 9.0]}
+    rows = [{"task": task, "formulation": f, "activation": a, "seed": str(s),
+             "metric": str(v + (task == "image"))}
+            for task in ("text", "image") for (f, a), vs in values.items() for s, v in enumerate(vs)]
+    return rows[::-1]
+
+
+def symmetry_ablation(c):
+    from experiments import ablation      # the reference of the paired difference, t_975
+    c.answer_is("PREDICTED", {case: (bn.symmetry_expected(*case, "exchange"),
+                                     bn.symmetry_expected(*case, "inverse_scaling_pos"))
+                              for case in ABLATION_CASES},
+                lambda answer: {tuple(k): tuple(v) for k, v in answer.items()})
+    for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
+                                        ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
+        x, p = draw(name, seed=80 + seed)
+        alpha = np.geomspace(0.5, 2.0, M)
+        form = bn.FORMULATIONS[name]
+        y = form.forward(x, **p, act=act)[0]
+        scaled = bn.transform_params(name, p, "inverse_scaling_pos", alpha)
+        expected = [bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act)[0]),
+                    bn.rel_error(y, form.forward(x, **scaled, act=act)[0])]
+        c.close(f"deviations, {name}, {act}", "deviations", expected,
+                lambda form=form, act=act, x=x, p=p, alpha=alpha: c.call(
+                    "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
+    for name, act in ABLATION_CASES:
+        c.equal(f"measured_cell, {name}, {act}", "measured_cell",
+                (bn.symmetry_expected(name, act, "exchange"),
+                 bn.symmetry_expected(name, act, "inverse_scaling_pos")),
+                lambda name=name, act=act: tuple(c.call("measured_cell", name, act)))
+    keeps, breaks = ("rank1_bilinear", "silu"), ("gated_mlp", "silu")
+    rows = ablation_rows()
+    for task in ("text", "image"):
+        d = ablation.paired_difference(rows, task, ablation.variant_of(*keeps), ablation.variant_of(*breaks))
+        c.close(f"paired_difference, hand-made table, {task}", "paired_difference",
+                [d["mean"], d["low"], d["high"]],
+                lambda task=task: c.call("paired_difference", rows, task, keeps, breaks), tol=1e-9)
+    path = ablation_results()
+    if not path.is_file():
+        c.equal("results/ablation.csv exists (python bilinear_numpy.py train ablation --out .)",
+                "paired_difference", True, path.is_file)
+        return
+    with path.open(encoding="utf-8", newline="") as f:
+        real = list(csv.DictReader(f))
+    tasks = sorted({r["task"] for r in real})
+    d = ablation.paired_difference(real, "image", "double-gated-silu", "SwiGLU")
+    c.close("paired_difference, results/ablation.csv, image, SwiGLU vs double-gated", "paired_difference",
+            [d["mean"], d["low"], d["high"]],
+            lambda: c.call("paired_difference", real, "image", ("double_gated_mlp", "silu"),
+                           ("gated_mlp", "silu")), tol=1e-9)
+    for answer, keeps, breaks in (("SCALING_EFFECT", "rank1-silu", "double-gated-silu"),
+                                  ("EXCHANGE_EFFECT", "double-gated-silu", "SwiGLU")):
+        c.answer_is(answer, {task: ablation.verdict(task, ablation.paired_difference(real, task, keeps, breaks))
+                             for task in tasks}, dict)
+
+
+def ablation_results():
+    """results/ablation.csv of the repository (the committed run of `train ablation`)."""
+    return Path(bn.__file__).resolve().parent / "results" / "ablation.csv"
 
 
 # ----- Backprop I: the gated MLP ----------------------------------------------------------

@@ -24,6 +24,8 @@ COURSE = [
              checks.exchange_symmetry, ("symmetry_deviation", "transform_params")),
     Exercise("inverse_scaling", "Inverse-scaling symmetry",
              checks.inverse_scaling, ("symmetry_deviation", "transform_params")),
+    Exercise("symmetry_ablation", "Which broken symmetry matters? The 2x2 ablation",
+             checks.symmetry_ablation, ("symmetry_deviation", "transform_params")),
     Exercise("backprop_gated", "Backprop I: the gated MLP by hand",
              checks.backprop_gated, ("gated_mlp_backward", "numerical_gradient")),
     Exercise("backprop_rank_r", "Backprop II: the rank-r bilinear unit",

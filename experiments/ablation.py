@@ -52,7 +52,7 @@ MODES = {
     "quick": {"variants": ("rank1-silu", "double-gated-silu", "ReGLU", "SwiGLU"),
               "seeds": 3, "steps": 200},
     "default": {"variants": tuple(CELLS), "seeds": 5, "steps": 400},
-    "full": {"variants": tuple(CELLS), "seeds": 10, "steps": 1500},
+    "full": {"variants": tuple(CELLS), "seeds": 5, "steps": 1500},
 }
 
 # The paired comparisons: (keeps, breaks, the symmetry that differs, what else differs).
@@ -238,9 +238,14 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         mode: "quick", "default" or "full" (MODES); seeds: number of seeds 0, 1, ... (at
         least 2, default the mode's); steps: Adam steps per run (default the mode's);
         variants: CELLS names (default the mode's); lr: Adam's rate (default the task's);
-        out: output folder (default train.default_out(mode)); image: image file for the
+        out: output folder (default train.default_out(mode): the repository for --full,
+        runs/<mode>/ otherwise); image: image file for the
         image task; tasks: names of train.TASKS; log: prints one line;
         progress_stream: stream of the progress line.
+    Writes:
+        out/results/ablation.csv and out/figures/ablation_grid.png; for --full,
+        ablation_full.csv and ablation_full_grid.png, so that it never overwrites the
+        default run's files that the README quotes.
     Returns:
         list of the CSV rows (dicts with the keys of COLUMNS; metric rounded to 6 decimals,
         as written).
@@ -293,11 +298,12 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         log(differences_table(rows, variants, tasks) + "\n")
 
     from experiments import train_figures
-    csv_path = out / "results" / "ablation.csv"
+    stem = "ablation_full" if mode == "full" else "ablation"   # --full keeps the default's files
+    csv_path = out / "results" / f"{stem}.csv"
     write_csv(csv_path, rows)
     title = (f"Which broken symmetry matters? {seeds} seeds x {steps} steps per variant, "
              "equal FFN parameters")
     figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
-                                         out / "figures" / "ablation_grid.png")
+                                         out / "figures" / f"{stem}_grid.png")
     log(f"wrote {csv_path}, {figure}")
     return rows

@@ -99,8 +99,8 @@ def test_wrong_value_fails_with_nonzero_exit(tmp_path):
 
 def test_wrong_gradient_fails_against_reference_and_finite_differences(tmp_path):
     # A factor of two in dK: both comparisons must catch it.
-    solved_copy(tmp_path, 8, "dK = db.T @ x ", "dK = 2 * db.T @ x ")
-    result = checker.run_exercise(8, COURSE[7], tmp_path)
+    solved_copy(tmp_path, 9, "dK = db.T @ x ", "dK = 2 * db.T @ x ")
+    result = checker.run_exercise(9, COURSE[8], tmp_path)
     verdicts = {row.check: row.verdict for row in result.rows}
     assert result.status == "failing"
     assert verdicts["dK, silu: vs bn reference"] == "WRONG"
