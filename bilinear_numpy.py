@@ -2003,7 +2003,8 @@ def build_parser():
     train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
     train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")
     train.add_argument("--variants", help="comma-separated variant names, or "
-                                          "formulation:activation[:r] (default: the mode's)")
+                                          "formulation:activation[:r]; for ablation, names "
+                                          "of its cells (default: the mode's)")
     train.add_argument("--out", help="output folder for results/ and figures/ (default: "
                                      "the repository for --full, runs/<mode>/ otherwise)")
     train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")

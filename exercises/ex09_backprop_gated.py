@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 8: backprop I, the gated MLP by hand
+# # Exercise 9: backprop I, the gated MLP by hand
 #
 # Training needs the gradient of a loss `L` with respect to `x`, `Q`, `K` and `V`. Write
 # the forward pass of the gated MLP as named steps (`x` is `(N, d)`):
@@ -27,7 +27,7 @@
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.gated_mlp_backward` and `bn.numerical_gradient`.
-# **Check:** `python -m exercises check 8`.
+# **Check:** `python -m exercises check 9`.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

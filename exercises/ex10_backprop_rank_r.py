@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 9: backprop II, the rank-r bilinear unit
+# # Exercise 10: backprop II, the rank-r bilinear unit
 #
 # Between rank 1 (exercise 4) and full rank (exercise 3): each unit has `r` query columns
 # and `r` key columns, `Q_j` and `K_j` of shape `(d, r)`, stored as `Q`, `K` of shape
@@ -23,7 +23,7 @@
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.rank_r_bilinear_backward`; `bn.numerical_gradient`
-# is yours to use to check your work. **Check:** `python -m exercises check 9`.
+# is yours to use to check your work. **Check:** `python -m exercises check 10`.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 10: symmetry gives a conservation law
+# # Exercise 11: symmetry gives a conservation law
 #
 # A symmetry of the loss constrains its gradient. Suppose `L` does not change under
 # `(q_j, k_j) → (α q_j, k_j / α)` (the inverse scaling of exercise 7). Differentiate
@@ -23,7 +23,7 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use
 # `bn.FORMULATIONS[name].forward` and `.backward` for the gradients.
-# **Check:** `python -m exercises check 10`.
+# **Check:** `python -m exercises check 11`.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 11: tied factors and squared ReLU
+# # Exercise 12: tied factors and squared ReLU
 #
 # Start training with the query and key factors **tied**, `Q = K`. In the rank-1 layer
 # the exchange symmetry (exercise 6) makes the two gradients equal: the layer does not
@@ -18,7 +18,7 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`).
-# **Check:** `python -m exercises check 11`.
+# **Check:** `python -m exercises check 12`.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 12: higher rank, eigendecomposition and truncation
+# # Exercise 13: higher rank, eigendecomposition and truncation
 #
 # How much does the rank-1 layer give up against full bilinear attention? Exercise 3
 # showed that only the symmetric part of each `A_j` matters. A symmetric matrix has an
@@ -21,7 +21,7 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.
-# **Check:** `python -m exercises check 12`.
+# **Check:** `python -m exercises check 13`.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

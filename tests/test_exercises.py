@@ -301,8 +301,11 @@ def test_exercise_runs_as_a_script_from_its_own_folder(tmp_path):
 
 
 def test_copy_without_solutions_still_checks(tmp_path):
-    # An instructor hands out the repository without exercises/solutions/.
+    # An instructor hands out the repository without exercises/solutions/ (exercise 8 reads
+    # experiments/ablation.py and results/ablation.csv as well).
     shutil.copy(ROOT / "bilinear_numpy.py", tmp_path)
+    for folder in ("experiments", "results"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "exercises", tmp_path / "exercises",
                     ignore=shutil.ignore_patterns("solutions", "__pycache__"))
     status, out = run_cli(cwd=tmp_path)

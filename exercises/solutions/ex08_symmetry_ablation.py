@@ -49,6 +49,8 @@ RESULTS = Path(bn.__file__).resolve().parent / "results" / "ablation.csv"
 # kept for every α > 0)` as a pair of `True` / `False`, **before** you measure. Use the
 # conditions above: exchange needs `σ(a)·b = σ(b)·a` in the gated form; scaling needs
 # `σ(αz) = α·σ(z)` in the gated form and `σ(αz) = c·σ(z)` in the double-gated form.
+# One entry per case, written like this one (SwiGLU, which the text above already gave):
+# `{("gated_mlp", "silu"): (False, False), ...}`.
 
 # %%
 CASES = [
@@ -145,9 +147,9 @@ def paired_difference(rows, task, keeps, breaks):
 
 # %%
 SCALING_EFFECT = {"text": "breaking hurts",  # ANSWER: {"text": ..., "image": ...}
-                  "image": "breaking hurts"}
-EXCHANGE_EFFECT = {"text": "within noise",  # ANSWER: {"text": ..., "image": ...}
-                   "image": "breaking helps"}
+                  "image": "breaking helps"}
+EXCHANGE_EFFECT = {"text": "breaking helps",  # ANSWER: {"text": ..., "image": ...}
+                   "image": "breaking hurts"}
 
 # %% Try it
 if __name__ == "__main__":
