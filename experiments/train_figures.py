@@ -105,12 +105,11 @@ def reconstruction_grid(original, reconstructions, psnr, path):
 _ACT_COLOURS = {"relu": "tab:blue", "silu": "tab:orange", "gelu": "tab:green"}
 
 
-def _two_lines(name):
-    """A variant's name as a tick label: 'double-gated-silu' -> 'double-gated\nsilu'."""
-    for prefix in ("double-gated-", "rank1-"):
-        if name.startswith(prefix):
-            return prefix[:-1] + "\n" + name[len(prefix):]
-    return name
+def _tick_label(name):
+    """A variant's name as a short tick label: 'double-gated-silu' -> 'double-\ngated\nsilu'."""
+    if name.startswith("double-gated-"):
+        return "double-\ngated\n" + name[len("double-gated-"):]
+    return name.replace("-", "\n")             # 'rank1-silu' -> 'rank1\nsilu'; 'ReGLU' stays
 
 
 def ablation_grid(rows, cells, tasks, title, path):
@@ -127,7 +126,7 @@ def ablation_grid(rows, cells, tasks, title, path):
     Returns: the Path written.
     """
     plt = _pyplot()
-    fig = plt.figure(figsize=(6.2 * len(tasks), 7.2))
+    fig = plt.figure(figsize=(6.8 * len(tasks), 7.6))
     subfigs = np.atleast_1d(fig.subfigures(1, len(tasks), wspace=0.04))
     ran = {(r["formulation"], r["activation"]) for r in rows}
     widest = max(sum(c[:2] in ran and c[2:] == cell for c in cells.values())
@@ -154,7 +153,7 @@ def ablation_grid(rows, cells, tasks, title, path):
                     ax.errorbar(x + 0.3, values.mean(), yerr=std, fmt="_", color="black",
                                 markersize=12, capsize=3, zorder=4)
                 ax.set_xticks(range(len(names)))
-                ax.set_xticklabels([_two_lines(n) for n in names], fontsize=8)
+                ax.set_xticklabels([_tick_label(n) for n in names], fontsize=8)
                 ax.set_xlim(-0.5, max(widest, 1) - 0.3)
                 if not names:
                     ax.text(0.5, 0.5, "no variant run", ha="center", transform=ax.transAxes)
