@@ -113,7 +113,9 @@ def variant_of(formulation, activation):
 
 def metric_values(rows, task, variant):
     """{seed: metric} of one variant on one task, from rows as written or as read back
-    from the CSV (strings are converted)."""
+    from the CSV (strings are converted). ValueError for a name that is not in CELLS."""
+    if variant not in CELLS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {list(CELLS)}")
     formulation, activation = CELLS[variant][:2]
     return {int(r["seed"]): float(r["metric"]) for r in rows
             if (r["task"], r["formulation"], r["activation"]) == (task, formulation, activation)}
@@ -147,7 +149,13 @@ def paired_difference(rows, task, keeps, breaks):
 
 
 def verdict(task, diff):
-    """'breaking helps', 'breaking hurts' or 'within noise' (the interval holds 0)."""
+    """What a paired difference says, in words.
+
+    Args: task: a key of train.TASKS (its higher_is_better gives the direction);
+        diff: a dict from paired_difference (breaks - keeps).
+    Returns: "within noise" if the 95% interval holds 0, else "breaking helps" (the
+        variant without the symmetry scored better) or "breaking hurts".
+    """
     if diff["low"] <= 0 <= diff["high"]:
         return "within noise"
     better = diff["mean"] > 0 if train.TASKS[task].higher_is_better else diff["mean"] < 0
@@ -155,6 +163,10 @@ def verdict(task, diff):
 
 
 # ----- tables -----------------------------------------------------------------------
+
+
+def _kept(flag):
+    return "kept" if flag else "broken"
 
 
 def cells_table(rows, variants, tasks):
@@ -171,10 +183,6 @@ def cells_table(rows, variants, tasks):
             text += f" {x.mean():.3f} ± {x.std(ddof=1):.3f} |" if len(x) > 1 else f" {x.mean():.3f} |"
         lines.append(text)
     return "\n".join(lines)
-
-
-def _kept(flag):
-    return "kept" if flag else "broken"
 
 
 def comparisons_in(variants):

@@ -2,6 +2,7 @@
 and the paired differences are right, and a tiny run writes the CSV and the figure."""
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,3 +152,26 @@ def test_bad_input_is_named(capsys):
     assert "at least 2 seeds" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a variant"):
         ablation.variant_of("gated_mlp", "sigmoid")
+
+
+def test_readme_tables_come_from_the_committed_runs():
+    # The README quotes results/ablation.csv (default run) line by line, and every number of
+    # results/ablation_full.csv (--full) that it shows.
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    variants, tasks = list(ablation.CELLS), ("text", "image")
+    rows = ablation.read_csv(root / "results" / "ablation.csv")
+    assert len(rows) == 2 * 8 * 5
+    for table in (ablation.cells_table(rows, variants, tasks),
+                  ablation.differences_table(rows, variants, tasks)):
+        for line in table.splitlines():
+            assert line in readme, line
+    full = ablation.read_csv(root / "results" / "ablation_full.csv")
+    for v in variants:
+        for task in tasks:
+            x = np.array(list(ablation.metric_values(full, task, v).values()))
+            assert f"{x.mean():.3f} ± {x.std(ddof=1):.3f}" in readme, (v, task)
+    for keeps, breaks, _, _ in ablation.COMPARISONS:
+        cells = [f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {ablation.verdict(t, d)}"
+                 for t in tasks for d in [ablation.paired_difference(full, t, keeps, breaks)]]
+        assert f"| {breaks} − {keeps} | {cells[0]} | {cells[1]} |" in readme
