@@ -908,7 +908,7 @@ def rel_error(a, b) -> float:
         0.0 for two empty arrays.
     Raises:
         ValueError if the shapes differ; TypeError for complex, string or object input.
-    Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.
+    Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.7.
     """
     a, b = np.asarray(a), np.asarray(b)
     for name, arr in (("a", a), ("b", b)):
@@ -944,7 +944,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
         TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
         by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
         or f(x)'s shape differs from dy's.
-    Source: CS231n gradient_check.py; derivations.md, section 7.
+    Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
     x = np.asarray(x)
     dy = np.asarray(dy)
@@ -1046,7 +1046,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         ValueError for an unknown name or activation, an x_shape with no token or no
         width (nothing would be checked), max_draws < 1, or if no draw avoids the kink
         (use fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin).
-    Source: CS231n gradient_check.py; derivations.md, section 7.
+    Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
     form, act = get_formulation(name), get_activation(act)
     x_shape = tuple(x_shape)
@@ -1110,7 +1110,7 @@ def equiv_rank1_as_bilinear(seed=0):
 
     (x . q)(x . k) = x (q^T k) x^T: the rank-1 form is full bilinear attention whose
     interaction matrices are outer products. Returns the largest rel_error of the two
-    outputs over all activations (float). Source: paper eqs. (3), (5).
+    outputs over all activations (float). Source: paper eqs. (3), (5); derivations.md, section 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
@@ -1121,7 +1121,8 @@ def equiv_rank1_as_bilinear(seed=0):
 def equiv_rank_r_as_bilinear(seed=0):
     """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper eqs. (3), (4).
+    Returns the largest rel_error over all activations. Source: paper eqs. (3), (4);
+    derivations.md, section 2.4.
     """
     x, p = _draw("rank_r_bilinear", seed, r=3)
     A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
@@ -1133,7 +1134,7 @@ def equiv_static_query_as_mlp(seed=0):
     """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
 
     x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys. Returns the
-    largest rel_error over all activations. Source: paper eq. (2).
+    largest rel_error over all activations. Source: paper eq. (2); derivations.md, section 2.2.
     """
     x, p = _draw("static_query_mlp", seed)
     K_prime = p["K"] @ p["Q"].T                           # (m, d)
@@ -1147,7 +1148,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 
     (x' . e_0)(x' . k'_j) = 1 * (x . k_j): the key-value MLP is a bilinear unit whose
     query ignores the input. Returns the largest rel_error over all activations.
-    Source: paper.md, "Facts that follow".
+    Source: paper.md, "Facts that follow"; derivations.md, section 5.7.
     """
     x, p = _draw("mlp", seed)
     m, d = p["K"].shape
@@ -1162,7 +1163,8 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 def equiv_bilinear_glu_as_rank1(seed=0):
     """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
 
-    Returns rel_error of the two outputs. Source: paper eqs. (5), (6).
+    Returns rel_error of the two outputs. Source: paper eqs. (5), (6); derivations.md,
+    section 2.6.
     """
     x, p = _draw("gated_mlp", seed)
     return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
@@ -1172,7 +1174,8 @@ def equiv_bilinear_glu_as_rank1(seed=0):
 def equiv_double_gated_identity_as_rank1(seed=0):
     """double_gated_mlp with identity = rank1_bilinear with identity (no sigma anywhere).
 
-    Returns rel_error of the two outputs. Source: this project's ablation form.
+    Returns rel_error of the two outputs. Source: this project's ablation form;
+    derivations.md, section 2.8.
     """
     x, p = _draw("double_gated_mlp", seed)
     return rel_error(double_gated_mlp_forward(x, **p, act="identity")[0],
@@ -1183,7 +1186,8 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
     """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
 
     relu(a) * a = relu(a)^2. Returns rel_error of the two outputs.
-    Source: So et al. 2021 (Primer); paper.md, "Facts that follow".
+    Source: So et al. 2021 (Primer); paper.md, "Facts that follow";
+    derivations.md, section 5.6.
     """
     x, p = _draw("gated_mlp", seed)
     squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
@@ -1193,7 +1197,8 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
 def equiv_gated_rank_r_at_r1(seed=0):
     """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper.md, formulation 6.
+    Returns the largest rel_error over all activations. Source: paper.md, formulation 6;
+    derivations.md, section 2.7.
     """
     x, p = _draw("gated_mlp", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -1204,7 +1209,8 @@ def equiv_gated_rank_r_at_r1(seed=0):
 def equiv_rank_r_at_r1(seed=0):
     """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper eqs. (4), (5).
+    Returns the largest rel_error over all activations. Source: paper eqs. (4), (5);
+    derivations.md, section 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -1217,7 +1223,8 @@ def equiv_bilinear_symmetric_part(seed=0):
     """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
     only the symmetric part of each A_j matters.
 
-    Returns the largest rel_error over all activations. Source: paper.md, "The symmetries".
+    Returns the largest rel_error over all activations. Source: paper.md, "The symmetries";
+    derivations.md, section 4.2.
     """
     x, p = _draw("bilinear", seed)
     A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
@@ -1238,7 +1245,7 @@ def eigen_factors(A):
         approximation of the symmetric part (Eckart-Young). lam: (m, d), the sorted eigenvalues.
     Raises:
         ValueError if A is not of shape (m, d, d).
-    Source: Pearce et al. 2024; paper.md, "Facts that follow"; derivations.md, section 6.
+    Source: Pearce et al. 2024; paper.md, "Facts that follow"; derivations.md, sections 6.2 and 6.3.
     """
     A = _nd("A", A, "(m, d, d)")
     if A.shape[1] != A.shape[2]:
@@ -1254,7 +1261,7 @@ def equiv_bilinear_as_rank_d(seed=0):
     """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
 
     Returns the largest rel_error over all activations. Source: paper eq. (4) ("r = d
-    recovers (3)"); Pearce et al. 2024.
+    recovers (3)"); Pearce et al. 2024; derivations.md, section 6.2.
     """
     x, p = _draw("bilinear", seed)
     Q, K, _ = eigen_factors(p["A"])
@@ -1330,7 +1337,7 @@ def symmetry_expected(formulation, act, symmetry):
         True / False, or None where the symmetry does not apply (the form lacks the factors).
     Raises:
         ValueError for an unknown name.
-    Source: paper.md, "The symmetries" and "Other symmetries"; derivations.md, section 4.
+    Source: paper.md, "The symmetries" and "Other symmetries"; derivations.md, section 4.7.
     """
     get_formulation(formulation)
     act = get_activation(act)
@@ -1375,7 +1382,7 @@ def transform_params(formulation, params, symmetry, alpha):
         ValueError if the symmetry does not apply to the formulation, or if alpha is not
         of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
-    Source: paper.md, "The symmetries".
+    Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
@@ -1419,7 +1426,7 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
         float: about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
     Raises:
         ValueError for an unknown name or a symmetry that does not apply.
-    Source: paper.md, "The symmetries".
+    Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
     x, p = _draw(formulation, seed)
     m = p["V"].shape[0]
@@ -1439,7 +1446,7 @@ def symmetry_table(seed=0):
         list of dicts with keys formulation, activation, symmetry, deviation (float),
         holds (deviation <= CLAIM_TOL) and expected (symmetry_expected); cells where the
         symmetry does not apply are left out.
-    Source: paper.md, "The symmetries"; derivations.md, section 4.
+    Source: paper.md, "The symmetries"; derivations.md, section 4.7.
     """
     rows = []
     for formulation in FORMULATIONS:
@@ -1476,7 +1483,7 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
         to judge the residual against.
     Raises:
         ValueError if the pair is not per-unit parameters of the formulation.
-    Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, section 5.
+    Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
     form = get_formulation(formulation)
     per_unit = [n for n in form.param_names if not (formulation == "static_query_mlp" and n == "Q")]
@@ -1502,7 +1509,7 @@ def conservation_table(seed=0):
         list of dicts with keys formulation, activation, pair (e.g. "Q,K"), residual
         (max_j |residual_j| / max(1e-12, max_j scale_j)), holds (residual <= CLAIM_TOL),
         expected (the matching symmetry's symmetry_expected).
-    Source: derivations.md, section 5.
+    Source: derivations.md, sections 5.1 and 5.4.
     """
     rows = []
     for formulation, form in FORMULATIONS.items():
