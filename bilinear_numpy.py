@@ -1967,6 +1967,11 @@ def _cmd_default(args):
     return status
 
 
+def _cmd_bench(args):
+    from experiments import bench   # here, so that `import bilinear_numpy` needs NumPy alone
+    return bench.main(args)
+
+
 def build_parser():
     """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
 
@@ -2016,6 +2021,20 @@ def build_parser():
                                      "the repository for --full, runs/<mode>/ otherwise)")
     train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
     train.set_defaults(func=_cmd_train, mode="default")
+
+    bench = sub.add_parser("bench", help="time forward and backward of every formulation "
+                                         "against its GEMM floor; print and save a table")
+    bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
+    bench.add_argument("--out", default="results/bench.csv", help="CSV path (default: %(default)s)")
+    bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
+                       help="run only this dtype (repeatable)")
+    bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),
+                       help="run only this formulation (repeatable)")
+    bench.add_argument("--activation", action="append", choices=list(ACTIVATIONS),
+                       help="run only this activation (repeatable)")
+    bench.add_argument("--tokens", type=int, help="number of tokens N (overrides the size)")
+    bench.add_argument("--repeats", type=int, help="timed repeats per measurement")
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 

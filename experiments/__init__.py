@@ -1,4 +1,5 @@
-"""Drivers that are not about the formulations themselves (experiments, figures).
+"""Drivers that are not about the formulations themselves (experiments, figures, the
+benchmark).
 
 Each module here is imported only inside the func of a subcommand of bilinear_numpy.py,
 so that `import bilinear_numpy` needs NumPy alone.

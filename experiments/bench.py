@@ -1,0 +1,315 @@
+"""Benchmark: every formulation's forward and backward pass against its GEMM floor.
+
+Run it as `python bilinear_numpy.py bench` (`--quick` for a small run). For each
+formulation, activation and dtype it measures, in one run:
+
+- the median wall time of the forward pass and of forward + backward;
+- the GEMM floor: the time of exactly the matrix products that formulation needs
+  (FLOOR below), as plain `@` on arrays of the same shapes, and the ratio of the two.
+  Formulation and floor are timed in alternation, so a slow moment of a shared machine
+  hits both; the CSV keeps the smallest and largest ratio of those pairs;
+- the peak memory of forward + backward (tracemalloc, which sees NumPy's arrays) plus
+  the inputs, relative to the arrays no implementation can do without
+  (reference_bytes below).
+
+It prints a table headed by the machine, NumPy, BLAS and thread count, and saves the
+same rows as CSV. The targets (issue 7): forward + backward at most 1.25 times its floor
+for mlp, static_query_mlp, rank1_bilinear and gated_mlp, at most 1.5 times for
+rank_r_bilinear, gated_rank_r and bilinear, for every activation but exact GELU (its
+error function is an element-by-element call of math.erfc: reported, no target); peak
+memory at most 3 times the reference.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+import bilinear_numpy as bn
+
+# Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
+# The full sizes are the issue's: "realistic" widths of a small transformer.
+FULL = {"tokens": 4096, "repeats": 5, "sizes": {
+    "mlp": (512, 2048, 1), "static_query_mlp": (512, 2048, 1), "bilinear": (64, 256, 1),
+    "rank_r_bilinear": (512, 344, 4), "rank1_bilinear": (512, 1376, 1),
+    "gated_mlp": (512, 1376, 1), "gated_rank_r": (512, 344, 4)}}
+QUICK = {"tokens": 512, "repeats": 3, "sizes": {
+    "mlp": (128, 512, 1), "static_query_mlp": (128, 512, 1), "bilinear": (32, 64, 1),
+    "rank_r_bilinear": (128, 86, 4), "rank1_bilinear": (128, 344, 1),
+    "gated_mlp": (128, 344, 1), "gated_rank_r": (128, 86, 4)}}
+
+# The matrix products of each formulation: (forward, backward), one "A @ B" per product,
+# written with the symbols N tokens, d width, o = d_out, m units, R = m r, D = d d.
+# "N 1 d @ N d d" is a stack of N vector-matrix products (bilinear's dx_n = x_n M_n).
+_KV = (["N d @ d m", "N m @ m o"],
+       ["m N @ N o", "N o @ o m", "m N @ N d", "N m @ m d"])
+_RANK1 = (["N d @ d m", "N d @ d m", "N m @ m o"],
+          ["m N @ N o", "N o @ o m", "m N @ N d", "m N @ N d", "N m @ m d", "N m @ m d"])
+_RANK_R = (["N d @ d R", "N d @ d R", "N m @ m o"],
+           ["m N @ N o", "N o @ o m", "d N @ N R", "d N @ N R", "N R @ R d", "N R @ R d"])
+FLOOR = {
+    "mlp": _KV,
+    "static_query_mlp": (["N d @ d d"] + _KV[0], _KV[1] + ["d N @ N d", "N d @ d d"]),
+    "bilinear": (["N D @ D m", "N m @ m o"],
+                 ["m N @ N o", "N o @ o m", "m N @ N D", "N m @ m D", "N 1 d @ N d d"]),
+    "rank_r_bilinear": _RANK_R,
+    "rank1_bilinear": _RANK1,
+    "gated_mlp": _RANK1,
+    "gated_rank_r": _RANK_R,
+}
+
+# The time targets of issue 7 (forward + backward / its floor); exact GELU has none.
+TIME_TARGET = {"mlp": 1.25, "static_query_mlp": 1.25, "rank1_bilinear": 1.25,
+               "gated_mlp": 1.25, "rank_r_bilinear": 1.5, "gated_rank_r": 1.5,
+               "bilinear": 1.5}
+MEMORY_TARGET = 3.0
+
+COLUMNS = ["formulation", "activation", "dtype", "N", "d", "m", "r", "d_out",
+           "forward_ms", "forward_floor_ms", "forward_ratio",
+           "fb_ms", "fb_floor_ms", "fb_ratio", "fb_ratio_min", "fb_ratio_max",
+           "time_target", "time_ok", "peak_mib", "reference_mib", "memory_ratio",
+           "memory_ok", "repeats", "machine", "numpy", "blas", "threads"]
+
+
+def machine_info():
+    """The machine, NumPy, BLAS and thread count, as a dict of strings.
+
+    Returns:
+        {"machine": CPU model and core count, "numpy": version, "blas": name and version
+        from numpy.show_config, "threads": the BLAS thread setting}.
+    Source: numpy.show_config(mode="dicts") (NumPy >= 1.25); os.cpu_count.
+    """
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    setting = [f"{k}={os.environ[k]}" for k in
+               ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ]
+    return {"machine": f"{cpu}, {usable} of {os.cpu_count()} CPUs usable",
+            "numpy": np.__version__,
+            "blas": f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip(),
+            "threads": ", ".join(setting) or f"BLAS default: one per CPU ({usable})"}
+
+
+def _shape(text, sizes):
+    # "N d" -> (sizes["N"], sizes["d"]); a digit stands for itself.
+    return tuple(int(s) if s.isdigit() else sizes[s] for s in text.split())
+
+
+def floor_operands(formulation, sizes, dtype, rng):
+    """Random operands for the formulation's matrix products (FLOOR).
+
+    Args:
+        formulation: key of FLOOR; sizes: dict of the symbols N, d, o, m, R, D;
+        dtype: float32 or float64; rng: np.random.Generator.
+    Returns:
+        (forward, backward): two lists of (A, B) array pairs; equal shapes share arrays.
+    """
+    arrays = {}
+
+    def operand(text):
+        shape = _shape(text, sizes)
+        if shape not in arrays:
+            arrays[shape] = rng.standard_normal(shape).astype(dtype)
+        return arrays[shape]
+
+    return tuple([(operand(p.split("@")[0]), operand(p.split("@")[1])) for p in phase]
+                 for phase in FLOOR[formulation])
+
+
+def reference_bytes(formulation, sizes, itemsize):
+    """Bytes of the arrays a forward + backward pass cannot do without.
+
+    Inputs (x, dy), parameters, gradients (dx and one per parameter) and the N x m
+    activations: the projections of x and the hidden layer h, i.e. z and h for mlp,
+    static_query_mlp and bilinear (2 N m); a, b and h for rank1_bilinear and gated_mlp
+    (3 N m); a, b of shape (N, m, r) and h for the rank-r forms ((2 r + 1) N m).
+
+    Args:
+        formulation: key of FORMULATIONS; sizes: dict with N, d, o, m, r;
+        itemsize: bytes per element.
+    Returns:
+        int, bytes.
+    """
+    N, d, o, m, r = (sizes[k] for k in ("N", "d", "o", "m", "r"))
+    form = bn.FORMULATIONS[formulation]
+    n_params = form.n_params(d, m, o, r)
+    n_act = {"rank1_bilinear": 3, "gated_mlp": 3, "rank_r_bilinear": 2 * r + 1,
+             "gated_rank_r": 2 * r + 1}.get(formulation, 2)
+    elements = N * d + N * o + 2 * n_params + N * d + n_act * N * m
+    return elements * itemsize
+
+
+def peak_bytes(form, x, params, dy, act):
+    """Peak bytes allocated during one forward + backward pass (tracemalloc), plus the
+    inputs x, dy and the parameters that exist before it."""
+    tracemalloc.start()
+    try:
+        y, cache = form.forward(x, **params, act=act)
+        grads = form.backward(dy, cache)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del y, cache, grads
+    return peak + x.nbytes + dy.nbytes + sum(p.nbytes for p in params.values())
+
+
+def _seconds(run):
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _products(pairs):
+    for A, B in pairs:
+        A @ B
+
+
+def time_pairs(runs, repeats):
+    """Time several functions in alternation, once each per repeat, after one warm-up.
+
+    Args:
+        runs: dict name -> function of no argument; repeats: int >= 1.
+    Returns:
+        dict name -> list of `repeats` wall times in seconds.
+    """
+    for run in runs.values():
+        run()
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(_seconds(run))
+    return times
+
+
+def measure(formulation, act, dtype, sizes, repeats, seed=0):
+    """One row of the benchmark: times, floors, ratios and memory of one configuration.
+
+    Args:
+        formulation: key of FORMULATIONS; act: activation name; dtype: float32 or
+        float64; sizes: dict with N, d, o, m, r, R, D; repeats: int; seed: int.
+    Returns:
+        dict with the keys of COLUMNS but the machine's.
+    """
+    rng = np.random.default_rng(seed)
+    form = bn.FORMULATIONS[formulation]
+    N, d, o, m, r = (sizes[k] for k in ("N", "d", "o", "m", "r"))
+    x = rng.standard_normal((N, d)).astype(dtype)
+    params = form.init(rng, d, m, o, r, dtype=dtype)
+    dy = rng.standard_normal((N, o)).astype(dtype)
+    floor_fwd, floor_bwd = floor_operands(formulation, sizes, dtype, rng)
+
+    def forward():
+        form.forward(x, **params, act=act)
+
+    def forward_backward():
+        form.backward(dy, form.forward(x, **params, act=act)[1])
+
+    t = time_pairs({"floor_fwd": lambda: _products(floor_fwd), "fwd": forward,
+                    "floor_fb": lambda: _products(floor_fwd + floor_bwd), "fb": forward_backward},
+                   repeats)
+    del floor_fwd, floor_bwd
+    med = {k: statistics.median(v) for k, v in t.items()}
+    pair_ratios = [a / b for a, b in zip(t["fb"], t["floor_fb"])]
+    target = None if act == "gelu" else TIME_TARGET[formulation]
+    fb_ratio = med["fb"] / med["floor_fb"]
+    peak = peak_bytes(form, x, params, dy, act)
+    reference = reference_bytes(formulation, sizes, np.dtype(dtype).itemsize)
+    return {"formulation": formulation, "activation": act, "dtype": np.dtype(dtype).name,
+            "N": N, "d": d, "m": m, "r": r, "d_out": o,
+            "forward_ms": 1e3 * med["fwd"], "forward_floor_ms": 1e3 * med["floor_fwd"],
+            "forward_ratio": med["fwd"] / med["floor_fwd"],
+            "fb_ms": 1e3 * med["fb"], "fb_floor_ms": 1e3 * med["floor_fb"], "fb_ratio": fb_ratio,
+            "fb_ratio_min": min(pair_ratios), "fb_ratio_max": max(pair_ratios),
+            "time_target": "" if target is None else target,
+            "time_ok": "n/a" if target is None else ("yes" if fb_ratio <= target else "no"),
+            "peak_mib": peak / 2**20, "reference_mib": reference / 2**20,
+            "memory_ratio": peak / reference,
+            "memory_ok": "yes" if peak <= MEMORY_TARGET * reference else "no",
+            "repeats": repeats}
+
+
+def _sizes(d, m, r, tokens):
+    return {"N": tokens, "d": d, "o": d, "m": m, "r": r, "R": m * r, "D": d * d}
+
+
+HEADER = (f"{'formulation':<17}{'activation':<11}{'dtype':<8}{'fwd ms':>8}{'floor':>8}"
+          f"{'ratio':>6}{'f+b ms':>9}{'floor':>8}{'ratio':>6}{'(min-max)':>13}"
+          f"{'memory':>7}  target")
+
+
+def format_row(row):
+    """One line of the printed table for a row of measure()."""
+    target = "-" if row["time_ok"] == "n/a" else f"{row['time_target']:.2f} {row['time_ok']}"
+    return (f"{row['formulation']:<17}{row['activation']:<11}{row['dtype']:<8}"
+            f"{row['forward_ms']:>8.1f}{row['forward_floor_ms']:>8.1f}{row['forward_ratio']:>6.2f}"
+            f"{row['fb_ms']:>9.1f}{row['fb_floor_ms']:>8.1f}{row['fb_ratio']:>6.2f}"
+            f"{'(' + format(row['fb_ratio_min'], '.2f') + '-' + format(row['fb_ratio_max'], '.2f') + ')':>13}"
+            f"{row['memory_ratio']:>6.2f}x  {target}")
+
+
+def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
+        activations=None, tokens=None, repeats=None, print_line=print):
+    """Run the benchmark, print the table, save it as CSV.
+
+    Args:
+        quick: small sizes (QUICK) instead of the issue's (FULL).
+        out: CSV path (its folder is created).
+        dtypes, formulations, activations: lists of names to run (default: all).
+        tokens: override N; repeats: override the number of timed repeats.
+        print_line: function that prints one line.
+    Returns:
+        list of row dicts (the CSV's rows).
+    Raises:
+        ValueError for a non-positive tokens or repeats.
+    """
+    config = QUICK if quick else FULL
+    tokens = config["tokens"] if tokens is None else tokens
+    repeats = config["repeats"] if repeats is None else repeats
+    if tokens < 1 or repeats < 1:
+        raise ValueError(f"tokens and repeats: expected positive integers, got {tokens}, {repeats}")
+    info = machine_info()
+    print_line(f"bench: N = {tokens} tokens, median of {repeats} repeats; "
+               f"ratio = time / GEMM floor; memory = peak / reference")
+    print_line(f"machine: {info['machine']}; NumPy {info['numpy']}; BLAS {info['blas']}; "
+               f"threads: {info['threads']}")
+    print_line(HEADER)
+    rows = []
+    for dtype in dtypes or ["float32", "float64"]:
+        for formulation in formulations or list(bn.FORMULATIONS):
+            sizes = _sizes(*config["sizes"][formulation], tokens)
+            for act in activations or list(bn.ACTIVATIONS):
+                row = measure(formulation, act, np.dtype(dtype), sizes, repeats) | info
+                rows.append(row)
+                print_line(format_row(row))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
+    timed = [r for r in rows if r["time_ok"] != "n/a"]
+    print_line(f"time targets held: {sum(r['time_ok'] == 'yes' for r in timed)} of {len(timed)}; "
+               f"memory targets held: {sum(r['memory_ok'] == 'yes' for r in rows)} of {len(rows)}; "
+               f"saved {path}")
+    return rows
+
+
+def main(args):
+    """The `bench` subcommand: args from bilinear_numpy.build_parser(). Returns 0."""
+    run(quick=args.quick, out=args.out, dtypes=args.dtype, formulations=args.formulation,
+        activations=args.activation, tokens=args.tokens, repeats=args.repeats)
+    return 0
