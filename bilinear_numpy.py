@@ -66,6 +66,8 @@ class Activation:
             alpha > 0 (identity and relu).
         kink: True if sigma' jumps somewhere (relu at 0): finite differences across the
             jump are wrong by construction, so gradcheck keeps its probe points away.
+        f_df: optional z -> (sigma(z), sigma'(z)), equal to (f(z), df(z)) but doing the
+            shared work once (SiLU's sigmoid, GELU's Phi); None: f and df are called.
 
     Source: paper.md, "The symmetries" (which activations keep which symmetry).
     """
@@ -76,7 +78,36 @@ class Activation:
     linear: bool
     positively_homogeneous: bool
     kink: bool = False
+    f_df: Callable | None = field(default=None, repr=False)
 
+    def value_and_grad(self, z):
+        """(sigma(z), sigma'(z)) in one call; every forward pass uses it and caches sigma'.
+
+        Equal to (f(z), df(z)). A deliberate loop over blocks of _BLOCK elements, for
+        speed only: one block's temporaries (SiLU makes three) stay in the CPU cache, so
+        each elementwise step costs its arithmetic instead of a trip through memory.
+
+        Args:
+            z: float32 or float64 array of any shape.
+        Returns:
+            (f, df): two new arrays of z's shape and dtype.
+        Source: issue 7 (speed); the value of each activation: its f and df.
+        """
+        f_df = self.f_df or (lambda t: (self.f(t), self.df(t)))
+        z = np.asarray(z)
+        f, df = np.empty(z.shape, z.dtype), np.empty(z.shape, z.dtype)
+        z_flat, f_flat, df_flat = z.reshape(-1), f.reshape(-1), df.reshape(-1)
+        for i in range(0, z.size, _BLOCK):
+            f_flat[i:i + _BLOCK], df_flat[i:i + _BLOCK] = f_df(z_flat[i:i + _BLOCK])
+        return f, df
+
+
+_BLOCK = 2 ** 15  # elements per block of value_and_grad: 256 KiB of float64
+
+
+# Most functions below allocate one array with np.empty_like(z) (a 0-d array, not a
+# scalar, for a 0-d z) and then update it in place: each temporary of the size of z
+# costs a trip through memory, and these run on every (N, m) pre-activation.
 
 def _identity(z):
     return np.array(z, copy=True)
@@ -91,26 +122,49 @@ def _relu(z):
 
 
 def _relu_grad(z):
-    return (z > 0).astype(z.dtype)  # relu'(0) is taken as 0
+    return np.greater(z, 0, out=np.empty_like(z))  # 1.0 where z > 0; relu'(0) is taken as 0
 
 
 def _sigmoid(z):
-    # 1 / (1 + e^-z) = (1 + tanh(z/2)) / 2: tanh never overflows, so no exp(+large).
-    return 0.5 * (1 + np.tanh(0.5 * z))
+    # 1 / (1 + e^-z). For z << 0, e^-z overflows to inf and 1 / (1 + inf) = 0 is the
+    # right limit, so that overflow is expected and silenced; nothing else can overflow.
+    # (exp is several times faster than tanh in float64, and keeps relative accuracy
+    # for z << 0, where (1 + tanh(z/2)) / 2 cancels.)
+    s = np.negative(z, out=np.empty_like(z))
+    with np.errstate(over="ignore"):
+        np.exp(s, out=s)                          # e^-z
+    s += 1
+    return np.reciprocal(s, out=s)                # 1 / (1 + e^-z)
+
+
+def _sigmoid_f_df(z):
+    s = _sigmoid(z)
+    ds = 1 - s
+    ds *= s                                       # sigma' = s (1 - s): bounded, never inf/inf
+    return s, ds
 
 
 def _sigmoid_grad(z):
-    s = _sigmoid(z)
-    return s * (1 - s)  # sigma' = s (1 - s): both factors bounded, never inf/inf
+    return _sigmoid_f_df(z)[1]
 
 
 def _silu(z):
-    return z * _sigmoid(z)  # Swish_1(z) = z * sigmoid(z)
+    s = _sigmoid(z)
+    s *= z
+    return s                                      # Swish_1(z) = z * sigmoid(z)
+
+
+def _silu_f_df(z):
+    s = _sigmoid(z)                               # computed once, used by f and df
+    f = z * s                                     # Swish_1(z) = z s
+    df = z - f                                    # z (1 - s), reusing f
+    df += 1
+    df *= s                                       # d/dz [z s] = s + z s (1 - s) = s (1 + z (1 - s))
+    return f, df
 
 
 def _silu_grad(z):
-    s = _sigmoid(z)
-    return s * (1 + z * (1 - s))  # d/dz [z s] = s + z s (1 - s)
+    return _silu_f_df(z)[1]
 
 
 _SQRT2 = math.sqrt(2.0)
@@ -138,33 +192,58 @@ def _gelu_grad(z):
     return _normal_cdf(z) + z * _normal_pdf(z)  # Phi(z) + z phi(z)
 
 
+def _gelu_f_df(z):
+    cdf = _normal_cdf(z)                          # Phi(z), the costly part, computed once
+    df = z * _normal_pdf(z)
+    df += cdf                                     # Phi(z) + z phi(z)
+    return z * cdf, df
+
+
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
 
-def _gelu_tanh_inner(z):
-    # For |z| >= 50 the tanh below is exactly +-1 already; clipping keeps z^3 finite.
-    zc = np.clip(z, -50, 50)
-    return zc, np.tanh(_GELU_C * (zc + _GELU_A * zc * zc * zc))
+def _gelu_tanh_parts(z):
+    # GELU_tanh(z) = z (1 + tanh(u)) / 2 with u = c (z + a z^3); (1 + tanh(u)) / 2 is
+    # sigmoid(2u), so one exp replaces the tanh. Returns (clipped z, z^2, s = sigmoid(2u)).
+    zc = np.clip(z, -50, 50)      # for |z| >= 50, s is exactly 0 or 1: clipping keeps z^3 finite
+    z2 = zc * zc                                  # z^2 (x*x, not x**2: one multiplication)
+    two_u = z2 * (2 * _GELU_C * _GELU_A)
+    two_u += 2 * _GELU_C
+    two_u *= zc                                   # 2u = 2c (z + a z^3)
+    return zc, z2, _sigmoid(two_u)
 
 
 def _gelu_tanh(z):
-    _, t = _gelu_tanh_inner(z)
-    return 0.5 * z * (1 + t)  # z (1 + tanh(c (z + a z^3))) / 2
+    return z * _gelu_tanh_parts(z)[2]             # z (1 + tanh(u)) / 2 = z sigmoid(2u)
+
+
+def _gelu_tanh_f_df(z):
+    zc, z2, s = _gelu_tanh_parts(z)
+    f = z * s
+    # d/dz [z s(2u)] = s + z s (1 - s) 2u', with 2u' = 2c (1 + 3 a z^2); in place on z2:
+    z2 *= 6 * _GELU_C * _GELU_A
+    z2 += 2 * _GELU_C
+    z2 *= zc                                      # z 2u'
+    df = 1 - s
+    df *= s
+    df *= z2
+    df += s                                       # s + s (1 - s) z 2u'
+    return f, df
 
 
 def _gelu_tanh_grad(z):
-    zc, t = _gelu_tanh_inner(z)
-    return 0.5 * (1 + t) + 0.5 * zc * (1 - t * t) * _GELU_C * (1 + 3 * _GELU_A * zc * zc)
+    return _gelu_tanh_f_df(z)[1]
 
 
 ACTIVATIONS: dict[str, Activation] = {
     "identity": Activation("identity", _identity, _identity_grad, True, True),
     "relu": Activation("relu", _relu, _relu_grad, False, True, kink=True),
-    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False),
-    "silu": Activation("silu", _silu, _silu_grad, False, False),
-    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False),
-    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False),
+    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False, f_df=_sigmoid_f_df),
+    "silu": Activation("silu", _silu, _silu_grad, False, False, f_df=_silu_f_df),
+    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False, f_df=_gelu_f_df),
+    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False,
+                            f_df=_gelu_tanh_f_df),
 }
 
 
@@ -284,9 +363,10 @@ def mlp_forward(x, K, V, act="relu"):
                                                 "V": ((m, V.shape[1]), "(m, d_out)")})
     X = _flatten_x(x, d)                          # (N, d)
     z = X @ p["K"].T                              # (N, m)   z = x K^T
-    h = act.f(z)                                  # (N, m)   h = sigma(z)
+    h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z) for backward
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h}
+    cache = _common_cache(x, X, V.shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h,
+                                                    "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -304,9 +384,10 @@ def mlp_backward(dy, cache):
     Source: chain rule on paper eq. (1); derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)                     # (N, d_out)
-    X, K, V, z, h = cache["X"], cache["K"], cache["V"], cache["z"], cache["h"]
+    X, K, V, h = cache["X"], cache["K"], cache["V"], cache["h"]
     dV = h.T @ dY                                 # (m, d_out)
-    dz = (dY @ V.T) * cache["act"].df(z)          # (N, m)   dz = (dy V^T) * sigma'(z)
+    dz = dY @ V.T                                 # (N, m)   dL/dh = dy V^T
+    dz *= cache["dsigma"]                         # (N, m)   dz = (dy V^T) * sigma'(z), in place
     dK = dz.T @ X                                 # (m, d)
     dX = dz @ K                                   # (N, d)
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
@@ -340,10 +421,10 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     X = _flatten_x(x, d)                          # (N, d)
     P = X @ p["Q"]                                # (N, d)   p = x Q
     z = P @ p["K"].T                              # (N, m)   z = x Q K^T
-    h = act.f(z)                                  # (N, m)
+    h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "P": P, "z": z, "h": h}
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "P": P, "z": z, "h": h, "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -361,7 +442,8 @@ def static_query_mlp_backward(dy, cache):
     dY = _check_dy(dy, cache)
     X, Q, K, V, P = cache["X"], cache["Q"], cache["K"], cache["V"], cache["P"]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    dz = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
+    dz = dY @ V.T                                 # (N, m)
+    dz *= cache["dsigma"]                         # (N, m)   dz = (dy V^T) * sigma'(z), in place
     dK = dz.T @ P                                 # (m, d)
     dP = dz @ K                                   # (N, d)
     dQ = X.T @ dP                                 # (d, d)
@@ -370,6 +452,15 @@ def static_query_mlp_backward(dy, cache):
 
 
 # ----- (3) full bilinear attention ------------------------------------------
+
+
+_BLOCK_ELEMENTS = 2 ** 18  # size of one block of outer products in bilinear (2 MiB of float64)
+
+
+def _blocks(n, width):
+    # Slices covering range(n), each of about _BLOCK_ELEMENTS / width rows.
+    step = max(1, _BLOCK_ELEMENTS // max(1, width))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 def _outer_rows(X):
@@ -382,7 +473,8 @@ def bilinear_forward(x, A, V, act="identity"):
     """Full bilinear attention: y = sum_j sigma(x A_j x^T) v_j.
 
     Each unit's score is a quadratic form: query x Q_j and key x K_j with A_j = Q_j K_j^T.
-    Computed as vec(x^T x) . vec(A_j): one matrix product, no (N, m, d, d) array.
+    Computed as vec(x^T x) . vec(A_j): a matrix product per block of tokens, no
+    (N, m, d, d) array and not even all N outer products (N d^2 floats) at once.
 
     Args:
         x: (..., d) float32 or float64.
@@ -401,11 +493,14 @@ def bilinear_forward(x, A, V, act="identity"):
     x, p = _prepare(x, {"A": A, "V": V}, {"A": ((m, d, d), "(m, d, d)"),
                                                 "V": ((m, V.shape[1]), "(m, d_out)")})
     X = _flatten_x(x, d)                          # (N, d)
-    XX = _outer_rows(X)                           # (N, d*d)
-    s = XX @ p["A"].reshape(m, d * d).T           # (N, m)   s_j = x A_j x^T
-    h = act.f(s)                                  # (N, m)
+    A_flat = p["A"].reshape(m, d * d)             # (m, d*d)  row j is vec(A_j)
+    s = np.empty((X.shape[0], m), X.dtype)        # (N, m)
+    for rows in _blocks(X.shape[0], d * d):       # a deliberate loop over blocks of tokens
+        s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
+    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h}
+    cache = _common_cache(x, X, V.shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h,
+                                                    "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -424,13 +519,22 @@ def bilinear_backward(dy, cache):
     """
     dY = _check_dy(dy, cache)
     X, A, V = cache["X"], cache["A"], cache["V"]
-    m, d, _ = A.shape
+    (N, d), m = X.shape, A.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
-    dA = (ds.T @ _outer_rows(X)).reshape(m, d, d) # (m, d, d)  sum_n ds_nj x_n^T x_n
+    ds = dY @ V.T                                 # (N, m)
+    ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
+    # dA_j = sum_n ds_nj x_n^T x_n. Its rows i need only the products x_ni x_n: a
+    # deliberate loop over blocks of rows i, each one matrix product over all tokens.
+    dA = np.empty_like(A)                         # (m, d, d)
+    for i in _blocks(d, N * d):
+        XX_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # x_ni x_n
+        dA[:, i, :] = (ds.T @ XX_i).reshape(m, -1, d)   # rows i of every dA_j
+    # dx_n = x_n M_n with M_n = sum_j ds_nj (A_j + A_j^T); blocks of tokens as in the forward.
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
-    M = (ds @ A_sym).reshape(-1, d, d)            # (N, d, d)  sum_j ds_nj (A_j + A_j^T)
-    dX = np.matmul(X[:, None, :], M)[:, 0, :]     # (N, d)     x_n M_n
+    dX = np.empty_like(X)                         # (N, d)
+    for rows in _blocks(N, d * d):
+        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
+        dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]   # (B, d)  x_n M_n
     return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
 
 
@@ -482,11 +586,13 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     X = _flatten_x(x, d)                          # (N, d)
     a = _project_rank_r(X, p["Q"])                # (N, m, r)  queries x Q_j
     b = _project_rank_r(X, p["K"])                # (N, m, r)  keys    x K_j
-    s = (a * b).sum(axis=2)                       # (N, m)     s_j = (x Q_j) . (x K_j)
-    h = act.f(s)                                  # (N, m)
+    # s_j = (x Q_j) . (x K_j): r products summed per entry. einsum does it in one pass
+    # without an (N, m, r) temporary (no BLAS here: this is not a matrix product).
+    s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
+    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h}
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h, "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -504,7 +610,8 @@ def rank_r_bilinear_backward(dy, cache):
     dY = _check_dy(dy, cache)
     X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
     dV = cache["h"].T @ dY                        # (m, d_out)
-    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
     da = ds[:, :, None] * b                       # (N, m, r)  ds/da = b
     db = ds[:, :, None] * a                       # (N, m, r)  ds/db = a
     dX_q, dQ = _project_rank_r_back(X, da, Q)
@@ -546,10 +653,10 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
     b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
     s = a * b                                     # (N, m)   s = a * b
-    h = act.f(s)                                  # (N, m)   h = sigma(s)
+    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h}
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h, "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -567,9 +674,10 @@ def rank1_bilinear_backward(dy, cache):
     dY = _check_dy(dy, cache)
     X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
     dV = cache["h"].T @ dY                        # (m, d_out)
-    ds = (dY @ V.T) * cache["act"].df(cache["z"]) # (N, m)   ds = (dy V^T) * sigma'(s)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s), in place
     da = ds * b                                   # (N, m)
-    db = ds * a                                   # (N, m)
+    db = np.multiply(ds, a, out=ds)               # (N, m)   db = ds * a, written over ds (ours)
     dQ = da.T @ X                                 # (m, d)
     dK = db.T @ X                                 # (m, d)
     dX = da @ Q + db @ K                          # (N, d)
@@ -604,11 +712,13 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     X = _flatten_x(x, d)                          # (N, d)
     a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
     b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
-    g = act.f(a)                                  # (N, m)   g = sigma(a)
+    g, b_dsigma = act.value_and_grad(a)           # (N, m)   g = sigma(a), and sigma'(a)
     h = g * b                                     # (N, m)   h = sigma(a) * b
+    b_dsigma *= b                                 # (N, m)   b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h}
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -624,11 +734,11 @@ def gated_mlp_backward(dy, cache):
     Source: chain rule on paper eq. (6); derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, b, g = (cache[k] for k in ("X", "Q", "K", "V", "b", "g"))
+    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
     dV = cache["h"].T @ dY                        # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
-    da = dh * b * cache["act"].df(cache["z"])     # (N, m)   da = dh * b * sigma'(a)
-    db = dh * g                                   # (N, m)   db = dh * sigma(a)
+    da = dh * cache["b_dsigma"]                   # (N, m)   da = dh * b * sigma'(a)
+    db = np.multiply(dh, g, out=dh)               # (N, m)   db = dh * sigma(a), written over dh
     dQ = da.T @ X                                 # (m, d)
     dK = db.T @ X                                 # (m, d)
     dX = da @ Q + db @ K                          # (N, d)
@@ -717,11 +827,13 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     X = _flatten_x(x, d)                          # (N, d)
     a = _project_rank_r(X, p["Q"])                # (N, m, r)  gates
     b = _project_rank_r(X, p["K"])                # (N, m, r)  linear parts
-    g = act.f(a)                                  # (N, m, r)
-    h = (g * b).sum(axis=2)                       # (N, m)     h_j = sum_rho sigma(a) b
+    g, b_dsigma = act.value_and_grad(a)           # (N, m, r)  g = sigma(a), and sigma'(a)
+    h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
+    b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h}
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -737,11 +849,11 @@ def gated_rank_r_backward(dy, cache):
     Source: chain rule; derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, b, g = (cache[k] for k in ("X", "Q", "K", "V", "b", "g"))
+    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
     dV = cache["h"].T @ dY                        # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    da = dh * b * cache["act"].df(cache["z"])     # (N, m, r)
-    db = dh * g                                   # (N, m, r)
+    da = dh * cache["b_dsigma"]                   # (N, m, r)  da = dh * b * sigma'(a)
+    db = dh * g                                   # (N, m, r)  db = dh * sigma(a)
     dX_q, dQ = _project_rank_r_back(X, da, Q)
     dX_k, dK = _project_rank_r_back(X, db, K)
     return {"x": (dX_q + dX_k).reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
