@@ -176,7 +176,7 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 def _normal_cdf(z):
     # Phi(z) = erfc(-z / sqrt 2) / 2; erfc avoids the cancellation of 1 + erf(z) for z << 0.
     z64 = np.asarray(z, dtype=np.float64)
-    return (0.5 * _erfc(-z64 / _SQRT2).astype(np.float64)).astype(z.dtype)
+    return (0.5 * np.asarray(_erfc(-z64 / _SQRT2), dtype=np.float64)).astype(z.dtype)
 
 
 def _normal_pdf(z):

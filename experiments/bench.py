@@ -261,7 +261,7 @@ def format_row(row):
 
 
 def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
-        activations=None, tokens=None, repeats=None, print_line=print):
+        activations=None, tokens=None, repeats=None, sizes=None, print_line=print):
     """Run the benchmark, print the table, save it as CSV.
 
     Args:
@@ -269,6 +269,7 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
         out: CSV path (its folder is created).
         dtypes, formulations, activations: lists of names to run (default: all).
         tokens: override N; repeats: override the number of timed repeats.
+        sizes: override the (d, m, r) of some formulations, e.g. {"mlp": (8, 16, 1)}.
         print_line: function that prints one line.
     Returns:
         list of row dicts (the CSV's rows).
@@ -289,9 +290,10 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
     rows = []
     for dtype in dtypes or ["float32", "float64"]:
         for formulation in formulations or list(bn.FORMULATIONS):
-            sizes = _sizes(*config["sizes"][formulation], tokens)
+            d, m, r = (sizes or {}).get(formulation, config["sizes"][formulation])
+            dims = _sizes(d, m, r, tokens)
             for act in activations or list(bn.ACTIVATIONS):
-                row = measure(formulation, act, np.dtype(dtype), sizes, repeats) | info
+                row = measure(formulation, act, np.dtype(dtype), dims, repeats) | info
                 rows.append(row)
                 print_line(format_row(row))
     path = Path(out)

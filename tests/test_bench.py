@@ -1,0 +1,93 @@
+"""The benchmark runs at tiny sizes and writes a complete table (no timing asserts)."""
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bilinear_numpy as bn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    from experiments import bench
+    out = tmp_path_factory.mktemp("bench") / "bench.csv"
+    lines = []
+    tiny = {name: (4, 6, 2 if "rank_r" in name else 1) for name in bn.FORMULATIONS}
+    rows = bench.run(quick=True, out=out, tokens=8, repeats=1, sizes=tiny,
+                     print_line=lines.append)
+    return bench, rows, lines, out
+
+
+def test_table_has_one_row_per_configuration(quick_run):
+    bench, rows, lines, out = quick_run
+    expected = [(f, a, t) for t in ("float32", "float64") for f in bn.FORMULATIONS
+                for a in bn.ACTIVATIONS]
+    assert [(r["formulation"], r["activation"], r["dtype"]) for r in rows] == expected
+    with out.open(encoding="utf-8", newline="") as f:
+        saved = list(csv.DictReader(f))
+    assert list(saved[0]) == bench.COLUMNS
+    assert [(r["formulation"], r["activation"], r["dtype"]) for r in saved] == expected
+
+
+def test_values_are_consistent(quick_run):
+    bench, rows, lines, out = quick_run
+    for r in rows:
+        assert (r["N"], r["d"], r["m"], r["repeats"]) == (8, 4, 6, 1)
+        for key in ("forward_ms", "forward_floor_ms", "fb_ms", "fb_floor_ms", "peak_mib",
+                    "reference_mib"):
+            assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["fb_ratio"] == pytest.approx(r["fb_ms"] / r["fb_floor_ms"])
+        assert r["fb_ratio_min"] <= r["fb_ratio"] * (1 + 1e-12) <= r["fb_ratio_max"] * (1 + 2e-12)
+        assert r["memory_ratio"] == pytest.approx(r["peak_mib"] / r["reference_mib"])
+        assert r["memory_ok"] == ("yes" if r["memory_ratio"] <= 3 else "no")
+        if r["activation"] == "gelu":
+            assert r["time_ok"] == "n/a" and r["time_target"] == ""
+        else:
+            assert r["time_target"] == bench.TIME_TARGET[r["formulation"]]
+            assert r["time_ok"] == ("yes" if r["fb_ratio"] <= r["time_target"] else "no")
+        assert r["numpy"] == np.__version__ and r["blas"] and r["threads"] and r["machine"]
+
+
+def test_printed_table(quick_run):
+    bench, rows, lines, out = quick_run
+    assert lines[0].startswith("bench: N = 8 tokens")
+    assert f"NumPy {np.__version__}" in lines[1] and "BLAS" in lines[1] and "threads" in lines[1]
+    assert lines[2] == bench.HEADER
+    body = lines[3:3 + len(rows)]
+    assert all(line.split()[:3] == [r["formulation"], r["activation"], r["dtype"]]
+               for line, r in zip(body, rows))
+    assert lines[-1].startswith("time targets held:") and str(out) in lines[-1]
+
+
+def test_floor_products_have_matching_shapes():
+    from experiments import bench
+    sizes = {"N": 5, "d": 3, "o": 2, "m": 7, "r": 2, "R": 14, "D": 9}
+    for name in bn.FORMULATIONS:
+        forward, backward = bench.floor_operands(name, sizes, np.float32, np.random.default_rng(0))
+        assert forward and backward
+        for A, B in forward + backward:
+            assert A.dtype == np.float32 and A.shape[-1] == B.shape[-2]
+            (A @ B)                                   # a valid product
+
+
+def test_cli_subset_and_import_stays_light(tmp_path):
+    out = tmp_path / "sub" / "b.csv"
+    assert bn.main(["bench", "--quick", "--tokens", "4", "--repeats", "1", "--out", str(out),
+                    "--formulation", "gated_mlp", "--activation", "silu", "--dtype", "float32"]) == 0
+    with out.open(encoding="utf-8", newline="") as f:
+        assert [(r["formulation"], r["activation"], r["dtype"]) for r in csv.DictReader(f)] \
+            == [("gated_mlp", "silu", "float32")]
+    code = "import sys, bilinear_numpy; assert 'experiments' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_bad_sizes_are_rejected(tmp_path):
+    from experiments import bench
+    with pytest.raises(ValueError, match="tokens and repeats: expected positive integers"):
+        bench.run(quick=True, out=tmp_path / "b.csv", tokens=0)
