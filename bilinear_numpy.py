@@ -83,26 +83,62 @@ class Activation:
     def value_and_grad(self, z):
         """(sigma(z), sigma'(z)) in one call; every forward pass uses it and caches sigma'.
 
-        Equal to (f(z), df(z)). A deliberate loop over blocks of _BLOCK elements, for
-        speed only: one block's temporaries (SiLU makes three) stay in the CPU cache, so
-        each elementwise step costs its arithmetic instead of a trip through memory.
+        Equal to (f(z), df(z)). A deliberate loop over blocks of about _CACHE_BLOCK
+        elements (slices of the first axis), for speed only: one block's temporaries
+        (SiLU makes three) stay in the CPU cache, so each elementwise step costs its
+        arithmetic instead of a trip through memory.
 
         Args:
-            z: float32 or float64 array of any shape.
+            z: float32 or float64 array of any shape (need not be contiguous).
         Returns:
             (f, df): two new arrays of z's shape and dtype.
-        Source: issue 7 (speed); the value of each activation: its f and df.
+        Source: issue 7 (speed); the values are those of f and df.
         """
-        f_df = self.f_df or (lambda t: (self.f(t), self.df(t)))
         z = np.asarray(z)
+        if z.ndim == 0:                           # a single number: nothing to split
+            return tuple(np.asarray(v) for v in self._f_df(z))
         f, df = np.empty(z.shape, z.dtype), np.empty(z.shape, z.dtype)
-        z_flat, f_flat, df_flat = z.reshape(-1), f.reshape(-1), df.reshape(-1)
-        for i in range(0, z.size, _BLOCK):
-            f_flat[i:i + _BLOCK], df_flat[i:i + _BLOCK] = f_df(z_flat[i:i + _BLOCK])
+        for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
+            f[rows], df[rows] = self._f_df(z[rows])
         return f, df
 
+    def gate(self, a, b):
+        """The gated MLP's elementwise step: (sigma(a), sigma(a) * b, b * sigma'(a)).
 
-_BLOCK = 2 ** 15  # elements per block of value_and_grad: 256 KiB of float64
+        sigma(a) * b is the hidden layer h; sigma(a) and b * sigma'(a) are what the
+        backward pass needs (db = dh * sigma(a), da = dh * b * sigma'(a)). Computed block
+        by block like value_and_grad, so each block of sigma(a) and sigma'(a) is
+        multiplied by b while still in the CPU cache.
+
+        Args:
+            a, b: float32 or float64 arrays of one shape (at least 1-D) and dtype.
+        Returns:
+            (g, h, b_dsigma): three new arrays of a's shape and dtype.
+        Raises:
+            ValueError if the shapes differ.
+        Source: paper eq. (6); derivations.md, section 3.
+        """
+        if a.shape != b.shape or a.ndim == 0:
+            raise ValueError(f"gate: expected a and b of one shape (at least 1-D), "
+                             f"got {a.shape} and {b.shape}")
+        g, h, b_dsigma = (np.empty(a.shape, a.dtype) for _ in range(3))
+        for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
+            g[rows], dsigma = self._f_df(a[rows])
+            np.multiply(g[rows], b[rows], out=h[rows])            # h = sigma(a) * b
+            np.multiply(dsigma, b[rows], out=b_dsigma[rows])      # b * sigma'(a)
+        return g, h, b_dsigma
+
+    def _f_df(self, z):
+        return self.f_df(z) if self.f_df is not None else (self.f(z), self.df(z))
+
+
+_CACHE_BLOCK = 2 ** 15  # elements per block of value_and_grad and gate: 256 KiB of float64
+
+
+def _blocks(n, width, size):
+    # Slices covering range(n), each of about size / width rows (a row has width elements).
+    step = max(1, size // max(1, width))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 # Most functions below allocate one array with np.empty_like(z) (a 0-d array, not a
@@ -454,13 +490,7 @@ def static_query_mlp_backward(dy, cache):
 # ----- (3) full bilinear attention ------------------------------------------
 
 
-_BLOCK_ELEMENTS = 2 ** 18  # size of one block of outer products in bilinear (2 MiB of float64)
-
-
-def _blocks(n, width):
-    # Slices covering range(n), each of about _BLOCK_ELEMENTS / width rows.
-    step = max(1, _BLOCK_ELEMENTS // max(1, width))
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+_OUTER_BLOCK = 2 ** 18  # elements of one block of outer products in bilinear (2 MiB of float64)
 
 
 def _outer_rows(X):
@@ -495,7 +525,7 @@ def bilinear_forward(x, A, V, act="identity"):
     X = _flatten_x(x, d)                          # (N, d)
     A_flat = p["A"].reshape(m, d * d)             # (m, d*d)  row j is vec(A_j)
     s = np.empty((X.shape[0], m), X.dtype)        # (N, m)
-    for rows in _blocks(X.shape[0], d * d):       # a deliberate loop over blocks of tokens
+    for rows in _blocks(X.shape[0], d * d, _OUTER_BLOCK):       # a deliberate loop over blocks of tokens
         s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
@@ -526,13 +556,13 @@ def bilinear_backward(dy, cache):
     # dA_j = sum_n ds_nj x_n^T x_n. Its rows i need only the products x_ni x_n: a
     # deliberate loop over blocks of rows i, each one matrix product over all tokens.
     dA = np.empty_like(A)                         # (m, d, d)
-    for i in _blocks(d, N * d):
+    for i in _blocks(d, N * d, _OUTER_BLOCK):
         XX_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # x_ni x_n
         dA[:, i, :] = (ds.T @ XX_i).reshape(m, -1, d)   # rows i of every dA_j
     # dx_n = x_n M_n with M_n = sum_j ds_nj (A_j + A_j^T); blocks of tokens as in the forward.
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
     dX = np.empty_like(X)                         # (N, d)
-    for rows in _blocks(N, d * d):
+    for rows in _blocks(N, d * d, _OUTER_BLOCK):
         M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
         dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]   # (B, d)  x_n M_n
     return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
@@ -548,19 +578,24 @@ def _rank_r_shapes(Q, K, V):
                               "V": ((m, V.shape[1]), "(m, d_out)")}
 
 
-def _project_rank_r(X, W):
-    # (N, d) x (m, d, r) -> (N, m, r): entry [n, j, rho] = x_n . W[j, :, rho]
-    m, d, r = W.shape
-    return (X @ W.transpose(1, 0, 2).reshape(d, m * r)).reshape(-1, m, r)
+def _columns(Q, K):
+    # Q and K as the columns of one (d, 2 m r) matrix, Q's then K's; column j r + rho of
+    # each half is Q[j, :, rho]. Both projections are then one matrix product (faster).
+    m, d, r = Q.shape
+    return np.concatenate([Q, K]).transpose(1, 0, 2).reshape(d, 2 * m * r)
 
 
-def _project_rank_r_back(X, dP, W):
-    # Gradients of P = _project_rank_r(X, W) given dP (N, m, r): (dX (N, d), dW (m, d, r)).
-    m, d, r = W.shape
-    dP2 = dP.reshape(-1, m * r)                   # (N, m*r)
-    dW = (X.T @ dP2).reshape(d, m, r).transpose(1, 0, 2)
-    dX = dP2 @ W.transpose(1, 0, 2).reshape(d, m * r).T
-    return dX, np.ascontiguousarray(dW)
+def _halves(P, m, r):
+    # The Q half and the K half of an (N, 2 m r) array, as (N, m, r) views.
+    return P[:, :m * r].reshape(-1, m, r), P[:, m * r:].reshape(-1, m, r)
+
+
+def _columns_back(X, W, dP, m, r):
+    # Gradients of P = X W, W = _columns(Q, K), given dP (N, 2 m r): dx = dP W^T, and
+    # X^T dP split back into dQ, dK of shape (m, d, r).
+    d = X.shape[1]
+    dW = np.ascontiguousarray((X.T @ dP).reshape(d, 2 * m, r).transpose(1, 0, 2))  # (2m, d, r)
+    return dP @ W.T, dW[:m], dW[m:]
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
@@ -584,15 +619,16 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    a = _project_rank_r(X, p["Q"])                # (N, m, r)  queries x Q_j
-    b = _project_rank_r(X, p["K"])                # (N, m, r)  keys    x K_j
+    W = _columns(p["Q"], p["K"])                  # (d, 2 m r)
+    a, b = _halves(X @ W, m, r)                   # (N, m, r)  queries x Q_j, keys x K_j
     # s_j = (x Q_j) . (x K_j): r products summed per entry. einsum does it in one pass
     # without an (N, m, r) temporary (no BLAS here: this is not a matrix product).
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h, "dsigma": dsigma}
+        "Q": p["Q"], "K": p["K"], "W": W, "V": p["V"], "a": a, "b": b, "z": s, "h": h,
+        "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -608,15 +644,17 @@ def rank_r_bilinear_backward(dy, cache):
     Source: chain rule on paper eq. (4); derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
+    X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
+    m, r = a.shape[1:]
     dV = cache["h"].T @ dY                        # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
-    da = ds[:, :, None] * b                       # (N, m, r)  ds/da = b
-    db = ds[:, :, None] * a                       # (N, m, r)  ds/db = a
-    dX_q, dQ = _project_rank_r_back(X, da, Q)
-    dX_k, dK = _project_rank_r_back(X, db, K)
-    return {"x": (dX_q + dX_k).reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dP = np.empty((ds.shape[0], 2 * m * r), ds.dtype)   # (N, 2 m r)  [da | db] side by side
+    da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
+    np.multiply(ds[:, :, None], b, out=da)        # ds/da = b
+    np.multiply(ds[:, :, None], a, out=db)        # ds/db = a
+    dX, dQ, dK = _columns_back(X, cache["W"], dP, m, r)   # (N, d), (m, d, r), (m, d, r)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
@@ -627,6 +665,23 @@ def _rank1_shapes(Q, K, V):
     m, d = Q.shape
     return Q, K, V, m, d, {"Q": (Q.shape, "(m, d)"), "K": ((m, d), "(m, d)"),
                            "V": ((m, V.shape[1]), "(m, d_out)")}
+
+
+def _project_both(X, Q, K):
+    # a = x Q^T and b = x K^T as one matrix product (one large product runs faster than
+    # two halves): QK stacks Q over K, and a, b are the two halves of the result's rows.
+    QK = np.concatenate([Q, K])                   # (2m, d)
+    ab = X @ QK.T                                 # (N, 2m)  [a | b]
+    m = Q.shape[0]
+    return QK, ab[:, :m], ab[:, m:]
+
+
+def _project_both_back(X, QK, da_db):
+    # Gradients of _project_both given [da | db] of shape (N, 2m), one product each:
+    # [dQ; dK] = [da | db]^T X and dx = da Q + db K = [da | db] [Q; K].
+    m = QK.shape[0] // 2
+    dQK = da_db.T @ X                             # (2m, d)
+    return da_db @ QK, dQK[:m], dQK[m:]
 
 
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
@@ -650,13 +705,13 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
-    b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
+    QK, a, b = _project_both(X, p["Q"], p["K"])   # (N, m)   a = x Q^T (queries), b = x K^T (keys)
     s = a * b                                     # (N, m)   s = a * b
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h, "dsigma": dsigma}
+        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "a": a, "b": b, "z": s, "h": h,
+        "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -672,15 +727,15 @@ def rank1_bilinear_backward(dy, cache):
     Source: chain rule on paper eq. (5); derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, a, b = (cache[k] for k in ("X", "Q", "K", "V", "a", "b"))
+    X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
+    m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s), in place
-    da = ds * b                                   # (N, m)
-    db = np.multiply(ds, a, out=ds)               # (N, m)   db = ds * a, written over ds (ours)
-    dQ = da.T @ X                                 # (m, d)
-    dK = db.T @ X                                 # (m, d)
-    dX = da @ Q + db @ K                          # (N, d)
+    da_db = np.empty((dY.shape[0], 2 * m), dY.dtype)  # (N, 2m)  [da | db] side by side
+    ds = np.matmul(dY, V.T, out=da_db[:, m:])     # (N, m)   dy V^T, written in db's place
+    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s)
+    np.multiply(ds, b, out=da_db[:, :m])          # da = ds * b
+    ds *= a                                       # db = ds * a, in place
+    dX, dQ, dK = _project_both_back(X, cache["QK"], da_db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -710,14 +765,11 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
-    b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
-    g, b_dsigma = act.value_and_grad(a)           # (N, m)   g = sigma(a), and sigma'(a)
-    h = g * b                                     # (N, m)   h = sigma(a) * b
-    b_dsigma *= b                                 # (N, m)   b * sigma'(a): what backward needs
+    QK, a, b = _project_both(X, p["Q"], p["K"])   # (N, m)   a = x Q^T (gate), b = x K^T (linear)
+    g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "b": b, "g": g, "z": a, "h": h,
         "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -734,14 +786,14 @@ def gated_mlp_backward(dy, cache):
     Source: chain rule on paper eq. (6); derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
+    X, V, g = cache["X"], cache["V"], cache["g"]
+    m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * cache["b_dsigma"]                   # (N, m)   da = dh * b * sigma'(a)
-    db = np.multiply(dh, g, out=dh)               # (N, m)   db = dh * sigma(a), written over dh
-    dQ = da.T @ X                                 # (m, d)
-    dK = db.T @ X                                 # (m, d)
-    dX = da @ Q + db @ K                          # (N, d)
+    da_db = np.empty((dY.shape[0], 2 * m), dY.dtype)  # (N, 2m)  [da | db] side by side
+    dh = np.matmul(dY, V.T, out=da_db[:, m:])     # (N, m)   dh = dy V^T, written in db's place
+    np.multiply(dh, cache["b_dsigma"], out=da_db[:, :m])  # da = dh * b * sigma'(a)
+    dh *= g                                       # db = dh * sigma(a), in place
+    dX, dQ, dK = _project_both_back(X, cache["QK"], da_db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -825,14 +877,14 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    a = _project_rank_r(X, p["Q"])                # (N, m, r)  gates
-    b = _project_rank_r(X, p["K"])                # (N, m, r)  linear parts
+    W = _columns(p["Q"], p["K"])                  # (d, 2 m r)
+    a, b = _halves(X @ W, m, r)                   # (N, m, r)  gates x Q_j, linear parts x K_j
     g, b_dsigma = act.value_and_grad(a)           # (N, m, r)  g = sigma(a), and sigma'(a)
     h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
     b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "Q": p["Q"], "K": p["K"], "W": W, "V": p["V"], "b": b, "g": g, "z": a, "h": h,
         "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -849,14 +901,16 @@ def gated_rank_r_backward(dy, cache):
     Source: chain rule; derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
+    X, V, g = cache["X"], cache["V"], cache["g"]
+    m, r = g.shape[1:]
     dV = cache["h"].T @ dY                        # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    da = dh * cache["b_dsigma"]                   # (N, m, r)  da = dh * b * sigma'(a)
-    db = dh * g                                   # (N, m, r)  db = dh * sigma(a)
-    dX_q, dQ = _project_rank_r_back(X, da, Q)
-    dX_k, dK = _project_rank_r_back(X, db, K)
-    return {"x": (dX_q + dX_k).reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dP = np.empty((dh.shape[0], 2 * m * r), dh.dtype)   # (N, 2 m r)  [da | db] side by side
+    da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
+    np.multiply(dh, cache["b_dsigma"], out=da)    # da = dh * b * sigma'(a)
+    np.multiply(dh, g, out=db)                    # db = dh * sigma(a)
+    dX, dQ, dK = _columns_back(X, cache["W"], dP, m, r)   # (N, d), (m, d, r), (m, d, r)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- The registry ---------------------------------------------------------

@@ -53,7 +53,7 @@ def test_value_and_grad_is_finite_and_silent_at_extremes(name, dtype):
 @pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5, 2), (2, 40)])
 def test_value_and_grad_blocks_of_any_size(monkeypatch, shape):
     # Blocks of 3 elements: the loop runs many times and ends on a partial block.
-    monkeypatch.setattr(bn, "_BLOCK", 3)
+    monkeypatch.setattr(bn, "_CACHE_BLOCK", 3)
     z = np.random.default_rng(1).standard_normal(shape)
     for name in ALL:
         act = bn.ACTIVATIONS[name]
@@ -102,8 +102,8 @@ def test_gelu_tanh_matches_its_tanh_definition():
 
 @pytest.mark.parametrize("name", ["bilinear", "gated_mlp", "rank_r_bilinear", "gated_rank_r"])
 def test_gradcheck_with_many_blocks(monkeypatch, name):
-    monkeypatch.setattr(bn, "_BLOCK", 5)
-    monkeypatch.setattr(bn, "_BLOCK_ELEMENTS", 20)    # bilinear: 1 token / 1 row i per block
+    monkeypatch.setattr(bn, "_CACHE_BLOCK", 5)
+    monkeypatch.setattr(bn, "_OUTER_BLOCK", 20)    # bilinear: 1 token / 1 row i per block
     for act in ("silu", "gelu_tanh"):
         report = bn.gradcheck(name, act, x_shape=(3, 5), m=4, d_out=2, r=2, seed=3)
         assert report.passed, str(report)
@@ -123,9 +123,9 @@ def test_bilinear_blocks_equal_the_one_shot_formula(monkeypatch):
     A_sym = (p["A"] + p["A"].transpose(0, 2, 1)).reshape(m, d * d)
     dX = np.einsum("ni,nij->nj", x, (ds @ A_sym).reshape(N, d, d))
     for block in (16, 50, 2 ** 18):                    # 1 token, 3 tokens, all tokens
-        monkeypatch.setattr(bn, "_BLOCK_ELEMENTS", block)
+        monkeypatch.setattr(bn, "_OUTER_BLOCK", block)
         step = max(1, block // (d * d))                 # tokens per block
-        assert len(bn._blocks(N, d * d)) == -(-N // step)
+        assert len(bn._blocks(N, d * d, block)) == -(-N // step)
         y, cache = bn.bilinear_forward(x, **p, act="silu")
         grads = bn.bilinear_backward(dy, cache)
         assert bn.rel_error(cache["z"], s) < 1e-15
@@ -135,5 +135,26 @@ def test_bilinear_blocks_equal_the_one_shot_formula(monkeypatch):
 
 def test_blocks_cover_every_index_once():
     for n, width in [(0, 5), (1, 5), (10, 3), (1000, 7), (5, 10 ** 9)]:
-        covered = np.concatenate([np.arange(n)[s] for s in bn._blocks(n, width)] or [[]])
+        covered = np.concatenate([np.arange(n)[s] for s in bn._blocks(n, width, 10)] or [[]])
         assert np.array_equal(covered, np.arange(n))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ALL)
+def test_gate_equals_its_definition(monkeypatch, name, dtype):
+    act = bn.ACTIVATIONS[name]
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((7, 11)) * 3).astype(dtype)
+    b = rng.standard_normal((7, 11)).astype(dtype)
+    for block in (4, 2 ** 15):                         # many blocks, one block
+        monkeypatch.setattr(bn, "_CACHE_BLOCK", block)
+        g, h, b_dsigma = act.gate(a, b)
+        assert g.dtype == h.dtype == b_dsigma.dtype == dtype
+        assert np.array_equal(g, act.f(a))
+        assert np.array_equal(h, act.f(a) * b)
+        assert np.array_equal(b_dsigma, act.df(a) * b)
+
+
+def test_gate_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"gate: expected a and b of one shape .*got \(2, 3\) and \(3,\)"):
+        bn.ACTIVATIONS["silu"].gate(np.zeros((2, 3)), np.zeros(3))
