@@ -141,9 +141,9 @@ def _blocks(n, width, size):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-# Most functions below allocate one array with np.empty_like(z) (a 0-d array, not a
-# scalar, for a 0-d z) and then update it in place: each temporary of the size of z
-# costs a trip through memory, and these run on every (N, m) pre-activation.
+# The functions below make few new arrays and update them in place (`out=`, `*=`): they
+# run on every (N, m) pre-activation, where each temporary costs time. np.empty_like(z)
+# is a 0-d array, not a scalar, for a 0-d z, so `out=` works there too.
 
 def _identity(z):
     return np.array(z, copy=True)
@@ -162,15 +162,13 @@ def _relu_grad(z):
 
 
 def _sigmoid(z):
-    # 1 / (1 + e^-z). For z << 0, e^-z overflows to inf and 1 / (1 + inf) = 0 is the
-    # right limit, so that overflow is expected and silenced; nothing else can overflow.
-    # (exp is several times faster than tanh in float64, and keeps relative accuracy
-    # for z << 0, where (1 + tanh(z/2)) / 2 cancels.)
-    s = np.negative(z, out=np.empty_like(z))
-    with np.errstate(over="ignore"):
-        np.exp(s, out=s)                          # e^-z
+    # 1 / (1 + e^-z) = (1 + tanh(z/2)) / 2: tanh never overflows, so no exp(+large).
+    # One new array, then updated in place: the same operations as 0.5 * (1 + tanh(0.5 z)).
+    s = np.multiply(z, 0.5, out=np.empty_like(z))
+    np.tanh(s, out=s)
     s += 1
-    return np.reciprocal(s, out=s)                # 1 / (1 + e^-z)
+    s *= 0.5
+    return s
 
 
 def _sigmoid_f_df(z):
@@ -193,7 +191,8 @@ def _silu(z):
 def _silu_f_df(z):
     s = _sigmoid(z)                               # computed once, used by f and df
     f = z * s                                     # Swish_1(z) = z s
-    df = z - f                                    # z (1 - s), reusing f
+    df = 1 - s
+    df *= z
     df += 1
     df *= s                                       # d/dz [z s] = s + z s (1 - s) = s (1 + z (1 - s))
     return f, df
@@ -240,32 +239,36 @@ _GELU_A = 0.044715
 
 
 def _gelu_tanh_parts(z):
-    # GELU_tanh(z) = z (1 + tanh(u)) / 2 with u = c (z + a z^3); (1 + tanh(u)) / 2 is
-    # sigmoid(2u), so one exp replaces the tanh. Returns (clipped z, z^2, s = sigmoid(2u)).
-    zc = np.clip(z, -50, 50)      # for |z| >= 50, s is exactly 0 or 1: clipping keeps z^3 finite
+    # Returns (clipped z, z^2, t = tanh(u)) with u = c (z + a z^3).
+    zc = np.clip(z, -50, 50)      # for |z| >= 50, t is exactly +-1 already; clipping keeps z^3 finite
     z2 = zc * zc                                  # z^2 (x*x, not x**2: one multiplication)
-    two_u = z2 * (2 * _GELU_C * _GELU_A)
-    two_u += 2 * _GELU_C
-    two_u *= zc                                   # 2u = 2c (z + a z^3)
-    return zc, z2, _sigmoid(two_u)
+    t = np.multiply(z2, _GELU_C * _GELU_A, out=np.empty_like(z2))
+    t += _GELU_C
+    t *= zc                                       # u = c (z + a z^3)
+    return zc, z2, np.tanh(t, out=t)
 
 
 def _gelu_tanh(z):
-    return z * _gelu_tanh_parts(z)[2]             # z (1 + tanh(u)) / 2 = z sigmoid(2u)
+    t = _gelu_tanh_parts(z)[2]
+    t += 1
+    t *= 0.5
+    return z * t                                  # z (1 + tanh(c (z + a z^3))) / 2
 
 
 def _gelu_tanh_f_df(z):
-    zc, z2, s = _gelu_tanh_parts(z)
-    f = z * s
-    # d/dz [z s(2u)] = s + z s (1 - s) 2u', with 2u' = 2c (1 + 3 a z^2); in place on z2:
-    z2 *= 6 * _GELU_C * _GELU_A
-    z2 += 2 * _GELU_C
-    z2 *= zc                                      # z 2u'
-    df = 1 - s
-    df *= s
-    df *= z2
-    df += s                                       # s + s (1 - s) z 2u'
-    return f, df
+    zc, z2, t = _gelu_tanh_parts(z)
+    half = t + 1
+    half *= 0.5                                   # (1 + t) / 2
+    f = z * half                                  # z (1 + t) / 2
+    # d/dz = (1 + t) / 2 + z (1 - t^2) u' / 2, with u' / 2 = c (1 + 3 a z^2) / 2:
+    z2 *= 1.5 * _GELU_C * _GELU_A
+    z2 += 0.5 * _GELU_C
+    z2 *= zc                                      # z u' / 2
+    t *= t
+    np.subtract(1, t, out=t)                      # 1 - t^2
+    t *= z2
+    t += half
+    return f, t
 
 
 def _gelu_tanh_grad(z):
@@ -822,12 +825,16 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    z = X @ np.concatenate([p["Q"], p["K"]]).T    # (N, 2m)  [a | b] = [x Q^T | x K^T]
-    g = act.f(z)                                  # (N, 2m)  [sigma(a) | sigma(b)]
+    QK = np.concatenate([p["Q"], p["K"]])         # (2m, d)
+    z = X @ QK.T                                  # (N, 2m)  [a | b] = [x Q^T | x K^T]
+    g, dh_dz = act.value_and_grad(z)              # (N, 2m)  [sigma(a) | sigma(b)] and sigma'
     h = g[:, :m] * g[:, m:]                       # (N, m)   h = sigma(a) * sigma(b)
+    dh_dz[:, :m] *= g[:, m:]                      # (N, m)   dh/da = sigma'(a) sigma(b)
+    dh_dz[:, m:] *= g[:, :m]                      # (N, m)   dh/db = sigma(a) sigma'(b)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "g": g, "z": z, "h": h}
+        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "g": g, "z": z, "h": h,
+        "dh_dz": dh_dz}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -843,15 +850,15 @@ def double_gated_mlp_backward(dy, cache):
     Source: chain rule; derivations.md, section 3.
     """
     dY = _check_dy(dy, cache)
-    X, Q, K, V, g = (cache[k] for k in ("X", "Q", "K", "V", "g"))
-    m = Q.shape[0]
+    X, V, dh_dz = cache["X"], cache["V"], cache["dh_dz"]
+    m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    dh = dY @ V.T                                 # (N, m)
-    dg = np.concatenate([dh * g[:, m:], dh * g[:, :m]], axis=1)   # (N, 2m) [dh sig(b) | dh sig(a)]
-    dz = dg * cache["act"].df(cache["z"])         # (N, 2m)  [da | db]
-    dW = dz.T @ X                                 # (2m, d)  [dQ; dK]
-    dX = dz @ np.concatenate([Q, K])              # (N, d)   da Q + db K
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dW[:m], "K": dW[m:], "V": dV}
+    dz = np.empty((dY.shape[0], 2 * m), dY.dtype) # (N, 2m)  [da | db] side by side
+    dh = np.matmul(dY, V.T, out=dz[:, m:])        # (N, m)   dh = dy V^T, written in db's place
+    np.multiply(dh, dh_dz[:, :m], out=dz[:, :m])  # da = dh sigma'(a) sigma(b)
+    dh *= dh_dz[:, m:]                            # db = dh sigma(a) sigma'(b), in place
+    dX, dQ, dK = _project_both_back(X, cache["QK"], dz)   # (N, d), (m, d), (m, d)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (7) gated rank-r (this project's generalization) -----------------------

@@ -76,31 +76,20 @@ def test_value_and_grad_reads_a_non_contiguous_array():
     assert np.array_equal(df, bn.ACTIVATIONS["silu"].df(z))
 
 
-def test_sigmoid_keeps_relative_accuracy_for_negative_inputs():
-    # 1 / (1 + e^-z) has no cancellation for z << 0 ((1 + tanh(z/2)) / 2 would return 0
-    # for z < -38 and lose most digits well before).
-    z = np.linspace(-700, 0, 7001)
-    ref = np.array([1 / (1 + math.exp(-t)) for t in z])
-    got = bn.ACTIVATIONS["sigmoid"].f(z)
-    assert np.max(np.abs(got - ref) / ref) < 1e-15
-
-
-def test_gelu_tanh_matches_its_tanh_definition():
-    # Computed through sigmoid(2u) = (1 + tanh(u)) / 2; compare with the tanh form.
+def test_gelu_tanh_matches_its_definition():
+    # The in-place steps against the formula of derivations.md 3.10, written out.
     z = np.linspace(-8, 8, 1601)
     u = math.sqrt(2 / math.pi) * (z + 0.044715 * z * z * z)
     t = np.tanh(u)
     f_ref = 0.5 * z * (1 + t)
     df_ref = 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * z * z)
     f, df = bn.ACTIVATIONS["gelu_tanh"].value_and_grad(z)
-    # Both forms of the derivative hold 1 - s (or 1 - t^2), which cancels for large z:
-    # about 1e-14 absolute error on a derivative of about 1 (the tanh form: 3e-15).
-    assert bn.rel_error(f, f_ref) < 1e-15 and bn.rel_error(df, df_ref) < 1e-14
+    assert bn.rel_error(f, f_ref) < 1e-15 and bn.rel_error(df, df_ref) < 1e-15
 
 
 # ----- the formulations with many small blocks ------------------------------------
 
-@pytest.mark.parametrize("name", ["bilinear", "gated_mlp", "rank_r_bilinear", "gated_rank_r"])
+@pytest.mark.parametrize("name", list(bn.FORMULATIONS))
 def test_gradcheck_with_many_blocks(monkeypatch, name):
     monkeypatch.setattr(bn, "_CACHE_BLOCK", 5)
     monkeypatch.setattr(bn, "_OUTER_BLOCK", 20)    # bilinear: 1 token / 1 row i per block
