@@ -97,7 +97,7 @@ class Activation:
         z = np.asarray(z)
         if z.ndim == 0:                           # a single number: nothing to split
             return tuple(np.asarray(v) for v in self._f_df(z))
-        f, df = np.empty(z.shape, z.dtype), np.empty(z.shape, z.dtype)
+        f, df = np.empty_like(z), np.empty_like(z)     # same memory layout as z
         for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
             f[rows], df[rows] = self._f_df(z[rows])
         return f, df
@@ -121,7 +121,7 @@ class Activation:
         if a.shape != b.shape or a.ndim == 0:
             raise ValueError(f"gate: expected a and b of one shape (at least 1-D), "
                              f"got {a.shape} and {b.shape}")
-        g, h, b_dsigma = (np.empty(a.shape, a.dtype) for _ in range(3))
+        g, h, b_dsigma = (np.empty_like(a) for _ in range(3))   # same memory layout as a
         for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
             g[rows], dsigma = self._f_df(a[rows])
             np.multiply(g[rows], b[rows], out=h[rows])            # h = sigma(a) * b
@@ -582,23 +582,29 @@ def _rank_r_shapes(Q, K, V):
 
 
 def _columns(Q, K):
-    # Q and K as the columns of one (d, 2 m r) matrix, Q's then K's; column j r + rho of
-    # each half is Q[j, :, rho]. Both projections are then one matrix product (faster).
+    # Q and K as the columns of one (d, 2 r m) matrix: column rho m + j of the first half is
+    # Q[j, :, rho], of the second K[j, :, rho]. Both projections are then one matrix
+    # product, and in its result the unit index j runs fastest (see _halves).
     m, d, r = Q.shape
-    return np.concatenate([Q, K]).transpose(1, 0, 2).reshape(d, 2 * m * r)
+    return np.stack([Q, K]).transpose(2, 0, 3, 1).reshape(d, 2 * r * m)
 
 
 def _halves(P, m, r):
-    # The Q half and the K half of an (N, 2 m r) array, as (N, m, r) views.
-    return P[:, :m * r].reshape(-1, m, r), P[:, m * r:].reshape(-1, m, r)
+    # The Q half and the K half of an (N, 2 r m) array, as (N, m, r) views: entry
+    # [n, j, rho] is P[n, rho m + j] (of the half). In memory j runs fastest, so that
+    # broadcasting an (N, m, 1) array over rho, and summing over rho, run on long rows.
+    def half(P_half):
+        return P_half.reshape(-1, r, m).transpose(0, 2, 1)
+    return half(P[:, :r * m]), half(P[:, r * m:])
 
 
 def _columns_back(X, W, dP, m, r):
-    # Gradients of P = X W, W = _columns(Q, K), given dP (N, 2 m r): dx = dP W^T, and
-    # X^T dP split back into dQ, dK of shape (m, d, r).
+    # Gradients of P = X W, W = _columns(Q, K), given dP (N, 2 r m): dx = dP W^T, and
+    # X^T dP rearranged back into dQ, dK of shape (m, d, r).
     d = X.shape[1]
-    dW = np.ascontiguousarray((X.T @ dP).reshape(d, 2 * m, r).transpose(1, 0, 2))  # (2m, d, r)
-    return dP @ W.T, dW[:m], dW[m:]
+    dW = (X.T @ dP).reshape(d, 2, r, m).transpose(1, 3, 0, 2)     # (2, m, d, r)
+    dW = np.ascontiguousarray(dW)
+    return dP @ W.T, dW[0], dW[1]
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
@@ -622,7 +628,7 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    W = _columns(p["Q"], p["K"])                  # (d, 2 m r)
+    W = _columns(p["Q"], p["K"])                  # (d, 2 r m)
     a, b = _halves(X @ W, m, r)                   # (N, m, r)  queries x Q_j, keys x K_j
     # s_j = (x Q_j) . (x K_j): r products summed per entry. einsum does it in one pass
     # without an (N, m, r) temporary (no BLAS here: this is not a matrix product).
@@ -652,7 +658,7 @@ def rank_r_bilinear_backward(dy, cache):
     dV = cache["h"].T @ dY                        # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
-    dP = np.empty((ds.shape[0], 2 * m * r), ds.dtype)   # (N, 2 m r)  [da | db] side by side
+    dP = np.empty((ds.shape[0], 2 * r * m), ds.dtype)   # (N, 2 r m)  [da | db] side by side
     da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
     np.multiply(ds[:, :, None], b, out=da)        # ds/da = b
     np.multiply(ds[:, :, None], a, out=db)        # ds/db = a
@@ -884,7 +890,7 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    W = _columns(p["Q"], p["K"])                  # (d, 2 m r)
+    W = _columns(p["Q"], p["K"])                  # (d, 2 r m)
     a, b = _halves(X @ W, m, r)                   # (N, m, r)  gates x Q_j, linear parts x K_j
     g, b_dsigma = act.value_and_grad(a)           # (N, m, r)  g = sigma(a), and sigma'(a)
     h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
@@ -912,7 +918,7 @@ def gated_rank_r_backward(dy, cache):
     m, r = g.shape[1:]
     dV = cache["h"].T @ dY                        # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    dP = np.empty((dh.shape[0], 2 * m * r), dh.dtype)   # (N, 2 m r)  [da | db] side by side
+    dP = np.empty((dh.shape[0], 2 * r * m), dh.dtype)   # (N, 2 r m)  [da | db] side by side
     da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
     np.multiply(dh, cache["b_dsigma"], out=da)    # da = dh * b * sigma'(a)
     np.multiply(dh, g, out=db)                    # db = dh * sigma(a)

@@ -79,7 +79,7 @@ COLUMNS = ["formulation", "activation", "dtype", "N", "d", "m", "r", "d_out",
            "forward_ms", "forward_floor_ms", "forward_ratio",
            "fb_ms", "fb_floor_ms", "fb_ratio", "fb_ratio_min", "fb_ratio_max",
            "time_target", "time_ok", "peak_mib", "reference_mib", "memory_ratio",
-           "memory_ok", "repeats", "machine", "numpy", "blas", "threads"]
+           "memory_ok", "repeats", "load", "machine", "numpy", "blas", "threads"]
 
 
 def machine_info():
@@ -101,10 +101,18 @@ def machine_info():
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
     setting = [f"{k}={os.environ[k]}" for k in
                ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ]
+    threads = ", ".join(setting) or f"BLAS default: one per CPU ({usable})"
+    if "OPENBLAS_CORETYPE" in os.environ:
+        threads += f"; OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}"
     return {"machine": f"{cpu}, {usable} of {os.cpu_count()} CPUs usable",
             "numpy": np.__version__,
             "blas": f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip(),
-            "threads": ", ".join(setting) or f"BLAS default: one per CPU ({usable})"}
+            "threads": threads}
+
+
+def load_average():
+    """The 1-minute load average (how busy the machine was), or nan where unknown."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def _shape(text, sizes):
@@ -207,7 +215,12 @@ def measure(formulation, act, dtype, sizes, repeats, seed=0):
         float64; sizes: dict with N, d, o, m, r, R, D; repeats: int; seed: int.
     Returns:
         dict with the keys of COLUMNS but the machine's.
+    Raises:
+        ValueError if FLOOR or TIME_TARGET has no entry for the formulation.
     """
+    if formulation not in FLOOR or formulation not in TIME_TARGET:
+        raise ValueError(f"bench: {formulation!r} has no entry in FLOOR and TIME_TARGET; "
+                         "add its matrix products and its target there")
     rng = np.random.default_rng(seed)
     form = bn.FORMULATIONS[formulation]
     N, d, o, m, r = (sizes[k] for k in ("N", "d", "o", "m", "r"))
@@ -243,7 +256,7 @@ def measure(formulation, act, dtype, sizes, repeats, seed=0):
             "peak_mib": peak / 2**20, "reference_mib": reference / 2**20,
             "memory_ratio": peak / reference,
             "memory_ok": "yes" if peak <= MEMORY_TARGET * reference else "no",
-            "repeats": repeats}
+            "repeats": repeats, "load": load_average()}
 
 
 def _sizes(d, m, r, tokens):
@@ -288,7 +301,8 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
         raise ValueError(f"tokens and repeats: expected positive integers, got {tokens}, {repeats}")
     info = machine_info()
     print_line(f"bench: N = {tokens} tokens, median of {repeats} repeats; "
-               f"ratio = time / GEMM floor; memory = peak / reference")
+               f"ratio = time / GEMM floor; memory = peak / reference; "
+               f"load average {load_average():.2f}")
     print_line(f"machine: {info['machine']}; NumPy {info['numpy']}; BLAS {info['blas']}; "
                f"threads: {info['threads']}")
     print_line(HEADER)
@@ -311,7 +325,7 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
     timed = [r for r in rows if r["time_ok"] != "n/a"]
     print_line(f"time targets held: {sum(r['time_ok'] == 'yes' for r in timed)} of {len(timed)}; "
                f"memory targets held: {sum(r['memory_ok'] == 'yes' for r in rows)} of {len(rows)}; "
-               f"saved {path}")
+               f"load average {load_average():.2f}; saved {path}")
     return rows
 
 

@@ -87,7 +87,10 @@ def test_cli_subset_and_import_stays_light(tmp_path):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-def test_bad_sizes_are_rejected(tmp_path):
+def test_bad_input_is_rejected(tmp_path):
     from experiments import bench
     with pytest.raises(ValueError, match="tokens and repeats: expected positive integers"):
         bench.run(quick=True, out=tmp_path / "b.csv", tokens=0)
+    sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4}
+    with pytest.raises(ValueError, match="'glu' has no entry in FLOOR"):
+        bench.measure("glu", "relu", np.float64, sizes, 1)
