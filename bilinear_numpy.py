@@ -493,7 +493,9 @@ def static_query_mlp_backward(dy, cache):
 # ----- (3) full bilinear attention ------------------------------------------
 
 
-_OUTER_BLOCK = 2 ** 18  # elements of one block of outer products in bilinear (2 MiB of float64)
+# A block of outer products in bilinear holds as many numbers as the scores s (N m), but
+# at least _OUTER_BLOCK: memory stays in proportion, and the matrix products stay large.
+_OUTER_BLOCK = 2 ** 16
 
 
 def _outer_rows(X):
@@ -527,8 +529,9 @@ def bilinear_forward(x, A, V, act="identity"):
                                                 "V": ((m, V.shape[1]), "(m, d_out)")})
     X = _flatten_x(x, d)                          # (N, d)
     A_flat = p["A"].reshape(m, d * d)             # (m, d*d)  row j is vec(A_j)
-    s = np.empty((X.shape[0], m), X.dtype)        # (N, m)
-    for rows in _blocks(X.shape[0], d * d, _OUTER_BLOCK):       # a deliberate loop over blocks of tokens
+    N = X.shape[0]
+    s = np.empty((N, m), X.dtype)                 # (N, m)
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):   # a deliberate loop over token blocks
         s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
@@ -559,13 +562,13 @@ def bilinear_backward(dy, cache):
     # dA_j = sum_n ds_nj x_n^T x_n. Its rows i need only the products x_ni x_n: a
     # deliberate loop over blocks of rows i, each one matrix product over all tokens.
     dA = np.empty_like(A)                         # (m, d, d)
-    for i in _blocks(d, N * d, _OUTER_BLOCK):
+    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
         XX_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # x_ni x_n
         dA[:, i, :] = (ds.T @ XX_i).reshape(m, -1, d)   # rows i of every dA_j
     # dx_n = x_n M_n with M_n = sum_j ds_nj (A_j + A_j^T); blocks of tokens as in the forward.
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
     dX = np.empty_like(X)                         # (N, d)
-    for rows in _blocks(N, d * d, _OUTER_BLOCK):
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
         M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
         dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]   # (B, d)  x_n M_n
     return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}

@@ -92,7 +92,7 @@ def test_gelu_tanh_matches_its_definition():
 @pytest.mark.parametrize("name", list(bn.FORMULATIONS))
 def test_gradcheck_with_many_blocks(monkeypatch, name):
     monkeypatch.setattr(bn, "_CACHE_BLOCK", 5)
-    monkeypatch.setattr(bn, "_OUTER_BLOCK", 20)    # bilinear: 1 token / 1 row i per block
+    monkeypatch.setattr(bn, "_OUTER_BLOCK", 1)     # bilinear: N m = 12 < d^2 = 25: 1 token per block
     for act in ("silu", "gelu_tanh"):
         report = bn.gradcheck(name, act, x_shape=(3, 5), m=4, d_out=2, r=2, seed=3)
         assert report.passed, str(report)
@@ -100,7 +100,7 @@ def test_gradcheck_with_many_blocks(monkeypatch, name):
 
 def test_bilinear_blocks_equal_the_one_shot_formula(monkeypatch):
     rng = np.random.default_rng(4)
-    N, d, m = 37, 4, 5
+    N, d, m = 37, 8, 5
     x = rng.standard_normal((N, d))
     p = bn.FORMULATIONS["bilinear"].init(rng, d, m)
     dy = rng.standard_normal((N, d))
@@ -111,10 +111,10 @@ def test_bilinear_blocks_equal_the_one_shot_formula(monkeypatch):
     dA = (ds.T @ XX).reshape(m, d, d)
     A_sym = (p["A"] + p["A"].transpose(0, 2, 1)).reshape(m, d * d)
     dX = np.einsum("ni,nij->nj", x, (ds @ A_sym).reshape(N, d, d))
-    for block in (16, 50, 2 ** 18):                    # 1 token, 3 tokens, all tokens
-        monkeypatch.setattr(bn, "_OUTER_BLOCK", block)
-        step = max(1, block // (d * d))                 # tokens per block
-        assert len(bn._blocks(N, d * d, block)) == -(-N // step)
+    # Blocks of N m = 185 numbers: 2 tokens (19 blocks), 1 row i (8 blocks); then one block.
+    for floor, n_blocks in ((1, 19), (2 ** 30, 1)):
+        monkeypatch.setattr(bn, "_OUTER_BLOCK", floor)
+        assert len(bn._blocks(N, d * d, max(N * m, floor))) == n_blocks
         y, cache = bn.bilinear_forward(x, **p, act="silu")
         grads = bn.bilinear_backward(dy, cache)
         assert bn.rel_error(cache["z"], s) < 1e-15
