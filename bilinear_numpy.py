@@ -83,10 +83,12 @@ class Activation:
     def value_and_grad(self, z):
         """(sigma(z), sigma'(z)) in one call; every forward pass uses it and caches sigma'.
 
-        Equal to (f(z), df(z)). A deliberate loop over blocks of about _CACHE_BLOCK
-        elements (slices of the first axis), for speed only: one block's temporaries
-        (SiLU makes three) stay in the CPU cache, so each elementwise step costs its
-        arithmetic instead of a trip through memory.
+        Equal to (f(z), df(z)). With f_df (the activation shares work between sigma and
+        sigma'), a deliberate loop over blocks of about _CACHE_BLOCK elements (slices of
+        the first axis), for speed only: one block's temporaries (SiLU makes three) stay in
+        the CPU cache, so each elementwise step costs its arithmetic instead of a trip
+        through memory. Without f_df (identity, relu: one step each), f and df are simply
+        called: there is nothing to keep in the cache, and blocks would only add calls.
 
         Args:
             z: float32 or float64 array of any shape (need not be contiguous).
@@ -94,21 +96,23 @@ class Activation:
             (f, df): two new arrays of z's shape and dtype.
         Source: issue 7 (speed); the values are those of f and df.
         """
+        if self.f_df is None:
+            return self.f(z), self.df(z)
         z = np.asarray(z)
         if z.ndim == 0:                           # a single number: nothing to split
-            return tuple(np.asarray(v) for v in self._f_df(z))
+            return tuple(np.asarray(v) for v in self.f_df(z))
         f, df = np.empty_like(z), np.empty_like(z)     # same memory layout as z
         for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
-            f[rows], df[rows] = self._f_df(z[rows])
+            f[rows], df[rows] = self.f_df(z[rows])
         return f, df
 
     def gate(self, a, b):
         """The gated MLP's elementwise step: (sigma(a), sigma(a) * b, b * sigma'(a)).
 
         sigma(a) * b is the hidden layer h; sigma(a) and b * sigma'(a) are what the
-        backward pass needs (db = dh * sigma(a), da = dh * b * sigma'(a)). Computed block
-        by block like value_and_grad, so each block of sigma(a) and sigma'(a) is
-        multiplied by b while still in the CPU cache.
+        backward pass needs (db = dh * sigma(a), da = dh * b * sigma'(a)). With f_df,
+        computed block by block like value_and_grad, so that each block of sigma(a) and
+        sigma'(a) is multiplied by b while still in the CPU cache.
 
         Args:
             a, b: float32 or float64 arrays of one shape (at least 1-D) and dtype.
@@ -121,15 +125,16 @@ class Activation:
         if a.shape != b.shape or a.ndim == 0:
             raise ValueError(f"gate: expected a and b of one shape (at least 1-D), "
                              f"got {a.shape} and {b.shape}")
+        if self.f_df is None:
+            g, b_dsigma = self.f(a), self.df(a)
+            b_dsigma *= b
+            return g, g * b, b_dsigma
         g, h, b_dsigma = (np.empty_like(a) for _ in range(3))   # same memory layout as a
         for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
-            g[rows], dsigma = self._f_df(a[rows])
+            g[rows], dsigma = self.f_df(a[rows])
             np.multiply(g[rows], b[rows], out=h[rows])            # h = sigma(a) * b
             np.multiply(dsigma, b[rows], out=b_dsigma[rows])      # b * sigma'(a)
         return g, h, b_dsigma
-
-    def _f_df(self, z):
-        return self.f_df(z) if self.f_df is not None else (self.f(z), self.df(z))
 
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of value_and_grad and gate: 256 KiB of float64
