@@ -693,12 +693,12 @@ def _project_both(X, Q, K):
     return QK, ab[:, :m], ab[:, m:]
 
 
-def _project_both_back(X, QK, da_db):
-    # Gradients of _project_both given [da | db] of shape (N, 2m), one product each:
-    # [dQ; dK] = [da | db]^T X and dx = da Q + db K = [da | db] [Q; K].
-    m = QK.shape[0] // 2
-    dQK = da_db.T @ X                             # (2m, d)
-    return da_db @ QK, dQK[:m], dQK[m:]
+def _project_both_back(X, Q, K, da, db):
+    # Gradients of _project_both given da, db (N, m): dQ = da^T X, dK = db^T X and
+    # dx = da Q + db K. (Backward, two products each run as fast as one stacked product.)
+    dX = da @ Q                                   # (N, d)
+    dX += db @ K
+    return dX, da.T @ X, db.T @ X
 
 
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
@@ -727,7 +727,7 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "a": a, "b": b, "z": s, "h": h,
+        "Q": QK[:m], "K": QK[m:], "V": p["V"], "a": a, "b": b, "z": s, "h": h,
         "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -745,14 +745,12 @@ def rank1_bilinear_backward(dy, cache):
     """
     dY = _check_dy(dy, cache)
     X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
-    m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    da_db = np.empty((dY.shape[0], 2 * m), dY.dtype)  # (N, 2m)  [da | db] side by side
-    ds = np.matmul(dY, V.T, out=da_db[:, m:])     # (N, m)   dy V^T, written in db's place
-    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s)
-    np.multiply(ds, b, out=da_db[:, :m])          # da = ds * b
-    ds *= a                                       # db = ds * a, in place
-    dX, dQ, dK = _project_both_back(X, cache["QK"], da_db)   # (N, d), (m, d), (m, d)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s), in place
+    da = ds * b                                   # (N, m)
+    db = np.multiply(ds, a, out=ds)               # (N, m)   db = ds * a, written over ds (ours)
+    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -786,7 +784,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "Q": QK[:m], "K": QK[m:], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
         "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -804,13 +802,11 @@ def gated_mlp_backward(dy, cache):
     """
     dY = _check_dy(dy, cache)
     X, V, g = cache["X"], cache["V"], cache["g"]
-    m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    da_db = np.empty((dY.shape[0], 2 * m), dY.dtype)  # (N, 2m)  [da | db] side by side
-    dh = np.matmul(dY, V.T, out=da_db[:, m:])     # (N, m)   dh = dy V^T, written in db's place
-    np.multiply(dh, cache["b_dsigma"], out=da_db[:, :m])  # da = dh * b * sigma'(a)
-    dh *= g                                       # db = dh * sigma(a), in place
-    dX, dQ, dK = _project_both_back(X, cache["QK"], da_db)   # (N, d), (m, d), (m, d)
+    dh = dY @ V.T                                 # (N, m)
+    da = dh * cache["b_dsigma"]                   # (N, m)   da = dh * b * sigma'(a)
+    db = np.multiply(dh, g, out=dh)               # (N, m)   db = dh * sigma(a), written over dh
+    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -847,7 +843,7 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     dh_dz[:, m:] *= g[:, :m]                      # (N, m)   dh/db = sigma(a) sigma'(b)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "QK": QK, "V": p["V"], "g": g, "z": z, "h": h,
+        "Q": QK[:m], "K": QK[m:], "V": p["V"], "g": g, "z": z, "h": h,
         "dh_dz": dh_dz}
     return _finish(y, x, V.shape[1]), cache
 
@@ -867,11 +863,10 @@ def double_gated_mlp_backward(dy, cache):
     X, V, dh_dz = cache["X"], cache["V"], cache["dh_dz"]
     m = V.shape[0]
     dV = cache["h"].T @ dY                        # (m, d_out)
-    dz = np.empty((dY.shape[0], 2 * m), dY.dtype) # (N, 2m)  [da | db] side by side
-    dh = np.matmul(dY, V.T, out=dz[:, m:])        # (N, m)   dh = dy V^T, written in db's place
-    np.multiply(dh, dh_dz[:, :m], out=dz[:, :m])  # da = dh sigma'(a) sigma(b)
-    dh *= dh_dz[:, m:]                            # db = dh sigma(a) sigma'(b), in place
-    dX, dQ, dK = _project_both_back(X, cache["QK"], dz)   # (N, d), (m, d), (m, d)
+    dh = dY @ V.T                                 # (N, m)
+    da = dh * dh_dz[:, :m]                        # (N, m)   da = dh sigma'(a) sigma(b)
+    db = np.multiply(dh, dh_dz[:, m:], out=dh)    # (N, m)   db = dh sigma(a) sigma'(b), over dh
+    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
