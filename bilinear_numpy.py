@@ -589,30 +589,32 @@ def _rank_r_shapes(Q, K, V):
                               "V": ((m, V.shape[1]), "(m, d_out)")}
 
 
-def _columns(Q, K):
-    # Q and K as the columns of one (d, 2 r m) matrix: column rho m + j of the first half is
-    # Q[j, :, rho], of the second K[j, :, rho]. Both projections are then one matrix
-    # product, and in its result the unit index j runs fastest (see _halves).
-    m, d, r = Q.shape
-    return np.stack([Q, K]).transpose(2, 0, 3, 1).reshape(d, 2 * r * m)
+def _columns(W):
+    # W (m, d, r) as the columns of a (d, r m) matrix: column rho m + j is W[j, :, rho]. The
+    # projections of x on all units are then one matrix product, unit index j fastest.
+    m, d, r = W.shape
+    return W.transpose(1, 2, 0).reshape(d, r * m)
 
 
-def _halves(P, m, r):
-    # The Q half and the K half of an (N, 2 r m) array, as (N, m, r) views: entry
-    # [n, j, rho] is P[n, rho m + j] (of the half). In memory j runs fastest, so that
-    # broadcasting an (N, m, 1) array over rho, and summing over rho, run on long rows.
-    def half(P_half):
-        return P_half.reshape(-1, r, m).transpose(0, 2, 1)
-    return half(P[:, :r * m]), half(P[:, r * m:])
+def _as_units(P, m, r):
+    # An (N, r m) array as an (N, m, r) view: entry [n, j, rho] is P[n, rho m + j]. In memory
+    # j runs fastest, so that broadcasting an (N, m, 1) array over rho, and summing over rho,
+    # run along rows of length m (several times faster in NumPy than rows of length r).
+    return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
-def _columns_back(X, W, dP, m, r):
-    # Gradients of P = X W, W = _columns(Q, K), given dP (N, 2 r m): dx = dP W^T, and
-    # X^T dP rearranged back into dQ, dK of shape (m, d, r).
-    d = X.shape[1]
-    dW = (X.T @ dP).reshape(d, 2, r, m).transpose(1, 3, 0, 2)     # (2, m, d, r)
-    dW = np.ascontiguousarray(dW)
-    return dP @ W.T, dW[0], dW[1]
+def _columns_back(X, W_cols, dP):
+    # Gradients of P = _as_units(X W_cols) given dP (N, m, r), a view made by _as_units:
+    # dx = dP W_cols^T, and X^T dP rearranged to dW of shape (m, d, r).
+    N, m, r = dP.shape
+    dP_flat = dP.transpose(0, 2, 1).reshape(N, r * m)          # the (N, r m) array behind dP
+    dW = (X.T @ dP_flat).reshape(-1, r, m).transpose(2, 0, 1)  # (m, d, r)
+    return dP_flat @ W_cols.T, np.ascontiguousarray(dW)
+
+
+def _new_units(N, m, r, dtype):
+    # A new (N, m, r) array laid out like _as_units's views.
+    return _as_units(np.empty((N, r * m), dtype), m, r)
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
@@ -636,16 +638,17 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    W = _columns(p["Q"], p["K"])                  # (d, 2 r m)
-    a, b = _halves(X @ W, m, r)                   # (N, m, r)  queries x Q_j, keys x K_j
+    Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
+    a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  queries x Q_j
+    b = _as_units(X @ K_cols, m, r)               # (N, m, r)  keys    x K_j
     # s_j = (x Q_j) . (x K_j): r products summed per entry. einsum does it in one pass
     # without an (N, m, r) temporary (no BLAS here: this is not a matrix product).
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "W": W, "V": p["V"], "a": a, "b": b, "z": s, "h": h,
-        "dsigma": dsigma}
+        "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "a": a,
+        "b": b, "z": s, "h": h, "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -662,15 +665,14 @@ def rank_r_bilinear_backward(dy, cache):
     """
     dY = _check_dy(dy, cache)
     X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
-    m, r = a.shape[1:]
     dV = cache["h"].T @ dY                        # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
-    dP = np.empty((ds.shape[0], 2 * r * m), ds.dtype)   # (N, 2 r m)  [da | db] side by side
-    da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
-    np.multiply(ds[:, :, None], b, out=da)        # ds/da = b
-    np.multiply(ds[:, :, None], a, out=db)        # ds/db = a
-    dX, dQ, dK = _columns_back(X, cache["W"], dP, m, r)   # (N, d), (m, d, r), (m, d, r)
+    da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/da = b
+    db = np.multiply(ds[:, :, None], a, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/db = a
+    dX, dQ = _columns_back(X, cache["Q_cols"], da)
+    dX_k, dK = _columns_back(X, cache["K_cols"], db)
+    dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -684,18 +686,9 @@ def _rank1_shapes(Q, K, V):
                            "V": ((m, V.shape[1]), "(m, d_out)")}
 
 
-def _project_both(X, Q, K):
-    # a = x Q^T and b = x K^T as one matrix product (one large product runs faster than
-    # two halves): QK stacks Q over K, and a, b are the two halves of the result's rows.
-    QK = np.concatenate([Q, K])                   # (2m, d)
-    ab = X @ QK.T                                 # (N, 2m)  [a | b]
-    m = Q.shape[0]
-    return QK, ab[:, :m], ab[:, m:]
-
-
 def _project_both_back(X, Q, K, da, db):
-    # Gradients of _project_both given da, db (N, m): dQ = da^T X, dK = db^T X and
-    # dx = da Q + db K. (Backward, two products each run as fast as one stacked product.)
+    # Gradients of a = x Q^T and b = x K^T given da, db (N, m): dx = da Q + db K (x feeds
+    # both), dQ = da^T X, dK = db^T X.
     dX = da @ Q                                   # (N, d)
     dX += db @ K
     return dX, da.T @ X, db.T @ X
@@ -722,12 +715,13 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    QK, a, b = _project_both(X, p["Q"], p["K"])   # (N, m)   a = x Q^T (queries), b = x K^T (keys)
+    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
+    b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
     s = a * b                                     # (N, m)   s = a * b
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "V": p["V"], "a": a, "b": b, "z": s, "h": h,
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h,
         "dsigma": dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -780,11 +774,12 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    QK, a, b = _project_both(X, p["Q"], p["K"])   # (N, m)   a = x Q^T (gate), b = x K^T (linear)
+    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
+    b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
     g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
         "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
@@ -843,7 +838,7 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     dh_dz[:, m:] *= g[:, :m]                      # (N, m)   dh/db = sigma(a) sigma'(b)
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": QK[:m], "K": QK[m:], "V": p["V"], "g": g, "z": z, "h": h,
+        "Q": p["Q"], "K": p["K"], "V": p["V"], "g": g, "z": z, "h": h,
         "dh_dz": dh_dz}
     return _finish(y, x, V.shape[1]), cache
 
@@ -893,15 +888,16 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
     x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
     X = _flatten_x(x, d)                          # (N, d)
-    W = _columns(p["Q"], p["K"])                  # (d, 2 r m)
-    a, b = _halves(X @ W, m, r)                   # (N, m, r)  gates x Q_j, linear parts x K_j
+    Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
+    a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  gates x Q_j
+    b = _as_units(X @ K_cols, m, r)               # (N, m, r)  linear parts x K_j
     g, b_dsigma = act.value_and_grad(a)           # (N, m, r)  g = sigma(a), and sigma'(a)
     h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
     b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
     cache = _common_cache(x, X, V.shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "W": W, "V": p["V"], "b": b, "g": g, "z": a, "h": h,
-        "b_dsigma": b_dsigma}
+        "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "b": b,
+        "g": g, "z": a, "h": h, "b_dsigma": b_dsigma}
     return _finish(y, x, V.shape[1]), cache
 
 
@@ -918,14 +914,13 @@ def gated_rank_r_backward(dy, cache):
     """
     dY = _check_dy(dy, cache)
     X, V, g = cache["X"], cache["V"], cache["g"]
-    m, r = g.shape[1:]
     dV = cache["h"].T @ dY                        # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    dP = np.empty((dh.shape[0], 2 * r * m), dh.dtype)   # (N, 2 r m)  [da | db] side by side
-    da, db = _halves(dP, m, r)                    # (N, m, r)  views into dP
-    np.multiply(dh, cache["b_dsigma"], out=da)    # da = dh * b * sigma'(a)
-    np.multiply(dh, g, out=db)                    # db = dh * sigma(a)
-    dX, dQ, dK = _columns_back(X, cache["W"], dP, m, r)   # (N, d), (m, d, r), (m, d, r)
+    da = np.multiply(dh, cache["b_dsigma"], out=_new_units(*g.shape, g.dtype))  # dh b sigma'(a)
+    db = np.multiply(dh, g, out=_new_units(*g.shape, g.dtype))                  # dh sigma(a)
+    dX, dQ = _columns_back(X, cache["Q_cols"], da)
+    dX_k, dK = _columns_back(X, cache["K_cols"], db)
+    dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
