@@ -9,4 +9,5 @@ so that `import bilinear_numpy` needs NumPy alone.
     train.py          `train`: the variants, the training loop, CSV and Markdown output
     train_figures.py  learning curves, image reconstructions and the ablation grid of `train`
     ablation.py       `train ablation`: which broken symmetry matters, the 2 x 2 cells
+    bench.py          `bench`: forward and backward of every formulation against its GEMM floor
 """
