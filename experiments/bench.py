@@ -99,9 +99,13 @@ def machine_info():
                 break
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
-    setting = [f"{k}={os.environ[k]}" for k in
-               ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ]
-    threads = ", ".join(setting) or f"BLAS default: one per CPU ({usable})"
+    # The variables that set the BLAS threads, the library's own before OMP_NUM_THREADS.
+    # (`python bilinear_numpy.py` sets them to 1 unless they are set already.)
+    setting = [(k, os.environ[k]) for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                            "VECLIB_MAXIMUM_THREADS", "OMP_NUM_THREADS")
+               if k in os.environ]
+    threads = (f"{setting[0][1]} ({setting[0][0]})" if setting
+               else f"{usable} (BLAS default: one per CPU)")
     if "OPENBLAS_CORETYPE" in os.environ:
         threads += f"; OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}"
     return {"machine": f"{cpu}, {usable} of {os.cpu_count()} CPUs usable",
