@@ -94,3 +94,18 @@ def test_bad_input_is_rejected(tmp_path):
     sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4}
     with pytest.raises(ValueError, match="'glu' has no entry in FLOOR"):
         bench.measure("glu", "relu", np.float64, sizes, 1)
+
+
+def test_readme_has_the_speed_table_of_the_saved_run():
+    from experiments import bench
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    speed = readme[readme.index("## Speed"):readme.index("## Layout")]
+    assert "python bilinear_numpy.py bench" in speed and "results/bench.csv" in speed
+    with (ROOT / "results" / "bench.csv").open(encoding="utf-8", newline="") as f:
+        saved = list(csv.DictReader(f))
+    assert list(saved[0]) == bench.COLUMNS
+    for row in saved:
+        assert row["formulation"] in bn.FORMULATIONS and row["activation"] in bn.ACTIVATIONS
+        if row["activation"] == "silu":             # its row of the README's table, its ratio
+            assert f"| `{row['formulation']}` (≤ {float(row['time_target']):.2f})" in speed
+            assert f"{float(row['fb_ratio']):.2f}" in speed
