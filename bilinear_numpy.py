@@ -29,6 +29,7 @@ The mathematics of every function is derived in derivations.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -334,25 +335,67 @@ def _check_shape(name, a, expected, symbols):
         raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
 
 
-def _prepare(x, params, shapes):
-    """Validate x and the parameters; return x as an array and private copies of the
-    parameters. shapes maps each name to (expected shape, symbolic text). Every array
-    must have x's float dtype."""
-    x = _as_float("x", x)
-    copies = {}
-    for name, (expected, symbols) in shapes.items():
-        p = _as_float(name, params[name])
-        _check_shape(name, p, expected, symbols)
-        if p.dtype != x.dtype:
-            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
-        copies[name] = p.copy()
-    return x, copies
+def _agreed_sizes(readings):
+    # {symbol: size} if the (symbol, size) readings give every symbol one size, else None.
+    sizes = {}
+    for pairs in readings:
+        for symbol, size in pairs:
+            if sizes.setdefault(symbol, size) != size:
+                return None
+    return sizes
 
 
-def _flatten_x(x, d):
+def _vote(readings, names):
+    # The sizes agreed by the largest group of tensors; between groups of one size, the
+    # group that leaves out the tensors that come first in `names`.
+    for n_out in range(len(names) + 1):           # leave out 0, 1, 2, ... tensors
+        for left_out in itertools.combinations(names, n_out):
+            sizes = _agreed_sizes(readings[n] for n in names if n not in left_out)
+            if sizes is not None:
+                return sizes
+
+
+def _check_sizes(x, params, axes):
+    """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
+    {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
+
+    A vote among the tensors: the sizes d, m, d_out, r are those of the largest group of
+    tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
+    Between groups of one size (mlp's K and V are one against one), x is named first,
+    then V, then the others. A tensor with the wrong number of axes has no say.
+    Raises ValueError naming the tensor, e.g. "Q: expected shape (m, d) = (3, 4), got (4, 3)".
+    """
+    readings = {"x": [("d", x.shape[-1])] if x.ndim else []}
+    for name, p in params.items():
+        symbols = axes[name].split()
+        readings[name] = list(zip(symbols, p.shape)) if p.ndim == len(symbols) else []
+    names = ["x", *sorted(params, key=lambda n: n != "V")]   # x, V, the others: named first
+    sizes = _vote(readings, names)
+    d = sizes.get("d", "d")
     if x.ndim == 0 or x.shape[-1] != d:
         raise ValueError(f"x: expected shape (..., d) = (..., {d}), got {x.shape}")
-    return x.reshape(-1, d).copy()  # (N, d), a private copy
+    for name in names[1:]:
+        symbols, own = axes[name].split(), dict(readings[name])   # own: d_out, seen in V only
+        expected = tuple(sizes.get(s, own.get(s, s)) for s in symbols)
+        if params[name].shape != expected:        # as text, e.g. (m, d) = (5, 4)
+            raise ValueError(f"{name}: expected shape {_text(symbols)} = {_text(expected)}, "
+                             f"got {params[name].shape}")
+
+
+def _text(shape):
+    return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
+
+
+def _prepare(x, params, axes):
+    """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
+    x as an array, X = x as (N, d) rows, and the parameters, all private copies."""
+    x = _as_float("x", x)
+    params = {name: _as_float(name, p) for name, p in params.items()}
+    _check_sizes(x, params, axes)
+    for name, p in params.items():
+        if p.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
+    return x, x.reshape(-1, x.shape[-1]).copy(), {name: p.copy() for name, p in params.items()}
 
 
 def _check_dy(dy, cache):
@@ -401,17 +444,13 @@ def mlp_forward(x, K, V, act="relu"):
     Source: paper eq. (1); Geva et al. 2021. Derivation: derivations.md, section 2-3.
     """
     act = get_activation(act)
-    K, V = _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
-    m, d = K.shape
-    x, p = _prepare(x, {"K": K, "V": V}, {"K": (K.shape, "(m, d)"),
-                                                "V": ((m, V.shape[1]), "(m, d_out)")})
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})   # X: (N, d)
     z = X @ p["K"].T                              # (N, m)   z = x K^T
     h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z) for backward
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h,
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h,
                                                     "dsigma": dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def mlp_backward(dy, cache):
@@ -457,19 +496,15 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     Source: paper eq. (2). Derivation: derivations.md, sections 2-3.
     """
     act = get_activation(act)
-    K, V = _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
-    m, d = K.shape
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V},
-                          {"Q": ((d, d), "(d, d)"), "K": (K.shape, "(m, d)"),
-                           "V": ((m, V.shape[1]), "(m, d_out)")})
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V},
+                       {"Q": "d d", "K": "m d", "V": "m d_out"})   # X: (N, d)
     P = X @ p["Q"]                                # (N, d)   p = x Q
     z = P @ p["K"].T                              # (N, m)   z = x Q K^T
     h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "V": p["V"], "P": P, "z": z, "h": h, "dsigma": dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def static_query_mlp_backward(dy, cache):
@@ -528,11 +563,8 @@ def bilinear_forward(x, A, V, act="identity"):
     Source: paper eq. (3). Derivation: derivations.md, sections 2-3.
     """
     act = get_activation(act)
-    A, V = _nd("A", A, "(m, d, d)"), _nd("V", V, "(m, d_out)")
-    m, d, _ = A.shape
-    x, p = _prepare(x, {"A": A, "V": V}, {"A": ((m, d, d), "(m, d, d)"),
-                                                "V": ((m, V.shape[1]), "(m, d_out)")})
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})   # X: (N, d)
+    m, d, _ = p["A"].shape
     A_flat = p["A"].reshape(m, d * d)             # (m, d*d)  row j is vec(A_j)
     N = X.shape[0]
     s = np.empty((N, m), X.dtype)                 # (N, m)
@@ -540,9 +572,9 @@ def bilinear_forward(x, A, V, act="identity"):
         s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h,
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h,
                                                     "dsigma": dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def bilinear_backward(dy, cache):
@@ -582,11 +614,7 @@ def bilinear_backward(dy, cache):
 # ----- (4) rank-r bilinear ----------------------------------------------------
 
 
-def _rank_r_shapes(Q, K, V):
-    Q, K, V = _nd("Q", Q, "(m, d, r)"), _nd("K", K, "(m, d, r)"), _nd("V", V, "(m, d_out)")
-    m, d, r = Q.shape
-    return Q, K, V, m, d, r, {"Q": (Q.shape, "(m, d, r)"), "K": ((m, d, r), "(m, d, r)"),
-                              "V": ((m, V.shape[1]), "(m, d_out)")}
+_RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for _prepare
 
 
 def _columns(W):
@@ -635,9 +663,8 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Derivation: derivations.md, sections 2-3 and 6.
     """
     act = get_activation(act)
-    Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
+    m, d, r = p["Q"].shape
     Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
     a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  queries x Q_j
     b = _as_units(X @ K_cols, m, r)               # (N, m, r)  keys    x K_j
@@ -646,10 +673,10 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "a": a,
         "b": b, "z": s, "h": h, "dsigma": dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def rank_r_bilinear_backward(dy, cache):
@@ -679,11 +706,7 @@ def rank_r_bilinear_backward(dy, cache):
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
 
 
-def _rank1_shapes(Q, K, V):
-    Q, K, V = _nd("Q", Q, "(m, d)"), _nd("K", K, "(m, d)"), _nd("V", V, "(m, d_out)")
-    m, d = Q.shape
-    return Q, K, V, m, d, {"Q": (Q.shape, "(m, d)"), "K": ((m, d), "(m, d)"),
-                           "V": ((m, V.shape[1]), "(m, d_out)")}
+_RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for _prepare
 
 
 def _project_both_back(X, Q, K, da, db):
@@ -712,18 +735,16 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     Source: paper eq. (5). Derivation: derivations.md, sections 2-3.
     """
     act = get_activation(act)
-    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
     a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
     b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
     s = a * b                                     # (N, m)   s = a * b
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h,
         "dsigma": dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def rank1_bilinear_backward(dy, cache):
@@ -771,17 +792,15 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     Source: paper eq. (6); Shazeer 2020; Dauphin et al. 2017. derivations.md, sections 2-3.
     """
     act = get_activation(act)
-    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
     a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
     b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
     g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
         "b_dsigma": b_dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def gated_mlp_backward(dy, cache):
@@ -827,9 +846,8 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     Source: this project's ablation form (not in the paper); derivations.md, section 4.
     """
     act = get_activation(act)
-    Q, K, V, m, d, shapes = _rank1_shapes(Q, K, V)
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
+    m = p["Q"].shape[0]
     QK = np.concatenate([p["Q"], p["K"]])         # (2m, d)
     z = X @ QK.T                                  # (N, 2m)  [a | b] = [x Q^T | x K^T]
     h = np.empty((z.shape[0], m), z.dtype)        # (N, m)   h = sigma(a) * sigma(b)
@@ -842,9 +860,9 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
         np.multiply(dsigma[:, :m], g[:, m:], out=dh_dz[rows, :m])   # sigma'(a) sigma(b)
         np.multiply(g[:, :m], dsigma[:, m:], out=dh_dz[rows, m:])   # sigma(a) sigma'(b)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "V": p["V"], "z": z, "h": h, "dh_dz": dh_dz}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def double_gated_mlp_backward(dy, cache):
@@ -889,9 +907,8 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     Source: paper.md, formulation 6 (gated rank-r); derivations.md, sections 3 and 6.
     """
     act = get_activation(act)
-    Q, K, V, m, d, r, shapes = _rank_r_shapes(Q, K, V)
-    x, p = _prepare(x, {"Q": Q, "K": K, "V": V}, shapes)
-    X = _flatten_x(x, d)                          # (N, d)
+    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
+    m, d, r = p["Q"].shape
     Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
     a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  gates x Q_j
     b = _as_units(X @ K_cols, m, r)               # (N, m, r)  linear parts x K_j
@@ -899,10 +916,10 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
     b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, V.shape[1], act) | {
+    cache = _common_cache(x, X, p["V"].shape[1], act) | {
         "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "b": b,
         "g": g, "z": a, "h": h, "b_dsigma": b_dsigma}
-    return _finish(y, x, V.shape[1]), cache
+    return _finish(y, x, p["V"].shape[1]), cache
 
 
 def gated_rank_r_backward(dy, cache):
@@ -1845,11 +1862,13 @@ def rmsnorm_forward(x, g, eps=1e-6):
         ValueError on a shape mismatch; TypeError on dtype.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
-    x = _nd("x", x, "(N, d)")
-    x, p = _prepare(x, {"g": g}, {"g": ((x.shape[1],), "(d,)")})
+    x, g = _nd("x", x, "(N, d)"), _as_float("g", g)
+    _check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
+    if g.dtype != x.dtype:
+        raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
-    return xhat * p["g"], {"xhat": xhat, "rms": rms, "g": p["g"]}
+    return xhat * g, {"xhat": xhat, "rms": rms, "g": g.copy()}
 
 
 def rmsnorm_backward(dy, cache):
