@@ -319,8 +319,9 @@ def get_activation(act: str | Activation) -> Activation:
 # Every forward takes x of shape (..., d), flattens the leading axes into N rows
 # once, and returns y of shape (..., d_out) with a cache dict. The cache holds
 # private copies, so later changes to x or a parameter cannot change the gradients;
-# backward never writes into the cache. cache["z"] is the activation's argument
-# (used by gradcheck to stay away from ReLU's kink).
+# backward never writes into the cache. cache["forward"] names the forward that made it
+# (every backward checks it); cache["z"] is the activation's argument (used by gradcheck
+# to stay away from ReLU's kink).
 
 
 def _as_float(name, a):
@@ -398,14 +399,28 @@ def _prepare(x, params, axes):
     return x, x.reshape(-1, x.shape[-1]).copy(), {name: p.copy() for name, p in params.items()}
 
 
-def _check_dy(dy, cache):
+def _from_cache(cache, forward, *keys):
+    # cache[key] for each key, once it is clear that `forward` made the cache.
+    if not isinstance(cache, dict):
+        raise TypeError(f"cache: expected the dict returned by {forward}, got {type(cache).__name__}")
+    if cache.get("forward", forward) != forward:
+        raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
+    missing = [key for key in ("forward", *keys) if key not in cache]
+    if missing:
+        raise ValueError(f"cache: expected the cache returned by {forward}, missing keys {missing}")
+    return [cache[key] for key in keys]
+
+
+def _unpack(dy, cache, forward, *keys):
+    # Check the cache (see _from_cache) and dy against it; return dy as (N, d_out) rows,
+    # then cache[key] for each key.
+    x_shape, d_out, dtype, *values = _from_cache(cache, forward, "x_shape", "d_out", "dtype", *keys)
     dy = _as_float("dy", dy)
-    expected = cache["x_shape"][:-1] + (cache["d_out"],)
-    if dy.shape != expected:
-        raise ValueError(f"dy: expected shape (..., d_out) = {expected}, got {dy.shape}")
-    if dy.dtype != cache["dtype"]:
-        raise TypeError(f"dy: expected dtype {cache['dtype']} (the forward's), got {dy.dtype}")
-    return dy.reshape(-1, cache["d_out"])  # (N, d_out)
+    if dy.shape != x_shape[:-1] + (d_out,):
+        raise ValueError(f"dy: expected shape (..., d_out) = {x_shape[:-1] + (d_out,)}, got {dy.shape}")
+    if dy.dtype != dtype:
+        raise TypeError(f"dy: expected dtype {dtype} (the forward's), got {dy.dtype}")
+    return [dy.reshape(-1, d_out), *values]
 
 
 def _nd(name, a, what):
@@ -417,12 +432,11 @@ def _nd(name, a, what):
     return a
 
 
-def _finish(y_flat, x, d_out):
-    return y_flat.reshape(x.shape[:-1] + (d_out,))
-
-
-def _common_cache(x, X, d_out, act):
-    return {"x_shape": x.shape, "X": X, "d_out": d_out, "dtype": x.dtype, "act": act}
+def _output(forward, y, x, act, **cache):
+    # y (N, d_out) as (..., d_out), and the cache: what `forward` keeps for its backward.
+    d_out = y.shape[1]
+    return y.reshape(x.shape[:-1] + (d_out,)), cache | {
+        "forward": forward, "x_shape": x.shape, "d_out": d_out, "dtype": x.dtype, "act": act}
 
 
 # ----- (1) key-value memory MLP ---------------------------------------------
@@ -448,9 +462,7 @@ def mlp_forward(x, K, V, act="relu"):
     z = X @ p["K"].T                              # (N, m)   z = x K^T
     h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z) for backward
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {"K": p["K"], "V": p["V"], "z": z, "h": h,
-                                                    "dsigma": dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("mlp_forward", y, x, act, X=X, **p, z=z, h=h, dsigma=dsigma)
 
 
 def mlp_backward(dy, cache):
@@ -463,14 +475,14 @@ def mlp_backward(dy, cache):
         {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}; parameter gradients
         summed over every leading axis of x.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (1); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)                     # (N, d_out)
-    X, K, V, h = cache["X"], cache["K"], cache["V"], cache["h"]
+    dY, X, K, V, h, dsigma = _unpack(dy, cache, "mlp_forward", "X", "K", "V", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)
     dz = dY @ V.T                                 # (N, m)   dL/dh = dy V^T
-    dz *= cache["dsigma"]                         # (N, m)   dz = (dy V^T) * sigma'(z), in place
+    dz *= dsigma                                  # (N, m)   dz = (dy V^T) * sigma'(z), in place
     dK = dz.T @ X                                 # (m, d)
     dX = dz @ K                                   # (N, d)
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
@@ -502,9 +514,8 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     z = P @ p["K"].T                              # (N, m)   z = x Q K^T
     h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "P": P, "z": z, "h": h, "dsigma": dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("static_query_mlp_forward", y, x, act, X=X, **p, P=P, z=z, h=h,
+                   dsigma=dsigma)
 
 
 def static_query_mlp_backward(dy, cache):
@@ -515,14 +526,15 @@ def static_query_mlp_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (2); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, Q, K, V, P = cache["X"], cache["Q"], cache["K"], cache["V"], cache["P"]
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dY, X, Q, K, V, P, h, dsigma = _unpack(dy, cache, "static_query_mlp_forward",
+                                           "X", "Q", "K", "V", "P", "h", "dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
     dz = dY @ V.T                                 # (N, m)
-    dz *= cache["dsigma"]                         # (N, m)   dz = (dy V^T) * sigma'(z), in place
+    dz *= dsigma                                  # (N, m)   dz = (dy V^T) * sigma'(z), in place
     dK = dz.T @ P                                 # (m, d)
     dP = dz @ K                                   # (N, d)
     dQ = X.T @ dP                                 # (d, d)
@@ -572,9 +584,7 @@ def bilinear_forward(x, A, V, act="identity"):
         s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {"A": p["A"], "V": p["V"], "z": s, "h": h,
-                                                    "dsigma": dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("bilinear_forward", y, x, act, X=X, **p, z=s, h=h, dsigma=dsigma)
 
 
 def bilinear_backward(dy, cache):
@@ -587,15 +597,15 @@ def bilinear_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (3); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, A, V = cache["X"], cache["A"], cache["V"]
+    dY, X, A, V, h, dsigma = _unpack(dy, cache, "bilinear_forward", "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
-    ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
+    ds *= dsigma                                  # (N, m)     ds = (dy V^T) * sigma'(s)
     # dA_j = sum_n ds_nj x_n^T x_n. Its rows i need only the products x_ni x_n: a
     # deliberate loop over blocks of rows i, each one matrix product over all tokens.
     dA = np.empty_like(A)                         # (m, d, d)
@@ -673,10 +683,8 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "a": a,
-        "b": b, "z": s, "h": h, "dsigma": dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("rank_r_bilinear_forward", y, x, act, X=X, **p, Q_cols=Q_cols,
+                   K_cols=K_cols, a=a, b=b, z=s, h=h, dsigma=dsigma)
 
 
 def rank_r_bilinear_backward(dy, cache):
@@ -687,18 +695,19 @@ def rank_r_bilinear_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (4); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _unpack(
+        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
+    dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
-    ds *= cache["dsigma"]                         # (N, m)     ds = (dy V^T) * sigma'(s)
+    ds *= dsigma                                  # (N, m)     ds = (dy V^T) * sigma'(s)
     da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/da = b
     db = np.multiply(ds[:, :, None], a, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/db = a
-    dX, dQ = _columns_back(X, cache["Q_cols"], da)
-    dX_k, dK = _columns_back(X, cache["K_cols"], db)
+    dX, dQ = _columns_back(X, Q_cols, da)
+    dX_k, dK = _columns_back(X, K_cols, db)
     dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
@@ -741,10 +750,8 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     s = a * b                                     # (N, m)   s = a * b
     h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "a": a, "b": b, "z": s, "h": h,
-        "dsigma": dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("rank1_bilinear_forward", y, x, act, X=X, **p, a=a, b=b, z=s, h=h,
+                   dsigma=dsigma)
 
 
 def rank1_bilinear_backward(dy, cache):
@@ -755,17 +762,18 @@ def rank1_bilinear_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (5); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, V, a, b = (cache[k] for k in ("X", "V", "a", "b"))
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dY, X, Q, K, V, a, b, h, dsigma = _unpack(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
-    ds *= cache["dsigma"]                         # (N, m)   ds = (dy V^T) * sigma'(s), in place
+    ds *= dsigma                                  # (N, m)   ds = (dy V^T) * sigma'(s), in place
     da = ds * b                                   # (N, m)
     db = np.multiply(ds, a, out=ds)               # (N, m)   db = ds * a, written over ds (ours)
-    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -797,10 +805,8 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
     g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "b": b, "g": g, "z": a, "h": h,
-        "b_dsigma": b_dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("gated_mlp_forward", y, x, act, X=X, **p, b=b, g=g, z=a, h=h,
+                   b_dsigma=b_dsigma)
 
 
 def gated_mlp_backward(dy, cache):
@@ -811,16 +817,17 @@ def gated_mlp_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule on paper eq. (6); derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, V, g = cache["X"], cache["V"], cache["g"]
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dY, X, Q, K, V, g, h, b_dsigma = _unpack(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "g", "h", "b_dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
-    da = dh * cache["b_dsigma"]                   # (N, m)   da = dh * b * sigma'(a)
+    da = dh * b_dsigma                            # (N, m)   da = dh * b * sigma'(a)
     db = np.multiply(dh, g, out=dh)               # (N, m)   db = dh * sigma(a), written over dh
-    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -860,9 +867,7 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
         np.multiply(dsigma[:, :m], g[:, m:], out=dh_dz[rows, :m])   # sigma'(a) sigma(b)
         np.multiply(g[:, :m], dsigma[:, m:], out=dh_dz[rows, m:])   # sigma(a) sigma'(b)
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "V": p["V"], "z": z, "h": h, "dh_dz": dh_dz}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("double_gated_mlp_forward", y, x, act, X=X, **p, z=z, h=h, dh_dz=dh_dz)
 
 
 def double_gated_mlp_backward(dy, cache):
@@ -873,17 +878,18 @@ def double_gated_mlp_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule; derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, V, dh_dz = cache["X"], cache["V"], cache["dh_dz"]
+    dY, X, Q, K, V, h, dh_dz = _unpack(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_dz")
     m = V.shape[0]
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
     da = dh * dh_dz[:, :m]                        # (N, m)   da = dh sigma'(a) sigma(b)
     db = np.multiply(dh, dh_dz[:, m:], out=dh)    # (N, m)   db = dh sigma(a) sigma'(b), over dh
-    dX, dQ, dK = _project_both_back(X, cache["Q"], cache["K"], da, db)   # (N, d), (m, d), (m, d)
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -916,10 +922,8 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
     b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
     y = h @ p["V"]                                # (N, d_out)
-    cache = _common_cache(x, X, p["V"].shape[1], act) | {
-        "Q": p["Q"], "K": p["K"], "Q_cols": Q_cols, "K_cols": K_cols, "V": p["V"], "b": b,
-        "g": g, "z": a, "h": h, "b_dsigma": b_dsigma}
-    return _finish(y, x, p["V"].shape[1]), cache
+    return _output("gated_rank_r_forward", y, x, act, X=X, **p, Q_cols=Q_cols,
+                   K_cols=K_cols, b=b, g=g, z=a, h=h, b_dsigma=b_dsigma)
 
 
 def gated_rank_r_backward(dy, cache):
@@ -930,17 +934,18 @@ def gated_rank_r_backward(dy, cache):
     Returns:
         {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
     Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's.
+        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
+        the forward's (another forward's, keys missing, not a dict).
     Source: chain rule; derivations.md, section 3.
     """
-    dY = _check_dy(dy, cache)
-    X, V, g = cache["X"], cache["V"], cache["g"]
-    dV = cache["h"].T @ dY                        # (m, d_out)
+    dY, X, V, g, h, b_dsigma, Q_cols, K_cols = _unpack(
+        dy, cache, "gated_rank_r_forward", "X", "V", "g", "h", "b_dsigma", "Q_cols", "K_cols")
+    dV = h.T @ dY                                 # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    da = np.multiply(dh, cache["b_dsigma"], out=_new_units(*g.shape, g.dtype))  # dh b sigma'(a)
-    db = np.multiply(dh, g, out=_new_units(*g.shape, g.dtype))                  # dh sigma(a)
-    dX, dQ = _columns_back(X, cache["Q_cols"], da)
-    dX_k, dK = _columns_back(X, cache["K_cols"], db)
+    da = np.multiply(dh, b_dsigma, out=_new_units(*g.shape, g.dtype))   # dh b sigma'(a)
+    db = np.multiply(dh, g, out=_new_units(*g.shape, g.dtype))          # dh sigma(a)
+    dX, dQ = _columns_back(X, Q_cols, da)
+    dX_k, dK = _columns_back(X, K_cols, db)
     dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
@@ -1771,7 +1776,7 @@ def cross_entropy_forward(logits, targets):
     shifted = z - z.max(axis=1, keepdims=True)                          # (N, C), <= 0
     log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (N, C)
     loss = -float(np.mean(log_p[np.arange(len(t)), t]))
-    return loss, {"p": np.exp(log_p), "t": t.copy()}
+    return loss, {"forward": "cross_entropy_forward", "p": np.exp(log_p), "t": t.copy()}
 
 
 def cross_entropy_backward(dloss, cache):
@@ -1782,9 +1787,11 @@ def cross_entropy_backward(dloss, cache):
         cache: from cross_entropy_forward.
     Returns:
         dlogits: (N, C), the logits' dtype.
+    Raises:
+        ValueError / TypeError if the cache is not cross_entropy_forward's.
     Source: CS231n softmax_loss.
     """
-    p, t = cache["p"], cache["t"]
+    p, t = _from_cache(cache, "cross_entropy_forward", "p", "t")
     dz = p.copy()                                 # (N, C)
     dz[np.arange(len(t)), t] -= 1                 # p - onehot(t)
     return dz * (dloss / len(t))
@@ -1806,15 +1813,17 @@ def mse_forward(pred, target):
     if pred.dtype != target.dtype:
         raise TypeError(f"target: expected dtype {pred.dtype} (pred's), got {target.dtype}")
     diff = pred - target                          # a new array: the inputs stay untouched
-    return float(np.mean(diff * diff)), {"diff": diff}
+    return float(np.mean(diff * diff)), {"forward": "mse_forward", "diff": diff}
 
 
 def mse_backward(dloss, cache):
     """Backward of mse_forward: dpred = dloss * 2 (pred - target) / size.
 
     Args: dloss: float; cache: from mse_forward. Returns: dpred, pred's shape and dtype.
+    Raises: ValueError / TypeError if the cache is not mse_forward's.
+    Source: d/dpred of mean((pred - target)^2).
     """
-    diff = cache["diff"]
+    diff = _from_cache(cache, "mse_forward", "diff")[0]
     return diff * (2.0 * dloss / diff.size)
 
 
@@ -1833,7 +1842,8 @@ def embedding_forward(ids, E):
     """
     E = _nd("E", E, "(vocab, e)")
     ids = _check_ids("ids", ids, E.shape[0])
-    return E[ids], {"ids": ids.copy(), "E_shape": E.shape, "dtype": E.dtype}
+    return E[ids], {"forward": "embedding_forward", "ids": ids.copy(), "E_shape": E.shape,
+                    "dtype": E.dtype}
 
 
 def embedding_backward(dout, cache):
@@ -1841,12 +1851,13 @@ def embedding_backward(dout, cache):
 
     Args: dout: (..., e), upstream gradient; cache: from embedding_forward.
     Returns: dE: (vocab, e), E's dtype.
-    Raises: ValueError if dout's shape is not ids.shape + (e,).
+    Raises: ValueError if dout's shape is not ids.shape + (e,); ValueError / TypeError if
+        the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
-    ids, (vocab, e) = cache["ids"], cache["E_shape"]
+    ids, (vocab, e), dtype = _from_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
     _check_shape("dout", np.asarray(dout), ids.shape + (e,), "ids.shape + (e,)")
-    dE = np.zeros((vocab, e), dtype=cache["dtype"])
+    dE = np.zeros((vocab, e), dtype=dtype)
     np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
     return dE
 
@@ -1868,7 +1879,7 @@ def rmsnorm_forward(x, g, eps=1e-6):
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
-    return xhat * g, {"xhat": xhat, "rms": rms, "g": g.copy()}
+    return xhat * g, {"forward": "rmsnorm_forward", "xhat": xhat, "rms": rms, "g": g.copy()}
 
 
 def rmsnorm_backward(dy, cache):
@@ -1878,10 +1889,11 @@ def rmsnorm_backward(dy, cache):
 
     Args: dy: (N, d); cache: from rmsnorm_forward.
     Returns: {"x": dx (N, d), "g": dg (d,)}.
-    Raises: ValueError if dy's shape differs from x's.
+    Raises: ValueError if dy's shape differs from x's; ValueError / TypeError if the cache is
+        not rmsnorm_forward's.
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
-    xhat, rms, g = cache["xhat"], cache["rms"], cache["g"]
+    xhat, rms, g = _from_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
     _check_shape("dy", np.asarray(dy), xhat.shape, "(N, d)")
     dxhat = dy * g                                                 # (N, d)
     dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
@@ -1999,8 +2011,9 @@ def model_forward(inputs, params, formulation, act):
     f, ffn_cache = form.forward(u, **ffn, act=act)                 # (N, d)
     h2 = h + f                                                     # (N, d) residual
     out = h2 @ params["W_out"] + params["b_out"]                   # (N, d_out)
-    return out, {"form": form, "X": X, "emb": emb_cache, "norm": norm_cache,
-                 "ffn": ffn_cache, "h2": h2, "W_in": W_in, "W_out": params["W_out"]}
+    return out, {"forward": "model_forward", "form": form, "X": X, "emb": emb_cache,
+                 "norm": norm_cache, "ffn": ffn_cache, "h2": h2, "W_in": W_in,
+                 "W_out": params["W_out"]}
 
 
 def model_backward(dout, cache):
@@ -2009,22 +2022,23 @@ def model_backward(dout, cache):
     Args: dout: (N, d_out), upstream gradient (e.g. from cross_entropy_backward);
         cache: from model_forward.
     Returns: dict of gradients with the keys of the parameters.
-    Raises: ValueError if dout's shape differs from the output's.
+    Raises: ValueError if dout's shape differs from the output's; ValueError / TypeError if
+        the cache is not model_forward's.
     Source: the chain rule through each forward line, in reverse order.
     """
-    W_out = cache["W_out"]
-    _check_shape("dout", np.asarray(dout), (len(cache["h2"]), W_out.shape[1]), "(N, d_out)")
-    grads = {"W_out": cache["h2"].T @ dout, "b_out": dout.sum(axis=0)}
+    form, X, emb, norm, ffn, h2, W_in, W_out = _from_cache(
+        cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
+    _check_shape("dout", np.asarray(dout), (len(h2), W_out.shape[1]), "(N, d_out)")
+    grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
-    g_ffn = cache["form"].backward(dh2, cache["ffn"])
-    grads |= {"ffn." + n: g_ffn[n] for n in cache["form"].param_names}
-    g_norm = rmsnorm_backward(g_ffn["x"], cache["norm"])
+    g_ffn = form.backward(dh2, ffn)
+    grads |= {"ffn." + n: g_ffn[n] for n in form.param_names}
+    g_norm = rmsnorm_backward(g_ffn["x"], norm)
     dh = dh2 + g_norm["x"]                                         # residual: both paths
-    grads |= {"g": g_norm["g"], "W_in": cache["X"].T @ dh, "b_in": dh.sum(axis=0)}
-    if cache["emb"] is not None:
-        dX = dh @ cache["W_in"].T                                  # (N, k e)
-        grads["E"] = embedding_backward(dX.reshape(cache["emb"]["ids"].shape + (-1,)),
-                                        cache["emb"])
+    grads |= {"g": g_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
+    if emb is not None:
+        dX = dh @ W_in.T                                           # (N, k e)
+        grads["E"] = embedding_backward(dX.reshape(emb["ids"].shape + (-1,)), emb)
     return grads
 
 
