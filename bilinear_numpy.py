@@ -82,19 +82,15 @@ class Activation:
     f_df: Callable | None = field(default=None, repr=False)
 
     def value_and_grad(self, z):
-        """(sigma(z), sigma'(z)) in one call; every forward pass uses it and caches sigma'.
+        """(sigma(z), sigma'(z)) in one call, equal to (f(z), df(z)); every forward uses it.
 
-        Equal to (f(z), df(z)). With f_df (the activation shares work between sigma and
-        sigma'), a deliberate loop over blocks of about _CACHE_BLOCK elements (slices of
+        With f_df, a deliberate loop over blocks of about _CACHE_BLOCK elements (slices of
         the first axis), for speed only: one block's temporaries (SiLU makes three) stay in
-        the CPU cache, so each elementwise step costs its arithmetic instead of a trip
-        through memory. Without f_df (identity, relu: one step each), f and df are simply
-        called: there is nothing to keep in the cache, and blocks would only add calls.
+        the CPU cache, so each elementwise step costs its arithmetic, not a trip through
+        memory. Without f_df (identity, relu: one step each), f and df are simply called.
 
-        Args:
-            z: float32 or float64 array of any shape (need not be contiguous).
-        Returns:
-            (f, df): two new arrays of z's shape and dtype.
+        Args: z, a float32 or float64 array of any shape (need not be contiguous).
+        Returns: (f, df), two new arrays of z's shape and dtype.
         Source: issue 7 (speed); the values are those of f and df.
         """
         if self.f_df is None:
@@ -115,13 +111,10 @@ class Activation:
         computed block by block like value_and_grad, so that each block of sigma(a) and
         sigma'(a) is multiplied by b while still in the CPU cache.
 
-        Args:
-            a, b: float32 or float64 arrays of one shape (at least 1-D) and dtype.
-        Returns:
-            (g, h, b_dsigma): three new arrays of a's shape and dtype.
-        Raises:
-            ValueError if the shapes differ.
-        Source: paper eq. (6); derivations.md, section 3.
+        Args: a, b, float32 or float64 arrays of one shape (at least 1-D) and dtype.
+        Returns: (g, h, b_dsigma), three new arrays of a's shape and dtype.
+        Raises: ValueError if the shapes differ.
+        Source: paper eq. (6); derivations.md, section 3.6.
         """
         if a.shape != b.shape or a.ndim == 0:
             raise ValueError(f"gate: expected a and b of one shape (at least 1-D), "
@@ -295,13 +288,10 @@ ACTIVATIONS: dict[str, Activation] = {
 def get_activation(act: str | Activation) -> Activation:
     """Return the Activation for a name in ACTIVATIONS (or an Activation itself).
 
-    Args:
-        act: str, one of ACTIVATIONS' keys, or an Activation.
-    Returns:
-        Activation.
-    Raises:
-        ValueError: unknown name (the message lists the valid names).
-        TypeError: act is neither a str nor an Activation.
+    Args: act, a str (one of ACTIVATIONS' keys) or an Activation.
+    Returns: Activation.
+    Raises: ValueError for an unknown name (the message lists the valid names);
+        TypeError if act is neither a str nor an Activation.
     Source: paper.md, formulation 6 (the GLU family's activations).
     """
     if isinstance(act, Activation):
@@ -445,17 +435,12 @@ def _output(forward, y, x, act, **cache):
 def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
-    Args:
-        x: (..., d) float32 or float64, tokens as rows.
-        K: (m, d) same dtype, the static keys (W1).
-        V: (m, d_out) same dtype, the values (W2).
-        act: activation name in ACTIVATIONS, or an Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache: dict for mlp_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on a non-float
-        or mixed dtype.
-    Source: paper eq. (1); Geva et al. 2021. Derivation: derivations.md, section 2-3.
+    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); all
+        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for mlp_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (1); Geva et al. 2021; derivations.md, section 2.1.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})   # X: (N, d)
@@ -466,18 +451,13 @@ def mlp_forward(x, K, V, act="relu"):
 
 
 def mlp_backward(dy, cache):
-    """Backward pass of mlp_forward.
+    """Backward pass of mlp_forward: dz = (dy V^T) * sigma'(z); dx = dz K, dK = dz^T x.
 
-    Args:
-        dy: (..., d_out), the dtype of the forward, upstream gradient dL/dy.
-        cache: from mlp_forward (not modified).
-    Returns:
-        {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}; parameter gradients
-        summed over every leading axis of x.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (1); derivations.md, section 3.
+    Args: dy (..., d_out), the upstream gradient, in y's dtype; cache from mlp_forward.
+    Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}; the parameter gradients
+        are summed over every leading axis of x (so in every backward below).
+    Raises: ValueError / TypeError for a dy unlike y, or a cache not from mlp_forward.
+    Source: chain rule on paper eq. (1); derivations.md, section 3.1.
     """
     dY, X, K, V, h, dsigma = _unpack(dy, cache, "mlp_forward", "X", "K", "V", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)
@@ -496,16 +476,12 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
 
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q: (d, d) same dtype, the global query.
-        K: (m, d) same dtype; V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for static_query_mlp_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper eq. (2). Derivation: derivations.md, sections 2-3.
+    Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); all float32 or
+        all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for static_query_mlp_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (2); derivations.md, section 2.2.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V},
@@ -519,16 +495,13 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
 
 
 def static_query_mlp_backward(dy, cache):
-    """Backward pass of static_query_mlp_forward.
+    """Backward pass of static_query_mlp_forward: with p = x Q, as mlp_backward for
+    (p, K, V), then dQ = x^T dp and dx = dp Q^T.
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (2); derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from static_query_mlp_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule on paper eq. (2); derivations.md, section 3.2.
     """
     dY, X, Q, K, V, P, h, dsigma = _unpack(dy, cache, "static_query_mlp_forward",
                                            "X", "Q", "K", "V", "P", "h", "dsigma")
@@ -563,16 +536,12 @@ def bilinear_forward(x, A, V, act="identity"):
     Computed as vec(x^T x) . vec(A_j): a matrix product per block of tokens, no
     (N, m, d, d) array and not even all N outer products (N d^2 floats) at once.
 
-    Args:
-        x: (..., d) float32 or float64.
-        A: (m, d, d) same dtype, one interaction matrix per unit.
-        V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for bilinear_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper eq. (3). Derivation: derivations.md, sections 2-3.
+    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); all
+        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for bilinear_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (3); derivations.md, section 2.3.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})   # X: (N, d)
@@ -588,18 +557,12 @@ def bilinear_forward(x, A, V, act="identity"):
 
 
 def bilinear_backward(dy, cache):
-    """Backward pass of bilinear_forward.
+    """Backward pass of bilinear_forward: ds_j/dx = x (A_j + A_j^T), ds_j/dA_j = x^T x.
 
-    ds/dx = x (A_j + A_j^T), ds/dA_j = x^T x.
-
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (3); derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from bilinear_forward.
+    Returns: {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule on paper eq. (3); derivations.md, section 3.3.
     """
     dY, X, A, V, h, dsigma = _unpack(dy, cache, "bilinear_forward", "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
@@ -660,17 +623,13 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
     This is full bilinear attention with A_j = Q_j K_j^T of rank at most r.
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q, K: (m, d, r) same dtype, query and key factors of each unit.
-        V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for rank_r_bilinear_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper eq. (4) (the outlook; the exact form is this project's).
-    Derivation: derivations.md, sections 2-3 and 6.
+    Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
+        all float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for rank_r_bilinear_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (4) (the outlook; the exact form is this project's);
+    derivations.md, sections 2.4 and 6.1.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
@@ -688,16 +647,12 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
 
 def rank_r_bilinear_backward(dy, cache):
-    """Backward pass of rank_r_bilinear_forward.
+    """Backward pass of rank_r_bilinear_forward: ds/da = b, ds/db = a (a = x Q_j, b = x K_j).
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (4); derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from rank_r_bilinear_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule on paper eq. (4); derivations.md, section 3.4.
     """
     dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _unpack(
         dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
@@ -732,16 +687,12 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     With act="identity" this is the "Bilinear" GLU variant (Sharkey 2023; Pearce et al.
     2024). Q and K enter symmetrically: exchanging them changes nothing, for every sigma.
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q, K: (m, d) same dtype, query and key rows q_j, k_j.
-        V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for rank1_bilinear_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper eq. (5). Derivation: derivations.md, sections 2-3.
+    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); all
+        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for rank1_bilinear_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (5); derivations.md, section 2.5.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
@@ -755,16 +706,12 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
 
 
 def rank1_bilinear_backward(dy, cache):
-    """Backward pass of rank1_bilinear_forward.
+    """Backward pass of rank1_bilinear_forward: ds = (dy V^T) * sigma'(s); da = ds b, db = ds a.
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (5); derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from rank1_bilinear_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule on paper eq. (5); derivations.md, section 3.5.
     """
     dY, X, Q, K, V, a, b, h, dsigma = _unpack(
         dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
@@ -788,16 +735,12 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     gate projection (w1, gate_proj), K the up projection (w3, up_proj), V the down
     projection (w2, down_proj).
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q: (m, d) same dtype, gate rows q_j; K: (m, d) same dtype, linear rows k_j.
-        V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for gated_mlp_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper eq. (6); Shazeer 2020; Dauphin et al. 2017. derivations.md, sections 2-3.
+    Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
+        V (m, d_out); all float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for gated_mlp_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper eq. (6); Shazeer 2020; Dauphin et al. 2017; derivations.md, section 2.6.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
@@ -810,16 +753,12 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
 
 def gated_mlp_backward(dy, cache):
-    """Backward pass of gated_mlp_forward.
+    """Backward pass of gated_mlp_forward: with dh = dy V^T, da = dh b sigma'(a), db = dh sigma(a).
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule on paper eq. (6); derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from gated_mlp_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule on paper eq. (6); derivations.md, section 3.6.
     """
     dY, X, Q, K, V, g, h, b_dsigma = _unpack(
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "g", "h", "b_dsigma")
@@ -842,15 +781,13 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     positively homogeneous sigma (alpha > 0). It separates the two symmetries that the
     gated MLP breaks together (issue "Which broken symmetry matters?").
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q, K: (m, d) same dtype; V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for double_gated_mlp_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: this project's ablation form (not in the paper); derivations.md, section 4.
+    Args: x (..., d); Q, K (m, d); V (m, d_out); all float32 or all float64.
+        act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for double_gated_mlp_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: this project's ablation form (not in the paper); derivations.md, sections 2.8
+    and 4.6.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
@@ -871,16 +808,13 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
 
 
 def double_gated_mlp_backward(dy, cache):
-    """Backward pass of double_gated_mlp_forward.
+    """Backward pass of double_gated_mlp_forward, with dh = dy V^T:
+    da = dh sigma'(a) sigma(b), db = dh sigma(a) sigma'(b).
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule; derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from double_gated_mlp_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule; derivations.md, section 3.8.
     """
     dY, X, Q, K, V, h, dh_dz = _unpack(
         dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_dz")
@@ -902,15 +836,12 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP. This generalization is
     the project's, not the paper's.
 
-    Args:
-        x: (..., d) float32 or float64.
-        Q, K: (m, d, r) same dtype; V: (m, d_out) same dtype.
-        act: activation name or Activation.
-    Returns:
-        y: (..., d_out), x's dtype; cache for gated_rank_r_backward.
-    Raises:
-        ValueError on a shape mismatch or unknown activation; TypeError on dtype.
-    Source: paper.md, formulation 6 (gated rank-r); derivations.md, sections 3 and 6.
+    Args: x (..., d); Q, K (m, d, r); V (m, d_out); all float32 or all float64.
+        act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out) in x's dtype, and the cache for gated_rank_r_backward.
+    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
+        TypeError for a non-float or mixed dtype.
+    Source: paper.md, formulation 6 (gated rank-r); derivations.md, sections 2.7 and 6.5.
     """
     act = get_activation(act)
     x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
@@ -927,16 +858,12 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
 
 
 def gated_rank_r_backward(dy, cache):
-    """Backward pass of gated_rank_r_forward.
+    """Backward pass of gated_rank_r_forward: da = dh b sigma'(a), db = dh sigma(a), per rho.
 
-    Args:
-        dy: (..., d_out) upstream gradient; cache from the forward.
-    Returns:
-        {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    Raises:
-        ValueError / TypeError if dy's shape or dtype differs from y's, or the cache is not
-        the forward's (another forward's, keys missing, not a dict).
-    Source: chain rule; derivations.md, section 3.
+    Args: dy (..., d_out), y's dtype; cache from gated_rank_r_forward.
+    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
+    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
+    Source: chain rule; derivations.md, section 3.7.
     """
     dY, X, V, g, h, b_dsigma, Q_cols, K_cols = _unpack(
         dy, cache, "gated_rank_r_forward", "X", "V", "g", "h", "b_dsigma", "Q_cols", "K_cols")
@@ -997,12 +924,10 @@ class Formulation:
         """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
         pre-activations and the output are O(1).
 
-        Args:
-            rng: np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
-        Returns:
-            dict name -> array of param_shapes(...)[name], dtype `dtype`; no two share memory.
-        Raises:
-            ValueError for a non-positive size; TypeError for another dtype or a non-Generator.
+        Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
+        Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
+        Raises: ValueError for a non-positive size; TypeError for another dtype or a
+            non-Generator.
         """
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
@@ -1011,18 +936,6 @@ class Formulation:
         shapes = self.param_shapes(d, m, d_out, r)
         scales = self.init_scales(d, m, r)
         return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
-
-
-def _kv_shapes(d, m, d_out, r):
-    return {"K": (m, d), "V": (m, d_out)}
-
-
-def _static_shapes(d, m, d_out, r):
-    return {"Q": (d, d), "K": (m, d), "V": (m, d_out)}
-
-
-def _bilinear_shapes(d, m, d_out, r):
-    return {"A": (m, d, d), "V": (m, d_out)}
 
 
 def _rank1_param_shapes(d, m, d_out, r):
@@ -1038,16 +951,17 @@ def _rank_r_param_shapes(d, m, d_out, r):
 FORMULATIONS: dict[str, Formulation] = {
     f.name: f for f in [
         Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
-                    _kv_shapes, "m d + m d_out",
+                    lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
                     lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}),
         Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
-                    static_query_mlp_backward, ("Q", "K", "V"), _static_shapes,
+                    static_query_mlp_backward, ("Q", "K", "V"),
+                    lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
                     "d^2 + m d + m d_out",
                     lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
         Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", bilinear_forward,
-                    bilinear_backward, ("A", "V"), _bilinear_shapes,
-                    "m d^2 + d^2 + m d_out",
-                    lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}),
+                    bilinear_backward, ("A", "V"),
+                    lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)},
+                    "m d^2 + d^2 + m d_out", lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}),
         Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
                     rank_r_bilinear_forward, rank_r_bilinear_backward, ("Q", "K", "V"),
                     _rank_r_param_shapes, "2 m d r + m r + m d_out",
@@ -1103,14 +1017,11 @@ def rel_error(a, b) -> float:
     rounding error is set by the tensor's scale, not its own); the 1e-8 floor keeps
     two all-zero tensors from dividing 0 by 0.
 
-    Args:
-        a, b: array-likes of one shape, of real numbers (bool, integer or float; compared
-            in float64).
-    Returns:
-        float >= 0; inf if either holds a NaN or an infinity (never NaN, never a pass);
+    Args: a, b: array-likes of one shape, of real numbers (bool, integer or float;
+        compared in float64).
+    Returns: float >= 0; inf if either holds a NaN or an infinity (never NaN, never a pass);
         0.0 for two empty arrays.
-    Raises:
-        ValueError if the shapes differ; TypeError for complex, string or object input.
+    Raises: ValueError if the shapes differ; TypeError for complex, string or object input.
     Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.7.
     """
     a, b = np.asarray(a), np.asarray(b)
@@ -1136,15 +1047,12 @@ def numerical_gradient(f, x, dy, h=1e-6):
     A deliberate teaching loop over the entries of x: each probe changes one entry of a
     private copy of x and restores it before the next, so the caller's x is untouched.
 
-    Args:
-        f: function of an array of x's shape, returning an array of dy's shape.
+    Args: f: function of an array of x's shape, returning an array of dy's shape.
         x: float64 array of any shape.
         dy: float64 array, the upstream gradient (use random values, not ones).
         h: float > 0, the step.
-    Returns:
-        float64 array of x's shape.
-    Raises:
-        TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
+    Returns: float64 array of x's shape.
+    Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
         by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
         or f(x)'s shape differs from dy's.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
@@ -1237,16 +1145,12 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     size h moves a pre-activation by far less than kink_margin, so no probe crosses the
     kink, ReLU is linear around every probe, and the same tol applies.
 
-    Args:
-        name: a key of FORMULATIONS; act: activation name or Activation.
-        x_shape: tuple, shape of x, e.g. (d,), (N, d) or (B, T, d).
-        m, d_out, r: sizes; seed: int for np.random.default_rng; h: probe step.
-        tol: the relative error a tensor may have; kink_margin: see above;
-        max_draws: how many draws to try before giving up.
-    Returns:
-        GradcheckReport with one row per tensor ("x" and each parameter).
-    Raises:
-        ValueError for an unknown name or activation, an x_shape with no token or no
+    Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
+        shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
+        np.random.default_rng; h: the probe step; tol: the relative error a tensor may
+        have; kink_margin: see above; max_draws: how many draws to try before giving up.
+    Returns: GradcheckReport with one row per tensor ("x" and each parameter).
+    Raises: ValueError for an unknown name or activation, an x_shape with no token or no
         width (nothing would be checked), max_draws < 1, or if no draw avoids the kink
         (use fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin).
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
@@ -1440,14 +1344,11 @@ def eigen_factors(A):
 
     (A_j + A_j^T) / 2 = sum_i lambda_i u_i u_i^T, so x A_j x^T = sum_i lambda_i (x . u_i)^2.
 
-    Args:
-        A: (m, d, d) float64 (or float32).
-    Returns:
-        Q, K: (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns ordered
-        by decreasing |lambda_i|; keeping the first r columns gives the best rank-r
-        approximation of the symmetric part (Eckart-Young). lam: (m, d), the sorted eigenvalues.
-    Raises:
-        ValueError if A is not of shape (m, d, d).
+    Args: A, (m, d, d) float64 (or float32).
+    Returns: Q, K (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns
+        ordered by decreasing |lambda_i|: the first r columns give the best rank-r
+        approximation of the symmetric part (Eckart-Young); lam (m, d), the sorted eigenvalues.
+    Raises: ValueError if A is not of shape (m, d, d).
     Source: Pearce et al. 2024; paper.md, "Facts that follow"; derivations.md, sections 6.2 and 6.3.
     """
     A = _nd("A", A, "(m, d, d)")
@@ -1497,11 +1398,9 @@ EQUIVALENCES = {
 def equivalences(seed=0):
     """Measure every equivalence of EQUIVALENCES.
 
-    Args:
-        seed: int for the random inputs.
-    Returns:
-        list of dicts with keys name, statement, deviation (float), holds (deviation <=
-        CLAIM_TOL).
+    Args: seed, an int for the random inputs.
+    Returns: list of dicts with keys name, statement, deviation (float) and holds
+        (deviation <= CLAIM_TOL).
     Source: paper.md, "The formulations" and "Facts that follow".
     """
     rows = []
@@ -1533,13 +1432,11 @@ def symmetry_expected(formulation, act, symmetry):
     factors): exchange always; inverse_scaling_pos and key_value_rescaling for positively
     homogeneous sigma; inverse_scaling_neg for linear sigma.
 
-    Args:
-        formulation: key of FORMULATIONS; act: activation name or Activation;
+    Args: formulation: key of FORMULATIONS; act: activation name or Activation;
         symmetry: one of SYMMETRIES.
-    Returns:
-        True / False, or None where the symmetry does not apply (the form lacks the factors).
-    Raises:
-        ValueError for an unknown name.
+    Returns: True / False, or None where the symmetry does not apply (the form lacks the
+        factors).
+    Raises: ValueError for an unknown name.
     Source: paper.md, "The symmetries" and "Other symmetries"; derivations.md, section 4.7.
     """
     get_formulation(formulation)
@@ -1574,16 +1471,12 @@ def _scale_units(P, alpha):
 def transform_params(formulation, params, symmetry, alpha):
     """Apply a symmetry transformation to a copy of the parameters.
 
-    Args:
-        formulation: key of FORMULATIONS; params: dict of its parameters;
-        symmetry: one of SYMMETRIES; alpha: (m,) float array of per-unit factors
-        (a scalar alpha[0] is used for the global Q of static_query_mlp; for
-        permutation, the units are reversed and alpha is unused).
-    Returns:
-        a new dict of parameters (the input dict and arrays are not modified).
-    Raises:
-        ValueError if the symmetry does not apply to the formulation, or if alpha is not
-        of shape (m,), holds a zero or a non-finite value, or has the wrong sign
+    Args: formulation, a key of FORMULATIONS; params, a dict of its parameters; symmetry,
+        one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
+        for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
+    Returns: a new dict of parameters (the input dict and arrays are not modified).
+    Raises: ValueError if the symmetry does not apply to the formulation, or if alpha is
+        not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
@@ -1623,12 +1516,9 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
 
     Uses per-unit factors alpha_j = geomspace(0.5, 2, m) (negated for inverse_scaling_neg).
 
-    Args:
-        formulation, act, symmetry: as in symmetry_expected; seed: int.
-    Returns:
-        float: about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
-    Raises:
-        ValueError for an unknown name or a symmetry that does not apply.
+    Args: formulation, act, symmetry: as in symmetry_expected; seed: int.
+    Returns: float, about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
+    Raises: ValueError for an unknown name or a symmetry that does not apply.
     Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
     x, p = _draw(formulation, seed)
@@ -1643,10 +1533,8 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
 def symmetry_table(seed=0):
     """Measure every symmetry of every formulation with every activation.
 
-    Args:
-        seed: int for the random inputs.
-    Returns:
-        list of dicts with keys formulation, activation, symmetry, deviation (float),
+    Args: seed, an int for the random inputs.
+    Returns: list of dicts with keys formulation, activation, symmetry, deviation (float),
         holds (deviation <= CLAIM_TOL) and expected (symmetry_expected); cells where the
         symmetry does not apply are left out.
     Source: paper.md, "The symmetries"; derivations.md, section 4.7.
@@ -1677,15 +1565,11 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
     bilinear) where key-value rescaling holds. Under gradient flow, ||p_j||^2 - ||q_j||^2
     is then conserved. L = sum(y * G) with a random G.
 
-    Args:
-        formulation: key of FORMULATIONS whose parameters include both of `pair`, with
-            the unit on the leading axis; act: activation; pair: two parameter names;
-        seed: int.
-    Returns:
-        (residual, scale): two (m,) float64 arrays; scale = |<p_j, dp_j>| + |<q_j, dq_j>|,
-        to judge the residual against.
-    Raises:
-        ValueError if the pair is not per-unit parameters of the formulation.
+    Args: formulation, a key of FORMULATIONS whose parameters include both of `pair`, with
+        the unit on the leading axis; act: activation; pair: two parameter names; seed: int.
+    Returns: (residual, scale), two (m,) float64 arrays; scale = |<p_j, dp_j>| +
+        |<q_j, dq_j>|, to judge the residual against.
+    Raises: ValueError if the pair is not per-unit parameters of the formulation.
     Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
     form = get_formulation(formulation)
@@ -1708,8 +1592,8 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
 def conservation_table(seed=0):
     """The conservation identity for every formulation and activation.
 
-    Returns:
-        list of dicts with keys formulation, activation, pair (e.g. "Q,K"), residual
+    Args: seed, an int for the random inputs.
+    Returns: list of dicts with keys formulation, activation, pair (e.g. "Q,K"), residual
         (max_j |residual_j| / max(1e-12, max_j scale_j)), holds (residual <= CLAIM_TOL),
         expected (the matching symmetry's symmetry_expected).
     Source: derivations.md, sections 5.1 and 5.4.
@@ -1760,12 +1644,9 @@ def cross_entropy_forward(logits, targets):
     Stable: log p = (z - max z) - log sum exp(z - max z); every exponent is <= 0, so
     nothing overflows, and a logit far below the maximum underflows harmlessly to p = 0.
 
-    Args:
-        logits: (N, C) float32 or float64, z; targets: (N,) integers in [0, C).
-    Returns:
-        loss: float; cache for cross_entropy_backward (holds the probabilities p).
-    Raises:
-        ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
+    Args: logits: (N, C) float32 or float64, z; targets: (N,) integers in [0, C).
+    Returns: loss: float; cache for cross_entropy_backward (holds the probabilities p).
+    Raises: ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
     Source: CS231n softmax_loss; Goodfellow et al., Deep Learning, section 6.2.2.
     """
     z = _nd("logits", logits, "(N, C)")
@@ -1782,13 +1663,10 @@ def cross_entropy_forward(logits, targets):
 def cross_entropy_backward(dloss, cache):
     """Backward of cross_entropy_forward: dz = dloss (p - onehot(t)) / N.
 
-    Args:
-        dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
+    Args: dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
         cache: from cross_entropy_forward.
-    Returns:
-        dlogits: (N, C), the logits' dtype.
-    Raises:
-        ValueError / TypeError if the cache is not cross_entropy_forward's.
+    Returns: dlogits: (N, C), the logits' dtype.
+    Raises: ValueError / TypeError if the cache is not cross_entropy_forward's.
     Source: CS231n softmax_loss.
     """
     p, t = _from_cache(cache, "cross_entropy_forward", "p", "t")
@@ -1800,12 +1678,9 @@ def cross_entropy_backward(dloss, cache):
 def mse_forward(pred, target):
     """Mean squared error over every entry: L = mean((pred - target)^2).
 
-    Args:
-        pred, target: arrays of one shape and one float dtype.
-    Returns:
-        loss: float; cache for mse_backward.
-    Raises:
-        ValueError if the shapes differ; TypeError on a non-float or mixed dtype.
+    Args: pred, target: arrays of one shape and one float dtype.
+    Returns: loss: float; cache for mse_backward.
+    Raises: ValueError if the shapes differ; TypeError on a non-float or mixed dtype.
     Source: the squared-error loss of regression.
     """
     pred, target = _as_float("pred", pred), _as_float("target", target)
@@ -1830,13 +1705,10 @@ def mse_backward(dloss, cache):
 def embedding_forward(ids, E):
     """Embedding lookup: out[..., :] = E[ids[...], :].
 
-    Args:
-        ids: integer array of any shape (...), entries in [0, vocab);
+    Args: ids: integer array of any shape (...), entries in [0, vocab);
         E: (vocab, e) float32 or float64, one row per token.
-    Returns:
-        out: (..., e), E's dtype; cache for embedding_backward.
-    Raises:
-        TypeError if ids are not integers or E is not float; ValueError for an id
+    Returns: out: (..., e), E's dtype; cache for embedding_backward.
+    Raises: TypeError if ids are not integers or E is not float; ValueError for an id
         outside [0, vocab) or an E that is not 2-D.
     Source: CS231n word_embedding_forward.
     """
@@ -1865,12 +1737,9 @@ def embedding_backward(dout, cache):
 def rmsnorm_forward(x, g, eps=1e-6):
     """RMSNorm: y = g * x / rms(x), rms(x) = sqrt(mean_i x_i^2 + eps), over the last axis.
 
-    Args:
-        x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
-    Returns:
-        y: (N, d), x's dtype; cache for rmsnorm_backward.
-    Raises:
-        ValueError on a shape mismatch; TypeError on dtype.
+    Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
+    Returns: y: (N, d), x's dtype; cache for rmsnorm_backward.
+    Raises: ValueError on a shape mismatch; TypeError on dtype.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
     x, g = _nd("x", x, "(N, d)"), _as_float("g", g)
@@ -1912,13 +1781,10 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
         p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
-    Args:
-        params, grads: dicts name -> array with the same keys and shapes;
+    Args: params, grads: dicts name -> array with the same keys and shapes;
         state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0.
-    Returns:
-        (new_params, new_state).
-    Raises:
-        ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
+    Returns: (new_params, new_state).
+    Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
         whose keys or shapes differ from the parameters'.
     Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
     """
@@ -1946,16 +1812,13 @@ def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dty
     RMSNorm gain; the FFN's parameters as "ffn.<name>" (formulation's init, d_out = d);
     "W_out" (d, d_out), "b_out" (d_out,).
 
-    Args:
-        rng: np.random.Generator; formulation: key of FORMULATIONS;
+    Args: rng: np.random.Generator; formulation: key of FORMULATIONS;
         d_in: width of the input features (for token ids: context * e);
         d: model width; m: memory units of the FFN; d_out: output width; r: rank;
         vocab, e: vocabulary size and embedding width, for inputs that are token ids;
         dtype: float32 or float64.
-    Returns:
-        dict name -> array of `dtype`.
-    Raises:
-        ValueError for an unknown formulation, a non-positive size, or d_in not a
+    Returns: dict name -> array of `dtype`.
+    Raises: ValueError for an unknown formulation, a non-positive size, or d_in not a
         multiple of e.
     Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
     """
@@ -1983,13 +1846,10 @@ def model_forward(inputs, params, formulation, act):
         X = inputs, or the concatenated embeddings [E[i_1], ..., E[i_k]] of token ids;
         h = X W_in + b_in;  u = RMSNorm(h);  h' = h + FFN(u);  out = h' W_out + b_out.
 
-    Args:
-        inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
+    Args: inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
         params: from model_init; formulation: key of FORMULATIONS; act: activation name.
-    Returns:
-        out: (N, d_out), the parameters' dtype (logits or predictions); cache.
-    Raises:
-        ValueError for unknown names or mismatched shapes; TypeError on dtype.
+    Returns: out: (N, d_out), the parameters' dtype (logits or predictions); cache.
+    Raises: ValueError for unknown names or mismatched shapes; TypeError on dtype.
     Source: the FFN is paper eqs. (1)-(6); the block is pre-norm (Xiong et al. 2020).
     """
     form = get_formulation(formulation)
@@ -2048,13 +1908,10 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
     Every formulation's count is linear in m, n(m) = fixed + m * per_unit (for example
     mlp 2 m d, gated_mlp 3 m d: Shazeer's 2/3 rule), so m = round((budget - fixed) / per_unit).
 
-    Args:
-        formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
+    Args: formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
         tol: the relative mismatch allowed.
-    Returns:
-        int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
-    Raises:
-        ValueError for an unknown formulation, a non-positive budget or size, or a budget
+    Returns: int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
+    Raises: ValueError for an unknown formulation, a non-positive budget or size, or a budget
         that no m meets within tol (too small for this d and r).
     Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
     """
@@ -2085,10 +1942,8 @@ def verification_report(seed=0, out=print):
     Sections: equivalences; the symmetry table; the gradient check of every formulation
     x activation on x of shape (2, 3, 4); the conservation identity.
 
-    Args:
-        seed: int for every random draw; out: function that prints one line.
-    Returns:
-        int, the number of checks that disagree with theory (0 when all agree).
+    Args: seed: int for every random draw; out: function that prints one line.
+    Returns: int, the number of checks that disagree with theory (0 when all agree).
     Source: paper.md; derivations.md.
     """
     failures = 0
