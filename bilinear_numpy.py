@@ -306,12 +306,18 @@ def get_activation(act: str | Activation) -> Activation:
 # =============================================================================
 # 2. Formulations: forward/backward pairs
 # =============================================================================
-# Every forward takes x of shape (..., d), flattens the leading axes into N rows
-# once, and returns y of shape (..., d_out) with a cache dict. The cache holds
-# private copies, so later changes to x or a parameter cannot change the gradients;
-# backward never writes into the cache. cache["forward"] names the forward that made it
-# (every backward checks it); cache["z"] is the activation's argument (used by gradcheck
-# to stay away from ReLU's kink).
+# Every forward checks x (..., d) and the parameters against one another (_prepare names
+# the tensor that disagrees with the rest), flattens the leading axes into N rows once,
+# and returns y (..., d_out) with a cache dict. The cache holds private copies, so later
+# changes to x or a parameter cannot change the gradients; backward never writes into
+# it. cache["forward"] names the forward that made it (every backward checks it);
+# cache["z"] is the activation's argument (gradcheck keeps it away from ReLU's kink).
+
+
+def _check_positive(**sizes):
+    for name, size in sizes.items():
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {size!r}")
 
 
 def _as_float(name, a):
@@ -346,6 +352,10 @@ def _vote(readings, names):
                 return sizes
 
 
+def _text(shape):
+    return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
+
+
 def _check_sizes(x, params, axes):
     """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
     {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
@@ -373,10 +383,6 @@ def _check_sizes(x, params, axes):
                              f"got {params[name].shape}")
 
 
-def _text(shape):
-    return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
-
-
 def _prepare(x, params, axes):
     """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
     x as an array, X = x as (N, d) rows, and the parameters, all private copies."""
@@ -392,7 +398,8 @@ def _prepare(x, params, axes):
 def _from_cache(cache, forward, *keys):
     # cache[key] for each key, once it is clear that `forward` made the cache.
     if not isinstance(cache, dict):
-        raise TypeError(f"cache: expected the dict returned by {forward}, got {type(cache).__name__}")
+        raise TypeError(f"cache: expected the dict returned by {forward}, "
+                        f"got {type(cache).__name__}")
     if cache.get("forward", forward) != forward:
         raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
     missing = [key for key in ("forward", *keys) if key not in cache]
@@ -405,9 +412,9 @@ def _unpack(dy, cache, forward, *keys):
     # Check the cache (see _from_cache) and dy against it; return dy as (N, d_out) rows,
     # then cache[key] for each key.
     x_shape, d_out, dtype, *values = _from_cache(cache, forward, "x_shape", "d_out", "dtype", *keys)
-    dy = _as_float("dy", dy)
-    if dy.shape != x_shape[:-1] + (d_out,):
-        raise ValueError(f"dy: expected shape (..., d_out) = {x_shape[:-1] + (d_out,)}, got {dy.shape}")
+    dy, expected = _as_float("dy", dy), x_shape[:-1] + (d_out,)
+    if dy.shape != expected:
+        raise ValueError(f"dy: expected shape (..., d_out) = {expected}, got {dy.shape}")
     if dy.dtype != dtype:
         raise TypeError(f"dy: expected dtype {dtype} (the forward's), got {dy.dtype}")
     return [dy.reshape(-1, d_out), *values]
@@ -911,9 +918,7 @@ class Formulation:
         Raises ValueError if a size is not a positive integer.
         """
         d_out = d if d_out is None else d_out
-        for size_name, size in (("d", d), ("m", m), ("d_out", d_out), ("r", r)):
-            if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-                raise ValueError(f"{size_name}: expected a positive integer, got {size!r}")
+        _check_positive(d=d, m=m, d_out=d_out, r=r)
         return self.shapes(int(d), int(m), int(d_out), int(r))
 
     def n_params(self, d, m, d_out=None, r=1):
@@ -1623,12 +1628,6 @@ def conservation_table(seed=0):
 # modified in place. The experiments (experiments/train.py) are built from these.
 
 
-def _check_positive(**sizes):
-    for name, size in sizes.items():
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {size!r}")
-
-
 def _check_ids(name, ids, n_rows):
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
@@ -1932,10 +1931,6 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
 # =============================================================================
 
 
-def _mark(ok):
-    return "ok" if ok else "DISAGREES"
-
-
 def verification_report(seed=0, out=print):
     """Print every check of the paper's claims; return the number of disagreements.
 
@@ -1951,7 +1946,8 @@ def verification_report(seed=0, out=print):
     out(f"1. Equivalences (hold when deviation <= {CLAIM_TOL:.0e})")
     for row in equivalences(seed):
         failures += not row["holds"]
-        out(f"   {row['statement']:<54} {row['deviation']:9.1e}  {_mark(row['holds'])}")
+        mark = "ok" if row["holds"] else "DISAGREES"
+        out(f"   {row['statement']:<54} {row['deviation']:9.1e}  {mark}")
 
     out("\n2. Symmetries: kept / broken with the measured deviation ('!' = disagrees with theory)")
     rows = symmetry_table(seed)
