@@ -2090,7 +2090,8 @@ def build_parser():
     bench = sub.add_parser("bench", help="time forward and backward of every formulation "
                                          "against its GEMM floor; print and save a table")
     bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", default="results/bench.csv", help="CSV path (default: %(default)s)")
+    bench.add_argument("--out", help="CSV path (default: results/bench.csv for the complete "
+                                     "run, runs/quick/ or runs/part/results/bench.csv otherwise)")
     bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
                        help="run only this dtype (repeatable)")
     bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),

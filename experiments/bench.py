@@ -34,6 +34,8 @@ import numpy as np
 
 import bilinear_numpy as bn
 
+ROOT = Path(__file__).resolve().parent.parent      # the repository
+
 # Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
 # The full sizes are the issue's: "realistic" widths of a small transformer.
 FULL = {"tokens": 4096, "repeats": 5, "sizes": {
@@ -333,8 +335,22 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
     return rows
 
 
+def default_out(args):
+    """Where `bench` writes without --out: results/bench.csv (the README's numbers) only for
+    the complete run at full size; runs/quick/ or runs/part/ otherwise, so that a quick or
+    partial run never replaces them."""
+    partial = any(v is not None for v in (args.dtype, args.formulation, args.activation,
+                                          args.tokens, args.repeats))
+    if args.quick:
+        return ROOT / "runs" / "quick" / "results" / "bench.csv"
+    if partial:
+        return ROOT / "runs" / "part" / "results" / "bench.csv"
+    return ROOT / "results" / "bench.csv"
+
+
 def main(args):
     """The `bench` subcommand: args from bilinear_numpy.build_parser(). Returns 0."""
-    run(quick=args.quick, out=args.out, dtypes=args.dtype, formulations=args.formulation,
+    out = args.out if args.out is not None else default_out(args)
+    run(quick=args.quick, out=out, dtypes=args.dtype, formulations=args.formulation,
         activations=args.activation, tokens=args.tokens, repeats=args.repeats)
     return 0

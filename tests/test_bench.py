@@ -87,6 +87,19 @@ def test_cli_subset_and_import_stays_light(tmp_path):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
+def test_only_the_complete_run_writes_results_bench_csv():
+    from experiments import bench
+    parse = bn.build_parser().parse_args
+    assert bench.default_out(parse(["bench"])) == ROOT / "results" / "bench.csv"
+    assert bench.default_out(parse(["bench", "--quick"])) == \
+        ROOT / "runs" / "quick" / "results" / "bench.csv"
+    for part in (["--dtype", "float32"], ["--formulation", "mlp"], ["--activation", "relu"],
+                 ["--tokens", "64"], ["--repeats", "1"]):
+        assert bench.default_out(parse(["bench", *part])) == \
+            ROOT / "runs" / "part" / "results" / "bench.csv", part
+    assert parse(["bench", "--quick", "--out", "x.csv"]).out == "x.csv"
+
+
 def test_bad_input_is_rejected(tmp_path):
     from experiments import bench
     with pytest.raises(ValueError, match="tokens and repeats: expected positive integers"):
