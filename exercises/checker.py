@@ -361,7 +361,7 @@ def progress_bar(results):
 
 def summary_line(result, width=48):
     """One line per exercise for the progress list; width: that of the title column."""
-    text = f"  {result.number:>2}  {result.exercise.title:<{width}} {result.status}"
+    text = f"  {result.number:>2}  {result.exercise.title:<{width}}   {result.status}"
     if result.status == "failing":
         row = result.first_failure
         reason = "not written yet" if row.verdict == "TODO" else row.message or row.verdict
