@@ -4,6 +4,7 @@
     python -m exercises check N         the checks of exercise N, a row each, and a hint
     python -m exercises --solutions     the same on exercises/solutions/
     python -m exercises --folder DIR    the same on DIR (e.g. a student's hand-in)
+    --time-limit SECONDS                stop an exercise after this long (default 30; 0: none)
 
 Exit status: 0 when every started exercise passes, 1 when any fails, 2 on bad usage.
 """
@@ -37,8 +38,9 @@ def find_exercise(key):
     return None
 
 
-def show_progress(folder):
-    results = [checker.run_exercise(n, ex, folder) for n, ex in enumerate(COURSE, start=1)]
+def show_progress(folder, seconds):
+    results = [checker.run_exercise(n, ex, folder, seconds)
+               for n, ex in enumerate(COURSE, start=1)]
     print(f"{checker.progress_bar(results)}   ({shown(folder)})")
     width = max(len(exercise.title) for exercise in COURSE)
     for result in results:
@@ -51,9 +53,9 @@ def show_progress(folder):
     return checker.exit_status(results)
 
 
-def show_check(number, folder):
+def show_check(number, folder, seconds):
     exercise = COURSE[number - 1]
-    result = checker.run_exercise(number, exercise, folder)
+    result = checker.run_exercise(number, exercise, folder, seconds)
     print(f"Exercise {number}: {exercise.title}\nFile: {shown(result.path)}\n")
     if result.status == "missing":
         print(f"Result: missing: {shown(result.path)} does not exist.")
@@ -75,12 +77,17 @@ def show_check(number, folder):
 
 
 def add_folder_options(parser, default):
-    """--solutions and --folder, accepted before or after the command."""
+    """--solutions, --folder and --time-limit, accepted before or after the command."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--solutions", action="store_true", default=default,
                        help="check the solved copies in exercises/solutions/")
     where.add_argument("--folder", type=Path, default=default,
                        help="check the exercise files in this folder")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
+                        help=f"stop an exercise (its import and its checks) that runs longer "
+                             f"than this, with a TIMEOUT row, and go on with the next "
+                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit). Linux "
+                             f"and macOS only: on Windows there is no limit")
 
 
 def build_parser():
@@ -104,6 +111,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     folder = (checker.SOLUTIONS_FOLDER if args.solutions else
               args.folder if args.folder is not None else checker.STUDENT_FOLDER)
+    seconds = checker.DEFAULT_TIME_LIMIT if args.time_limit is None else args.time_limit
+    if not 0 <= seconds <= 1e6:                    # also catches NaN and inf
+        print(f"error: --time-limit: expected seconds from 0 (no limit) to 1e6, "
+              f"got {args.time_limit}", file=sys.stderr)
+        return 2
     if not folder.is_dir():
         print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
         return 2
@@ -114,8 +126,8 @@ def main(argv=None):
             print(f"error: no exercise {args.exercise!r}; expected one of: {names}",
                   file=sys.stderr)
             return 2
-        return show_check(number, folder)
-    return show_progress(folder)
+        return show_check(number, folder, seconds)
+    return show_progress(folder, seconds)
 
 
 if __name__ == "__main__":

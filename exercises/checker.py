@@ -7,6 +7,7 @@ back with what `bilinear_numpy` (or a finite difference) gives, and records a ve
     ok      the comparison ran and passed
     WRONG   the comparison ran and failed (wrong value, shape or type)
     ERROR   the student's code raised an exception (its message is kept)
+    TIMEOUT the exercise ran past its time limit (an endless loop?): its checks stop there
     TODO    the student's code still raises NotImplementedError, or an answer is None
 
 An exercise whose rows are all TODO is "not started"; all ok is "done"; anything else is
@@ -18,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +36,8 @@ STUDENT_FOLDER = PACKAGE                           # exercises/exNN_*.py
 SOLUTIONS_FOLDER = PACKAGE / "solutions"           # exercises/solutions/exNN_*.py
 HINTS_FILE = PACKAGE / "hints.json"
 HIDDEN = "(hidden)"                                 # shown instead of an expected answer
+DEFAULT_TIME_LIMIT = 30.0                          # seconds per exercise, import included
+HAS_TIME_LIMIT = hasattr(signal, "setitimer")      # Unix (Linux, macOS); not on Windows
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class Row:
     got: str
     max_diff: float | None
     rel_err: float | None
-    verdict: str          # "ok", "WRONG", "ERROR" or "TODO"
+    verdict: str          # "ok", "WRONG", "ERROR", "TIMEOUT" or "TODO"
     message: str = ""
 
 
@@ -95,6 +100,38 @@ class ForbiddenCall(Exception):
 
 class MissingName(Exception):
     """Raised when the student's file does not define a function or answer the check needs."""
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside the student's code when an exercise runs past its time limit. Not an
+    Exception, so that `except Exception` (the checker's or the student's) lets it through."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimitExceeded in the running code after `seconds` of wall time.
+
+    It uses the SIGALRM timer, which exists on Linux and macOS, in the main thread only; on
+    Windows, in another thread, or for seconds None or <= 0, the code runs without a limit.
+    A loop inside one long NumPy call is stopped when that call returns.
+    """
+    if (not seconds or seconds <= 0 or not HAS_TIME_LIMIT
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise TimeLimitExceeded(seconds)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)      # cancel the alarm if it has not rung
+        finally:
+            signal.signal(signal.SIGALRM, previous)
 
 
 @contextlib.contextmanager
@@ -177,15 +214,32 @@ def compare_equal(expected, got):
             f"expected {describe(expected, 60)}, got {describe(got, 60)}")
 
 
-def exception_message(error, path):
-    """'TypeError: message (ex01_x.py, line 12)': the error and the deepest line of the
-    student's file in its traceback."""
+def student_line(error, path):
+    """The deepest line of the student's file in the error's traceback (None if absent)."""
     line = None
     for frame in traceback.extract_tb(error.__traceback__):
         if path is not None and Path(frame.filename).resolve() == path.resolve():
             line = frame.lineno
+    return line
+
+
+def exception_message(error, path):
+    """'TypeError: message (ex01_x.py, line 12)': the error and the deepest line of the
+    student's file in its traceback."""
+    line = student_line(error, path)
     where = f" ({path.name}, line {line})" if line else ""
     return f"{type(error).__name__}: {error}{where}"
+
+
+def timeout_row(number, error, path, check="import the file", topic="general",
+                expected="-"):
+    """The TIMEOUT row of exercise `number`, stopped by `error` (a TimeLimitExceeded)."""
+    seconds = error.args[0]
+    line = student_line(error, path)
+    where = f" (line {line} of {path.name})" if line else ""
+    return Row(check, topic, expected, "still running", None, None, "TIMEOUT",
+               f"TIMEOUT: exercise {number} stopped at its time limit of {seconds:g} s{where}: "
+               f"a loop that never ends? (--time-limit SECONDS changes the limit)")
 
 
 # ----- The object a check function fills ---------------------------------------------
@@ -199,6 +253,7 @@ class Checks:
         self.forbidden = tuple(forbidden)
         self.path = path
         self.rows = []
+        self.running = None          # (check, topic, expected text) of the row being run
 
     def call(self, name, *args, **kwargs):
         """Call the student's function `name` with the exercise's forbidden names off."""
@@ -219,24 +274,24 @@ class Checks:
 
     def _row(self, check, topic, expected, got_fn, compare):
         expected_text = expected if expected is HIDDEN else describe(expected)
+        self.running = (check, topic, expected_text)     # named by a TIMEOUT row
         try:
             got = got_fn()
         except NotImplementedError as error:
             text = str(error) or f"{topic}: not written yet"
-            self.rows.append(Row(check, topic, expected_text, "not written", None, None,
-                                 "TODO", text))
-            return
+            row = Row(check, topic, expected_text, "not written", None, None, "TODO", text)
         except Exception as error:  # the student's exception becomes a failing row
-            self.rows.append(Row(check, topic, expected_text, "raised", None, None,
-                                 "ERROR", exception_message(error, self.path)))
-            return
-        try:
-            verdict, got_text, diff, rel, message = compare(got)
-        except Exception as error:  # a comparison that cannot run is a failed one
-            verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
-                                                     f"could not compare: {error}")
-        self.rows.append(Row(check, topic, expected_text, got_text, diff, rel,
-                             verdict, message))
+            row = Row(check, topic, expected_text, "raised", None, None, "ERROR",
+                      exception_message(error, self.path))
+        else:
+            try:
+                verdict, got_text, diff, rel, message = compare(got)
+            except Exception as error:  # a comparison that cannot run is a failed one
+                verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
+                                                         f"could not compare: {error}")
+            row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message)
+        self.rows.append(row)
+        self.running = None
 
     def close(self, check, topic, expected, got_fn, tol=1e-10):
         """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol."""
@@ -283,27 +338,36 @@ def load_module(path):
     return module
 
 
-def run_exercise(number, exercise, folder):
-    """Import exercise `number` from `folder` and run its checks. Never raises for an
-    error in the student's file: it becomes an ERROR row."""
+def run_exercise(number, exercise, folder, seconds=DEFAULT_TIME_LIMIT):
+    """Import exercise `number` from `folder` and run its checks, within `seconds` of wall
+    time for both (see time_limit; None or 0: no limit). Never raises for an error in the
+    student's file: it becomes an ERROR row, and running past the limit a TIMEOUT row."""
     path = Path(folder) / file_name(number, exercise)
     if not path.is_file():
         return Result(number, exercise, path, "missing")
     try:
-        module = load_module(path)
-    except (Exception, SystemExit) as error:
-        row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
-                  exception_message(error, path))
-        return Result(number, exercise, path, "failing", [row])
-    return check_module(number, exercise, module, path)
+        with time_limit(seconds):
+            try:
+                module = load_module(path)
+            except (Exception, SystemExit) as error:
+                row = Row("import the file", "general", "imports", "raised", None, None,
+                          "ERROR", exception_message(error, path))
+                return Result(number, exercise, path, "failing", [row])
+            return check_module(number, exercise, module, path)
+    except TimeLimitExceeded as error:   # at import (check_module catches its own)
+        return Result(number, exercise, path, "failing", [timeout_row(number, error, path)])
 
 
 def check_module(number, exercise, module, path=None):
     """Run exercise `number`'s checks on an imported module (or any object with the
-    functions and answers as attributes); path: its file, to point at lines in errors."""
+    functions and answers as attributes); path: its file, to point at lines in errors.
+    A TimeLimitExceeded (see run_exercise) ends the checks with a TIMEOUT row."""
     checks = Checks(module, exercise.forbidden, path)
     try:
         exercise.check(checks)
+    except TimeLimitExceeded as error:
+        check, topic, expected = checks.running or ("the checks", "general", "-")
+        checks.rows.append(timeout_row(number, error, path, check, topic, expected))
     except Exception as error:  # a bug in checks.py: say so instead of a traceback
         checks.rows.append(Row("the checks themselves", "general", "-", "crashed", None, None,
                                "ERROR", f"a bug in exercises/checks.py, not in your file: "

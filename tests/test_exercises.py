@@ -4,8 +4,10 @@ import json
 import re
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -154,6 +156,66 @@ def test_missing_file_is_reported_and_bad_usage_exits_2(tmp_path):
     assert result.status == "missing" and not result.rows
     assert main(["--folder", str(tmp_path / "nowhere")]) == 2
     assert main(["check", "999"]) == 2
+
+
+# ----- An endless loop is a TIMEOUT row, then the next exercise runs --------------------
+
+needs_alarm = pytest.mark.skipif(not checker.HAS_TIME_LIMIT, reason="no SIGALRM timer (Windows)")
+
+
+@pytest.fixture
+def watchdog():
+    """Fail (not hang) if the checker lets an endless loop run for 5 s of CPU time: a
+    second timer, on CPU time (SIGVTALRM), beside the checker's on wall time (SIGALRM)."""
+    def on_watchdog(signum, frame):
+        pytest.fail("the checker did not stop an endless loop")   # a BaseException
+
+    previous = signal.signal(signal.SIGVTALRM, on_watchdog)
+    signal.setitimer(signal.ITIMER_VIRTUAL, 5.0)
+    yield
+    signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+    signal.signal(signal.SIGVTALRM, previous)
+
+
+@needs_alarm
+def test_endless_loop_is_a_timeout_row_and_the_next_exercise_runs(tmp_path, capsys, watchdog):
+    # Exercise 1 loops inside a checked function (and swallows Exception while it loops),
+    # exercise 2 loops at import, exercise 3 is solved.
+    loop = "while True:\n        try:\n            z = z + 0\n        except Exception:\n            pass"
+    path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", loop)
+    first = path.read_text(encoding="utf-8").splitlines().index("    while True:") + 1
+    name2 = checker.file_name(2, COURSE[1])
+    solution2 = (checker.SOLUTIONS_FOLDER / name2).read_text(encoding="utf-8")
+    (tmp_path / name2).write_text("while True:\n    pass\n" + solution2, encoding="utf-8")
+    shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(3, COURSE[2]), tmp_path)
+    before = signal.getsignal(signal.SIGALRM)
+
+    result = checker.run_exercise(1, COURSE[0], tmp_path, seconds=0.1)
+    row = result.rows[-1]
+    assert result.status == "failing" and [r.verdict for r in result.rows] == ["TIMEOUT"]
+    assert row.check == "mlp_forward, relu, x (N, d)" and row.topic == "mlp_forward"
+    where = re.match(r"TIMEOUT: exercise 1 stopped at its time limit of 0\.1 s "
+                     r"\(line (\d+) of ex01_key_value_memory\.py\): a loop", row.message)
+    assert where and first <= int(where[1]) <= first + 4, row.message   # a line of the loop
+
+    assert main(["--folder", str(tmp_path), "--time-limit", "0.1"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^ +1 .* failing: mlp_forward, relu, x \(N, d\): TIMEOUT: exercise 1 "
+                     r"stopped at its time limit of 0\.1 s", out, re.M), out
+    assert re.search(r"^ +2 .* failing: import the file: TIMEOUT: exercise 2 stopped at its "
+                     r"time limit of 0\.1 s \(line [12] of ", out, re.M), out
+    assert re.search(r"^ +3 .* done$", out, re.M), out
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)      # no alarm left behind
+    assert signal.getsignal(signal.SIGALRM) is before              # handler restored
+
+
+def test_without_the_alarm_there_is_no_limit(monkeypatch):
+    monkeypatch.setattr(checker, "HAS_TIME_LIMIT", False)          # as on Windows
+    with checker.time_limit(0.01):
+        time.sleep(0.05)                                            # not stopped
+    result = checker.run_exercise(1, COURSE[0], checker.SOLUTIONS_FOLDER, seconds=0.01)
+    assert result.status == "done"
+    assert main(["--time-limit", "-1"]) == 2 and main(["--time-limit", "nan"]) == 2
 
 
 # ----- Every row of every check tests something ----------------------------------------
