@@ -193,7 +193,8 @@ class Progress:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
         self.every = every if every is not None else (0.25 if self.live else 20.0)
-        self.total, self.done, self.start, self.last = total_steps, 0, time.perf_counter(), 0.0
+        self.total, self.done, self.start = total_steps, 0, time.perf_counter()
+        self.last = self.start       # the first line after `every` s: no estimate from one step
 
     def step(self, what, step, steps, loss, run_start):
         self.done += 1
