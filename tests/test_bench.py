@@ -67,13 +67,51 @@ def test_printed_table(quick_run):
 
 def test_floor_products_have_matching_shapes():
     from experiments import bench
-    sizes = {"N": 5, "d": 3, "o": 2, "m": 7, "r": 2, "R": 14, "D": 9}
+    sizes = {"N": 5, "d": 3, "o": 2, "m": 7, "r": 2, "R": 14, "D": 9, "M": 14}
     for name in bn.FORMULATIONS:
         forward, backward = bench.floor_operands(name, sizes, np.float32, np.random.default_rng(0))
         assert forward and backward
         for A, B in forward + backward:
             assert A.dtype == np.float32 and A.shape[-1] == B.shape[-2]
             (A @ B)                                   # a valid product
+
+
+class _Logged(np.ndarray):
+    """An array that logs the operand shapes of every matrix product it takes part in;
+    results of its operations are _Logged again, so the whole pass is followed."""
+    products = []
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if ufunc is np.matmul and method == "__call__":
+            _Logged.products.append((inputs[0].shape, inputs[1].shape))
+        plain = [a.view(np.ndarray) if isinstance(a, _Logged) else a for a in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(a.view(np.ndarray) if isinstance(a, _Logged) else a
+                                  for a in kwargs["out"])
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result.view(_Logged) if isinstance(result, np.ndarray) else result
+
+
+@pytest.mark.parametrize("name", list(bn.FORMULATIONS))
+def test_floor_lists_exactly_the_products_of_the_code(monkeypatch, name):
+    # Same shapes, same count, no more and no fewer: a floor with an extra or a missing
+    # product would make the ratio flatter or harsher than the code deserves.
+    from experiments import bench
+    as_float = bn._as_float                        # it would turn a _Logged into an ndarray
+    monkeypatch.setattr(bn, "_as_float", lambda n, a: as_float(n, a).view(type(a)))
+    N, d, m, r = 11, 3, 5, 2                       # one block of tokens in bilinear
+    sizes = bench._sizes(d, m, r, N)
+    rng = np.random.default_rng(0)
+    form = bn.FORMULATIONS[name]
+    x, dy = rng.standard_normal((N, d)).view(_Logged), rng.standard_normal((N, d)).view(_Logged)
+    params = {k: v.view(_Logged) for k, v in form.init(rng, d, m, d, r).items()}
+    _Logged.products = []
+    y, cache = form.forward(x, **params, act="silu")
+    forward, _Logged.products = _Logged.products, []
+    form.backward(dy, cache)
+    expected = [sorted(tuple(bench._shape(s, sizes) for s in p.split("@")) for p in phase)
+                for phase in bench.FLOOR[name]]
+    assert [sorted(forward), sorted(_Logged.products)] == expected
 
 
 def test_cli_subset_and_import_stays_light(tmp_path):
@@ -104,7 +142,7 @@ def test_bad_input_is_rejected(tmp_path):
     from experiments import bench
     with pytest.raises(ValueError, match="tokens and repeats: expected positive integers"):
         bench.run(quick=True, out=tmp_path / "b.csv", tokens=0)
-    sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4}
+    sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4, "M": 4}
     with pytest.raises(ValueError, match="'glu' has no entry in FLOOR"):
         bench.measure("glu", "relu", np.float64, sizes, 1)
 
