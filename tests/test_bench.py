@@ -114,6 +114,23 @@ def test_floor_lists_exactly_the_products_of_the_code(monkeypatch, name):
     assert [sorted(forward), sorted(_Logged.products)] == expected
 
 
+def test_bilinear_never_holds_an_array_of_N_m_d_d_elements(monkeypatch):
+    # Issue 7: "no array of N m d d elements ever". At the issue's sizes a block of
+    # outer products holds N m numbers (N m > _OUTER_BLOCK); _OUTER_BLOCK = 1 gives that
+    # regime at a small size (d : m = 1 : 4 as there). One (N, m, d, d) float64 array
+    # would be 32 MiB; the whole forward + backward must stay within the memory target.
+    from experiments import bench
+    monkeypatch.setattr(bn, "_OUTER_BLOCK", 1)
+    N, d, m = 256, 16, 64
+    rng = np.random.default_rng(0)
+    form = bn.FORMULATIONS["bilinear"]
+    x, dy = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+    peak = bench.peak_bytes(form, x, form.init(rng, d, m, d), dy, "silu")
+    reference = bench.reference_bytes("bilinear", bench._sizes(d, m, 1, N), 8)
+    assert peak <= bench.MEMORY_TARGET * reference           # 2.6 x here
+    assert peak < N * m * d * d * 8 / 10                     # 0.05 of one such array
+
+
 def test_cli_subset_and_import_stays_light(tmp_path):
     out = tmp_path / "sub" / "b.csv"
     assert bn.main(["bench", "--quick", "--tokens", "4", "--repeats", "1", "--out", str(out),
