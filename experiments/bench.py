@@ -285,6 +285,42 @@ def format_row(row):
             f"{row['memory_ratio']:>6.2f}x  {target}")
 
 
+def markdown_table(path):
+    """The README's table of a saved run: one line per formulation, one cell per activation,
+    "float32 / float64" forward + backward / floor ratios, `*` on a missed time target; the
+    median floor of each dtype (ms) and the largest memory ratio of the row.
+
+    Args:
+        path: a CSV written by run() with both dtypes and every activation.
+    Returns:
+        the Markdown table as a str (lines joined by newlines, no trailing newline).
+    """
+    with Path(path).open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    acts = [a for a in bn.ACTIVATIONS if a != "gelu"] + ["gelu"]   # exact GELU (no target) last
+    lines = ["| formulation (target) | " + " | ".join(f"`{a}`" for a in acts)
+             + " | floor f32 / f64 (ms, median of the row) | memory |",
+             "| --- " * (len(acts) + 3) + "|"]
+    for name in bn.FORMULATIONS:
+        mine = {(r["activation"], r["dtype"]): r for r in rows if r["formulation"] == name}
+        if not mine:
+            continue
+
+        def cell(act, dtype):
+            r = mine[(act, dtype)]
+            return f"{float(r['fb_ratio']):.2f}" + ("*" if r["time_ok"] == "no" else "")
+
+        def floor(dtype):
+            return statistics.median(float(r["fb_floor_ms"]) for (a, t), r in mine.items()
+                                     if t == dtype)
+
+        cells = [f"{cell(a, 'float32')} / {cell(a, 'float64')}" for a in acts]
+        memory = max(float(r["memory_ratio"]) for r in mine.values())
+        lines.append(f"| `{name}` (≤ {TIME_TARGET[name]:.2f}) | " + " | ".join(cells)
+                     + f" | {floor('float32'):.0f} / {floor('float64'):.0f} | {memory:.2f}× |")
+    return "\n".join(lines)
+
+
 def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
         activations=None, tokens=None, repeats=None, sizes=None, print_line=print):
     """Run the benchmark, print the table, save it as CSV.

@@ -169,11 +169,26 @@ def test_readme_has_the_speed_table_of_the_saved_run():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     speed = readme[readme.index("## Speed"):readme.index("## Layout")]
     assert "python bilinear_numpy.py bench" in speed and "results/bench.csv" in speed
-    with (ROOT / "results" / "bench.csv").open(encoding="utf-8", newline="") as f:
-        saved = list(csv.DictReader(f))
-    assert list(saved[0]) == bench.COLUMNS
-    for row in saved:
-        assert row["formulation"] in bn.FORMULATIONS and row["activation"] in bn.ACTIVATIONS
-        if row["activation"] == "silu":             # its row of the README's table, its ratio
-            assert f"| `{row['formulation']}` (≤ {float(row['time_target']):.2f})" in speed
-            assert f"{float(row['fb_ratio']):.2f}" in speed
+    for name in ("bench.csv", "bench_2threads.csv"):
+        with (ROOT / "results" / name).open(encoding="utf-8", newline="") as f:
+            saved = list(csv.DictReader(f))
+        assert list(saved[0]) == bench.COLUMNS
+        assert len(saved) == 2 * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)   # a complete run
+        assert bench.markdown_table(ROOT / "results" / name) in speed   # every cell as saved
+
+
+def test_markdown_table_marks_misses_and_takes_medians(tmp_path):
+    from experiments import bench
+    bench.run(quick=True, out=tmp_path / "b.csv", formulations=["mlp"], tokens=8, repeats=1,
+              sizes={"mlp": (4, 6, 1)}, print_line=lambda line: None)
+    with (tmp_path / "b.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    table = bench.markdown_table(tmp_path / "b.csv").splitlines()
+    assert len(table) == 3 and table[2].startswith("| `mlp` (≤ 1.25) |")
+    silu32, silu64 = (r for r in rows if r["activation"] == "silu")
+    expected = " / ".join(f"{float(r['fb_ratio']):.2f}" + ("*" if r["time_ok"] == "no" else "")
+                          for r in (silu32, silu64))
+    cells = [c.strip() for c in table[2].split("|")]
+    assert cells[5] == expected                         # silu is the 4th activation column
+    floors = [float(r["fb_floor_ms"]) for r in rows if r["dtype"] == "float32"]
+    assert cells[8].split(" / ")[0] == f"{np.median(floors):.0f}"
