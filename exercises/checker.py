@@ -114,6 +114,9 @@ def time_limit(seconds):
     It uses the SIGALRM timer, which exists on Linux and macOS, in the main thread only; on
     Windows, in another thread, or for seconds None or <= 0, the code runs without a limit.
     A loop inside one long NumPy call is stopped when that call returns.
+    On CPython 3.10, a `while True:` loop whose body is a try/except around code that calls
+    no function (e.g. `z = z + 0`) runs no signal handler at all, not even Ctrl-C's: such a
+    loop is not stopped there (3.11 and newer stop it).
     """
     if (not seconds or seconds <= 0 or not HAS_TIME_LIMIT
             or threading.current_thread() is not threading.main_thread()):

@@ -180,8 +180,11 @@ def watchdog():
 @needs_alarm
 def test_endless_loop_is_a_timeout_row_and_the_next_exercise_runs(tmp_path, capsys, watchdog):
     # Exercise 1 loops inside a checked function (and swallows Exception while it loops),
-    # exercise 2 loops at import, exercise 3 is solved.
-    loop = "while True:\n        try:\n            z = z + 0\n        except Exception:\n            pass"
+    # exercise 2 loops at import, exercise 3 is solved. The loop calls a function: CPython
+    # 3.10 runs no signal handler (not even Ctrl-C's) in a `while True: try: ... except`
+    # loop whose body calls nothing (`z = z + 0`), so no alarm can stop that one there.
+    loop = ("while True:\n        try:\n            z = np.add(z, 0)\n"
+            "        except Exception:\n            pass")
     path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", loop)
     first = path.read_text(encoding="utf-8").splitlines().index("    while True:") + 1
     name2 = checker.file_name(2, COURSE[1])
