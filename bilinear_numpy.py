@@ -82,7 +82,8 @@ class Activation:
     f_df: Callable | None = field(default=None, repr=False)
 
     def value_and_grad(self, z):
-        """(sigma(z), sigma'(z)) in one call, equal to (f(z), df(z)); every forward uses it.
+        """(sigma(z), sigma'(z)) in one call, equal to (f(z), df(z)); every forward but
+        gated_mlp_forward (which calls gate) uses it.
 
         With f_df, a deliberate loop over blocks of about _CACHE_BLOCK elements (slices of
         the first axis), for speed only: one block's temporaries (SiLU makes three) stay in
@@ -385,7 +386,8 @@ def _check_sizes(x, params, axes):
 
 def _prepare(x, params, axes):
     """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
-    x as an array, X = x as (N, d) rows, and the parameters, all private copies."""
+    x as an array (not copied), X = a private copy of x as (N, d) rows, and private
+    copies of the parameters."""
     x = _as_float("x", x)
     params = {name: _as_float(name, p) for name, p in params.items()}
     _check_sizes(x, params, axes)
