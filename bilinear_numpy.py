@@ -365,7 +365,8 @@ def _check_sizes(x, params, axes):
     tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
     Between groups of one size (mlp's K and V are one against one), x is named first,
     then V, then the others. A tensor with the wrong number of axes has no say.
-    Raises ValueError naming the tensor, e.g. "Q: expected shape (m, d) = (3, 4), got (4, 3)".
+    Raises ValueError naming the tensor, e.g. "Q: expected shape (m, d) = (3, 4), got (4, 3)",
+    or if a size d, m, d_out or r is 0.
     """
     readings = {"x": [("d", x.shape[-1])] if x.ndim else []}
     for name, p in params.items():
@@ -382,6 +383,10 @@ def _check_sizes(x, params, axes):
         if params[name].shape != expected:        # as text, e.g. (m, d) = (5, 4)
             raise ValueError(f"{name}: expected shape {_text(symbols)} = {_text(expected)}, "
                              f"got {params[name].shape}")
+    empty = [f"{s} = 0" for s in ("d", "m", "d_out", "r") if sizes.get(s) == 0]
+    if empty:                                     # as Formulation.init: no empty sum or width
+        raise ValueError(f"{', '.join(names)}: expected every size d, m, d_out, r >= 1, "
+                         f"got {', '.join(empty)}")
 
 
 def _prepare(x, params, axes):
