@@ -310,9 +310,10 @@ def get_activation(act: str | Activation) -> Activation:
 # Every forward checks x (..., d) and the parameters against one another (_prepare names
 # the tensor that disagrees with the rest), flattens the leading axes into N rows once,
 # and returns y (..., d_out) with a cache dict. The cache holds private copies, so later
-# changes to x or a parameter cannot change the gradients; backward never writes into
-# it. cache["forward"] names the forward that made it (every backward checks it);
-# cache["z"] is the activation's argument (gradcheck keeps it away from ReLU's kink).
+# changes to x or a parameter cannot change the gradients; its arrays are read-only, so
+# neither backward nor a hand edit writes into it. cache["forward"] names the forward
+# that made it (every backward checks it); cache["z"] is the activation's argument
+# (gradcheck keeps it away from ReLU's kink).
 
 
 def _check_positive(**sizes):
@@ -439,6 +440,8 @@ def _nd(name, a, what):
 def _output(forward, y, x, act, **cache):
     # y (N, d_out) as (..., d_out), and the cache: what `forward` keeps for its backward.
     d_out = y.shape[1]
+    for value in cache.values():
+        value.flags.writeable = False             # an edit by hand before backward is refused
     return y.reshape(x.shape[:-1] + (d_out,)), cache | {
         "forward": forward, "x_shape": x.shape, "d_out": d_out, "dtype": x.dtype, "act": act}
 
