@@ -1012,7 +1012,10 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """Return FORMULATIONS[name]; ValueError listing the valid names if unknown."""
+    """Return FORMULATIONS[name]; ValueError listing the valid names if unknown, TypeError
+    if name is not a str."""
+    if not isinstance(name, str):
+        raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
     if name not in FORMULATIONS:
         raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
     return FORMULATIONS[name]
