@@ -1168,18 +1168,19 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         np.random.default_rng; h: the probe step; tol: the relative error a tensor may
         have; kink_margin: see above; max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
-    Raises: ValueError for an unknown name or activation, an x_shape with no token or no
-        width (nothing would be checked), max_draws < 1, or if no draw avoids the kink
-        (use fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin).
+    Raises: ValueError for an unknown name or activation, an x_shape that is not a tuple of
+        integers >= 1 (nothing would be checked), max_draws not an integer >= 1, or if no
+        draw avoids the kink (use fewer tokens or units: each pre-activation must miss a
+        band of 2 * kink_margin).
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
     form, act = get_formulation(name), get_activation(act)
+    if not isinstance(x_shape, (tuple, list)) or not x_shape or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in x_shape):
+        raise ValueError(f"gradcheck: x_shape must be a tuple of integers >= 1, e.g. (2, 3, 4) "
+                         f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
-    if len(x_shape) == 0 or math.prod(x_shape) == 0:
-        raise ValueError(f"gradcheck: x_shape must hold at least one token of width d >= 1 "
-                         f"(nothing would be checked), got {x_shape}")
-    if max_draws < 1:
-        raise ValueError(f"gradcheck: expected max_draws >= 1, got {max_draws}")
+    _check_positive(max_draws=max_draws)
     rng = np.random.default_rng(seed)
     d = x_shape[-1]
     for draw in range(1, max_draws + 1):
