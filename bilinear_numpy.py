@@ -367,18 +367,19 @@ def _check_sizes(x, params, axes):
     Between groups of one size (mlp's K and V are one against one), x is named first,
     then V, then the others. A tensor with the wrong number of axes has no say.
     Raises ValueError naming the tensor, e.g. "Q: expected shape (m, d) = (3, 4), got (4, 3)",
-    or if a size d, m, d_out or r is 0.
+    or if a size d, m, d_out or r is 0. x None: the parameters alone (transform_params).
     """
-    readings = {"x": [("d", x.shape[-1])] if x.ndim else []}
+    readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, p in params.items():
         symbols = axes[name].split()
         readings[name] = list(zip(symbols, p.shape)) if p.ndim == len(symbols) else []
-    names = ["x", *sorted(params, key=lambda n: n != "V")]   # x, V, the others: named first
+    order = sorted(params, key=lambda n: n != "V")            # V, then the others
+    names = order if x is None else ["x", *order]             # x, V, the others: named first
     sizes = _vote(readings, names)
     d = sizes.get("d", "d")
-    if x.ndim == 0 or x.shape[-1] != d:
+    if x is not None and (x.ndim == 0 or x.shape[-1] != d):
         raise ValueError(f"x: expected shape (..., d) = (..., {d}), got {x.shape}")
-    for name in names[1:]:
+    for name in order:
         symbols, own = axes[name].split(), dict(readings[name])   # own: d_out, seen in V only
         expected = tuple(sizes.get(s, own.get(s, s)) for s in symbols)
         if params[name].shape != expected:        # as text, e.g. (m, d) = (5, 4)
@@ -1494,18 +1495,26 @@ def transform_params(formulation, params, symmetry, alpha):
         one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
         for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
     Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply to the formulation, or if alpha is
+    Raises: ValueError if the symmetry does not apply to the formulation, if params lacks a
+        parameter or has one of the wrong shape (named as by the forward), or if alpha is
         not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
+    names = get_formulation(formulation).param_names
+    if not isinstance(params, dict) or set(params) != set(names):
+        raise ValueError(f"params: expected the keys {list(names)} of {formulation}, got "
+                         f"{list(params) if isinstance(params, dict) else type(params).__name__}")
+    symbolic = FORMULATIONS[formulation].shapes("d", "m", "d_out", "r")   # {"Q": ("m", "d"), ...}
+    axes = {n: " ".join(symbols) for n, symbols in symbolic.items()}      # {"Q": "m d", ...}
+    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # no broadcast
     m = params["V"].shape[0]
     alpha = np.asarray(alpha, dtype=params["V"].dtype)
     if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
         raise ValueError(f"alpha: expected {m} finite non-zero factors, shape ({m},), got "
-                         f"shape {alpha.shape}")
+                         f"shape {alpha.shape}: {alpha}")
     if symmetry in ("inverse_scaling_pos", "key_value_rescaling") and np.any(alpha < 0):
         raise ValueError(f"alpha: {symmetry} needs alpha > 0, got {alpha}")
     if symmetry == "inverse_scaling_neg" and np.any(alpha > 0):

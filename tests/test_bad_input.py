@@ -76,7 +76,7 @@ def test_transform_params_refuses_params_it_would_broadcast_or_miss():
     with pytest.raises(ValueError, match=r"^params: expected the keys \['Q', 'K', 'V'\] of "
                                          r"gated_mlp, got \['K', 'V'\]$"):
         bn.transform_params("gated_mlp", {"K": p["K"], "V": p["V"]}, "exchange", alpha)
-    with pytest.raises(ValueError, match=r"got \[nan  1\.  1\.\]"):   # the values, not the shape
+    with pytest.raises(ValueError, match=r"got shape \(3,\): \[nan  1\.  1\.\]"):   # the values, not the shape
         bn.transform_params("gated_mlp", p, "key_value_rescaling", [np.nan, 1.0, 1.0])
 
 
