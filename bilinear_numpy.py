@@ -1177,7 +1177,8 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     """
     form, act = get_formulation(name), get_activation(act)
     if not isinstance(x_shape, (tuple, list)) or not x_shape or not all(
-            isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in x_shape):
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
+            for n in x_shape):
         raise ValueError(f"gradcheck: x_shape must be a tuple of integers >= 1, e.g. (2, 3, 4) "
                          f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
