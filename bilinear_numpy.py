@@ -1652,6 +1652,14 @@ def conservation_table(seed=0):
 # modified in place. The experiments (experiments/train.py) are built from these.
 
 
+def _real(name, value):
+    # A real number (Python or NumPy scalar) as a float: an array here would broadcast.
+    if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
+        raise TypeError(f"{name}: expected a real number (a float), got "
+                        f"{type(value).__name__} of shape {np.shape(value)}")
+    return float(value)
+
+
 def _check_ids(name, ids, n_rows):
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
@@ -1689,13 +1697,14 @@ def cross_entropy_backward(dloss, cache):
     Args: dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
         cache: from cross_entropy_forward.
     Returns: dlogits: (N, C), the logits' dtype.
-    Raises: ValueError / TypeError if the cache is not cross_entropy_forward's.
+    Raises: TypeError if dloss is not a real number (an array would broadcast);
+        ValueError / TypeError if the cache is not cross_entropy_forward's.
     Source: CS231n softmax_loss.
     """
     p, t = _from_cache(cache, "cross_entropy_forward", "p", "t")
     dz = p.copy()                                 # (N, C)
     dz[np.arange(len(t)), t] -= 1                 # p - onehot(t)
-    return dz * (dloss / len(t))
+    return dz * (_real("dloss", dloss) / len(t))
 
 
 def mse_forward(pred, target):
@@ -1718,11 +1727,12 @@ def mse_backward(dloss, cache):
     """Backward of mse_forward: dpred = dloss * 2 (pred - target) / size.
 
     Args: dloss: float; cache: from mse_forward. Returns: dpred, pred's shape and dtype.
-    Raises: ValueError / TypeError if the cache is not mse_forward's.
+    Raises: TypeError if dloss is not a real number; ValueError / TypeError if the cache is
+        not mse_forward's.
     Source: d/dpred of mean((pred - target)^2).
     """
     diff = _from_cache(cache, "mse_forward", "diff")[0]
-    return diff * (2.0 * dloss / diff.size)
+    return diff * (2.0 * _real("dloss", dloss) / diff.size)
 
 
 def embedding_forward(ids, E):
