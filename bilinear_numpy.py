@@ -1712,13 +1712,16 @@ def mse_forward(pred, target):
 
     Args: pred, target: arrays of one shape and one float dtype.
     Returns: loss: float; cache for mse_backward.
-    Raises: ValueError if the shapes differ; TypeError on a non-float or mixed dtype.
+    Raises: ValueError if the shapes differ or are empty; TypeError on a non-float or mixed
+        dtype.
     Source: the squared-error loss of regression.
     """
     pred, target = _as_float("pred", pred), _as_float("target", target)
     _check_shape("target", target, pred.shape, "pred's shape")
     if pred.dtype != target.dtype:
         raise TypeError(f"target: expected dtype {pred.dtype} (pred's), got {target.dtype}")
+    if pred.size == 0:                            # the mean of nothing: NaN, then 0 / 0
+        raise ValueError(f"pred: expected at least one entry, got shape {pred.shape}")
     diff = pred - target                          # a new array: the inputs stay untouched
     return float(np.mean(diff * diff)), {"forward": "mse_forward", "diff": diff}
 
