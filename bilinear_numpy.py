@@ -1775,13 +1775,16 @@ def rmsnorm_forward(x, g, eps=1e-6):
 
     Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
     Returns: y: (N, d), x's dtype; cache for rmsnorm_backward.
-    Raises: ValueError on a shape mismatch; TypeError on dtype.
+    Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype, or an eps that is
+        not a number (an array would broadcast rms).
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
     x, g = _nd("x", x, "(N, d)"), _as_float("g", g)
     _check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
     if g.dtype != x.dtype:
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
+    if not _real("eps", eps) > 0:
+        raise ValueError(f"eps: expected a number > 0, got {eps}")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
     return xhat * g, {"forward": "rmsnorm_forward", "xhat": xhat, "rms": rms, "g": g.copy()}

@@ -102,8 +102,11 @@ def test_mse_refuses_empty_input():
 
 def test_rmsnorm_eps_must_be_a_positive_number():
     x = np.random.default_rng(0).standard_normal((3, 4))
-    for eps in (-1.0, 0.0, np.ones((3, 4)), "1e-6", float("nan")):   # (3, 4): broadcast rms
+    for eps in (-1.0, 0.0, float("nan")):
         with pytest.raises(ValueError, match=r"^eps: expected a number > 0, got"):
+            bn.rmsnorm_forward(x, np.ones(4), eps=eps)
+    for eps in (np.ones((3, 4)), "1e-6"):            # (3, 4) would broadcast rms
+        with pytest.raises(TypeError, match=r"^eps: expected a real number"):
             bn.rmsnorm_forward(x, np.ones(4), eps=eps)
 
 
