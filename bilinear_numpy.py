@@ -329,6 +329,15 @@ def _as_float(name, a):
     return a
 
 
+def _as_dtype(name, a, dtype):
+    # An upstream gradient in the forward's dtype (a float32, int or complex one would
+    # change the gradients' dtype silently).
+    a = _as_float(name, a)
+    if a.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
+    return a
+
+
 def _check_shape(name, a, expected, symbols):
     if a.shape != tuple(expected):
         raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
@@ -1759,12 +1768,13 @@ def embedding_backward(dout, cache):
 
     Args: dout: (..., e), upstream gradient; cache: from embedding_forward.
     Returns: dE: (vocab, e), E's dtype.
-    Raises: ValueError if dout's shape is not ids.shape + (e,); ValueError / TypeError if
-        the cache is not embedding_forward's.
+    Raises: ValueError if dout's shape is not ids.shape + (e,); TypeError if its dtype is
+        not E's; ValueError / TypeError if the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
     ids, (vocab, e), dtype = _from_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
-    _check_shape("dout", np.asarray(dout), ids.shape + (e,), "ids.shape + (e,)")
+    dout = _as_dtype("dout", dout, dtype)
+    _check_shape("dout", dout, ids.shape + (e,), "ids.shape + (e,)")
     dE = np.zeros((vocab, e), dtype=dtype)
     np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
     return dE
@@ -1797,12 +1807,13 @@ def rmsnorm_backward(dy, cache):
 
     Args: dy: (N, d); cache: from rmsnorm_forward.
     Returns: {"x": dx (N, d), "g": dg (d,)}.
-    Raises: ValueError if dy's shape differs from x's; ValueError / TypeError if the cache is
-        not rmsnorm_forward's.
+    Raises: ValueError if dy's shape differs from x's; TypeError if its dtype differs from
+        x's; ValueError / TypeError if the cache is not rmsnorm_forward's.
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
     xhat, rms, g = _from_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
-    _check_shape("dy", np.asarray(dy), xhat.shape, "(N, d)")
+    dy = _as_dtype("dy", dy, xhat.dtype)
+    _check_shape("dy", dy, xhat.shape, "(N, d)")
     dxhat = dy * g                                                 # (N, d)
     dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
     return {"x": dx, "g": np.sum(dy * xhat, axis=0)}
@@ -1921,13 +1932,14 @@ def model_backward(dout, cache):
     Args: dout: (N, d_out), upstream gradient (e.g. from cross_entropy_backward);
         cache: from model_forward.
     Returns: dict of gradients with the keys of the parameters.
-    Raises: ValueError if dout's shape differs from the output's; ValueError / TypeError if
-        the cache is not model_forward's.
+    Raises: ValueError if dout's shape differs from the output's; TypeError if its dtype
+        differs; ValueError / TypeError if the cache is not model_forward's.
     Source: the chain rule through each forward line, in reverse order.
     """
     form, X, emb, norm, ffn, h2, W_in, W_out = _from_cache(
         cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
-    _check_shape("dout", np.asarray(dout), (len(h2), W_out.shape[1]), "(N, d_out)")
+    dout = _as_dtype("dout", dout, W_out.dtype)
+    _check_shape("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)")
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
     g_ffn = form.backward(dh2, ffn)
