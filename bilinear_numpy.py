@@ -1835,7 +1835,7 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0.
     Returns: (new_params, new_state).
     Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
-        whose keys or shapes differ from the parameters'.
+        or state whose keys or shapes differ from the parameters'.
     Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
     """
     if not lr > 0 or not eps > 0:
@@ -1844,10 +1844,14 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         raise ValueError(f"beta1, beta2: expected values in [0, 1), got {beta1}, {beta2}")
     if set(grads) != set(params):
         raise ValueError(f"grads: expected keys {sorted(params)}, got {sorted(grads)}")
+    if set(state["m"]) != set(params):
+        raise ValueError(f"state: expected the state of params' keys {sorted(params)}, "
+                         f"got {sorted(state['m'])}")
     t = state["t"] + 1
     new_params, m, v = {}, {}, {}
     for k, p in params.items():
         _check_shape(f"grads[{k!r}]", np.asarray(grads[k]), p.shape, f"params[{k!r}].shape")
+        _check_shape(f"state['m'][{k!r}]", state["m"][k], p.shape, f"params[{k!r}].shape")
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
