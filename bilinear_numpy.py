@@ -1903,14 +1903,23 @@ def model_forward(inputs, params, formulation, act):
     Args: inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
         params: from model_init; formulation: key of FORMULATIONS; act: activation name.
     Returns: out: (N, d_out), the parameters' dtype (logits or predictions); cache.
-    Raises: ValueError for unknown names or mismatched shapes; TypeError on dtype.
+    Raises: ValueError for unknown names, params without model_init's keys for this
+        formulation, or mismatched shapes; TypeError on dtype.
     Source: the FFN is paper eqs. (1)-(6); the block is pre-norm (Xiong et al. 2020).
     """
     form = get_formulation(formulation)
+    expected = {"W_in", "b_in", "g", "W_out", "b_out", *("ffn." + n for n in form.param_names)}
+    if set(params) - {"E"} != expected:           # another formulation's: half of it unused
+        raise ValueError(f"params: expected the keys of model_init for {formulation}, "
+                         f"{sorted(expected)} (and E for token ids), got {sorted(params)}")
     W_in = _nd("W_in", params["W_in"], "(d_in, d)")
     for name, value in params.items():
         if _as_float(name, value).dtype != W_in.dtype:
             raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
+    d, W_out = W_in.shape[1], _nd("W_out", params["W_out"], "(d, d_out)")   # no broadcasting:
+    _check_shape("b_in", np.asarray(params["b_in"]), (d,), "(d,)")
+    _check_shape("W_out", W_out, (d, W_out.shape[1]), "(d, d_out)")
+    _check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
     if "E" in params:
         emb, emb_cache = embedding_forward(inputs, params["E"])    # (N, k, e)
         X = emb.reshape(len(emb), -1)                              # (N, k e) concatenated
