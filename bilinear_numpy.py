@@ -1873,7 +1873,7 @@ def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dty
         dtype: float32 or float64.
     Returns: dict name -> array of `dtype`.
     Raises: ValueError for an unknown formulation, a non-positive size, or d_in not a
-        multiple of e.
+        multiple of e; TypeError for a dtype other than float32 and float64.
     Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
     """
     form = get_formulation(formulation)
@@ -1887,7 +1887,7 @@ def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dty
     params["W_in"] = rng.standard_normal((d_in, d)) / math.sqrt(d_in)
     params["b_in"] = np.zeros(d)
     params["g"] = np.ones(d)
-    for name, value in form.init(rng, d, m, d, r).items():
+    for name, value in form.init(rng, d, m, d, r, dtype).items():   # TypeError for int dtype
         params["ffn." + name] = value
     params["W_out"] = rng.standard_normal((d, d_out)) / math.sqrt(d)
     params["b_out"] = np.zeros(d_out)
