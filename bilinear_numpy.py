@@ -329,18 +329,18 @@ def _as_float(name, a):
     return a
 
 
-def _as_dtype(name, a, dtype):
-    # An upstream gradient in the forward's dtype (a float32, int or complex one would
-    # change the gradients' dtype silently).
-    a = _as_float(name, a)
-    if a.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
-    return a
-
-
 def _check_shape(name, a, expected, symbols):
     if a.shape != tuple(expected):
         raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
+
+
+def _like(name, a, shape, symbols, dtype):
+    # An upstream gradient of the forward's shape (symbols, e.g. "(N, d)") and dtype.
+    a = _as_float(name, a)
+    _check_shape(name, a, shape, symbols)
+    if a.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
+    return a
 
 
 def _agreed_sizes(readings):
@@ -375,8 +375,8 @@ def _check_sizes(x, params, axes):
     tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
     Between groups of one size (mlp's K and V are one against one), x is named first,
     then V, then the others. A tensor with the wrong number of axes has no say.
-    Raises ValueError naming the tensor, e.g. "Q: expected shape (m, d) = (3, 4), got (4, 3)",
-    or if a size d, m, d_out or r is 0. x None: the parameters alone (transform_params).
+    Raises ValueError naming the tensor ("Q: expected shape (m, d) = (3, 4), got (4, 3)"),
+    or for a size d, m, d_out, r of 0. With x None, the parameters alone are checked.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, p in params.items():
@@ -396,8 +396,7 @@ def _check_sizes(x, params, axes):
                              f"got {params[name].shape}")
     empty = [f"{s} = 0" for s in ("d", "m", "d_out", "r") if sizes.get(s) == 0]
     if empty:                                     # as Formulation.init: no empty sum or width
-        raise ValueError(f"{', '.join(names)}: expected every size d, m, d_out, r >= 1, "
-                         f"got {', '.join(empty)}")
+        raise ValueError(f"{', '.join(names)}: expected sizes d, m, d_out, r >= 1, got {empty}")
 
 
 def _prepare(x, params, axes):
@@ -430,11 +429,7 @@ def _unpack(dy, cache, forward, *keys):
     # Check the cache (see _from_cache) and dy against it; return dy as (N, d_out) rows,
     # then cache[key] for each key.
     x_shape, d_out, dtype, *values = _from_cache(cache, forward, "x_shape", "d_out", "dtype", *keys)
-    dy, expected = _as_float("dy", dy), x_shape[:-1] + (d_out,)
-    if dy.shape != expected:
-        raise ValueError(f"dy: expected shape (..., d_out) = {expected}, got {dy.shape}")
-    if dy.dtype != dtype:
-        raise TypeError(f"dy: expected dtype {dtype} (the forward's), got {dy.dtype}")
+    dy = _like("dy", dy, x_shape[:-1] + (d_out,), "(..., d_out)", dtype)
     return [dy.reshape(-1, d_out), *values]
 
 
@@ -1022,8 +1017,7 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """Return FORMULATIONS[name]; ValueError listing the valid names if unknown, TypeError
-    if name is not a str."""
+    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
     if not isinstance(name, str):
         raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
     if name not in FORMULATIONS:
@@ -1178,16 +1172,14 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         np.random.default_rng; h: the probe step; tol: the relative error a tensor may
         have; kink_margin: see above; max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
-    Raises: ValueError for an unknown name or activation, an x_shape that is not a tuple of
-        integers >= 1 (nothing would be checked), max_draws not an integer >= 1, or if no
-        draw avoids the kink (use fewer tokens or units: each pre-activation must miss a
-        band of 2 * kink_margin).
+    Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
+        integers >= 1, or if no draw avoids the kink (use fewer tokens or units: each
+        pre-activation must miss a band of 2 * kink_margin).
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
     form, act = get_formulation(name), get_activation(act)
-    if not isinstance(x_shape, (tuple, list)) or not x_shape or not all(
-            isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
-            for n in x_shape):
+    if not (isinstance(x_shape, (tuple, list)) and x_shape and all(
+            isinstance(n, (int, np.integer)) and n >= 1 for n in x_shape)):
         raise ValueError(f"gradcheck: x_shape must be a tuple of integers >= 1, e.g. (2, 3, 4) "
                          f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
@@ -1505,21 +1497,18 @@ def transform_params(formulation, params, symmetry, alpha):
         one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
         for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
     Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply to the formulation, if params lacks a
-        parameter or has one of the wrong shape (named as by the forward), or if alpha is
+    Raises: ValueError if the symmetry does not apply, params are unlike the forward's, or alpha is
         not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: paper.md, "The symmetries"; derivations.md, section 4.1.
     """
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
-    names = get_formulation(formulation).param_names
-    if not isinstance(params, dict) or set(params) != set(names):
-        raise ValueError(f"params: expected the keys {list(names)} of {formulation}, got "
-                         f"{list(params) if isinstance(params, dict) else type(params).__name__}")
-    symbolic = FORMULATIONS[formulation].shapes("d", "m", "d_out", "r")   # {"Q": ("m", "d"), ...}
-    axes = {n: " ".join(symbols) for n, symbols in symbolic.items()}      # {"Q": "m d", ...}
-    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # no broadcast
+    form = get_formulation(formulation)
+    if set(params) != set(form.param_names):
+        raise ValueError(f"params: expected keys {list(form.param_names)}, got {list(params)}")
+    axes = {n: " ".join(s) for n, s in form.shapes("d", "m", "d_out", "r").items()}  # "m d"...
+    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # as the forward
     m = params["V"].shape[0]
     alpha = np.asarray(alpha, dtype=params["V"].dtype)
     if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
@@ -1664,8 +1653,7 @@ def conservation_table(seed=0):
 def _real(name, value):
     # A real number (Python or NumPy scalar) as a float: an array here would broadcast.
     if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
-        raise TypeError(f"{name}: expected a real number (a float), got "
-                        f"{type(value).__name__} of shape {np.shape(value)}")
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     return float(value)
 
 
@@ -1706,8 +1694,7 @@ def cross_entropy_backward(dloss, cache):
     Args: dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
         cache: from cross_entropy_forward.
     Returns: dlogits: (N, C), the logits' dtype.
-    Raises: TypeError if dloss is not a real number (an array would broadcast);
-        ValueError / TypeError if the cache is not cross_entropy_forward's.
+    Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: CS231n softmax_loss.
     """
     p, t = _from_cache(cache, "cross_entropy_forward", "p", "t")
@@ -1721,8 +1708,7 @@ def mse_forward(pred, target):
 
     Args: pred, target: arrays of one shape and one float dtype.
     Returns: loss: float; cache for mse_backward.
-    Raises: ValueError if the shapes differ or are empty; TypeError on a non-float or mixed
-        dtype.
+    Raises: ValueError if the shapes differ or are empty; TypeError on a non-float or mixed dtype.
     Source: the squared-error loss of regression.
     """
     pred, target = _as_float("pred", pred), _as_float("target", target)
@@ -1739,8 +1725,7 @@ def mse_backward(dloss, cache):
     """Backward of mse_forward: dpred = dloss * 2 (pred - target) / size.
 
     Args: dloss: float; cache: from mse_forward. Returns: dpred, pred's shape and dtype.
-    Raises: TypeError if dloss is not a real number; ValueError / TypeError if the cache is
-        not mse_forward's.
+    Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: d/dpred of mean((pred - target)^2).
     """
     diff = _from_cache(cache, "mse_forward", "diff")[0]
@@ -1773,8 +1758,7 @@ def embedding_backward(dout, cache):
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
     ids, (vocab, e), dtype = _from_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
-    dout = _as_dtype("dout", dout, dtype)
-    _check_shape("dout", dout, ids.shape + (e,), "ids.shape + (e,)")
+    dout = _like("dout", dout, ids.shape + (e,), "ids.shape + (e,)", dtype)
     dE = np.zeros((vocab, e), dtype=dtype)
     np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
     return dE
@@ -1785,8 +1769,7 @@ def rmsnorm_forward(x, g, eps=1e-6):
 
     Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
     Returns: y: (N, d), x's dtype; cache for rmsnorm_backward.
-    Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype, or an eps that is
-        not a number (an array would broadcast rms).
+    Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype or a non-number eps.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
     x, g = _nd("x", x, "(N, d)"), _as_float("g", g)
@@ -1812,8 +1795,7 @@ def rmsnorm_backward(dy, cache):
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
     xhat, rms, g = _from_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
-    dy = _as_dtype("dy", dy, xhat.dtype)
-    _check_shape("dy", dy, xhat.shape, "(N, d)")
+    dy = _like("dy", dy, xhat.shape, "(N, d)", xhat.dtype)
     dxhat = dy * g                                                 # (N, d)
     dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
     return {"x": dx, "g": np.sum(dy * xhat, axis=0)}
@@ -1844,9 +1826,6 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         raise ValueError(f"beta1, beta2: expected values in [0, 1), got {beta1}, {beta2}")
     if set(grads) != set(params):
         raise ValueError(f"grads: expected keys {sorted(params)}, got {sorted(grads)}")
-    if set(state["m"]) != set(params):
-        raise ValueError(f"state: expected the state of params' keys {sorted(params)}, "
-                         f"got {sorted(state['m'])}")
     t = state["t"] + 1
     new_params, m, v = {}, {}, {}
     for k, p in params.items():
@@ -1903,22 +1882,20 @@ def model_forward(inputs, params, formulation, act):
     Args: inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
         params: from model_init; formulation: key of FORMULATIONS; act: activation name.
     Returns: out: (N, d_out), the parameters' dtype (logits or predictions); cache.
-    Raises: ValueError for unknown names, params without model_init's keys for this
-        formulation, or mismatched shapes; TypeError on dtype.
+    Raises: ValueError for unknown names, keys or mismatched shapes; TypeError on dtype.
     Source: the FFN is paper eqs. (1)-(6); the block is pre-norm (Xiong et al. 2020).
     """
     form = get_formulation(formulation)
     expected = {"W_in", "b_in", "g", "W_out", "b_out", *("ffn." + n for n in form.param_names)}
     if set(params) - {"E"} != expected:           # another formulation's: half of it unused
-        raise ValueError(f"params: expected the keys of model_init for {formulation}, "
-                         f"{sorted(expected)} (and E for token ids), got {sorted(params)}")
+        raise ValueError(f"params: expected {formulation}'s model_init keys, got {sorted(params)}")
     W_in = _nd("W_in", params["W_in"], "(d_in, d)")
     for name, value in params.items():
         if _as_float(name, value).dtype != W_in.dtype:
             raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
-    d, W_out = W_in.shape[1], _nd("W_out", params["W_out"], "(d, d_out)")   # no broadcasting:
-    _check_shape("b_in", np.asarray(params["b_in"]), (d,), "(d,)")
-    _check_shape("W_out", W_out, (d, W_out.shape[1]), "(d, d_out)")
+    W_out = _nd("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
+    _check_shape("W_out", W_out, (W_in.shape[1], W_out.shape[1]), "(d, d_out)")
+    _check_shape("b_in", np.asarray(params["b_in"]), W_in.shape[1:], "(d,)")
     _check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
     if "E" in params:
         emb, emb_cache = embedding_forward(inputs, params["E"])    # (N, k, e)
@@ -1951,8 +1928,7 @@ def model_backward(dout, cache):
     """
     form, X, emb, norm, ffn, h2, W_in, W_out = _from_cache(
         cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
-    dout = _as_dtype("dout", dout, W_out.dtype)
-    _check_shape("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)")
+    dout = _like("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
     g_ffn = form.backward(dh2, ffn)

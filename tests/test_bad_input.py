@@ -28,7 +28,7 @@ def test_an_empty_width_or_unit_axis_is_named(name):
     if p["V"].shape[0] == 3 and p.get("Q", p["V"]).ndim == 3:
         cases["r"] = (x, {k: v[..., :0] if v.ndim == 3 else v for k, v in p.items()})
     for symbol, (x_bad, p_bad) in cases.items():
-        with pytest.raises(ValueError, match=r"^x, [A-Z, ]+: expected every size d, m, d_out, r >= 1, "
+        with pytest.raises(ValueError, match=r"^x, [A-Z, ]+: expected sizes d, m, d_out, r >= 1, "
                                              rf"got .*\b{symbol} = 0"):
             bn.FORMULATIONS[name].forward(x_bad, **p_bad, act="silu")
 
@@ -73,8 +73,7 @@ def test_transform_params_refuses_params_it_would_broadcast_or_miss():
     alpha = np.array([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"^K: expected shape \(m, d\) = \(3, 4\), got \(1, 4\)$"):
         bn.transform_params("gated_mlp", p | {"K": p["K"][:1]}, "key_value_rescaling", alpha)
-    with pytest.raises(ValueError, match=r"^params: expected the keys \['Q', 'K', 'V'\] of "
-                                         r"gated_mlp, got \['K', 'V'\]$"):
+    with pytest.raises(ValueError, match=r"^params: expected keys \['Q', 'K', 'V'\], got \['K', 'V'\]$"):
         bn.transform_params("gated_mlp", {"K": p["K"], "V": p["V"]}, "exchange", alpha)
     with pytest.raises(ValueError, match=r"got shape \(3,\): \[nan  1\.  1\.\]"):   # the values, not the shape
         bn.transform_params("gated_mlp", p, "key_value_rescaling", [np.nan, 1.0, 1.0])
@@ -127,14 +126,11 @@ def test_training_backwards_refuse_an_upstream_gradient_of_another_dtype():
                 backward(np.ones(shape, dtype), cache)
 
 
-def test_adam_refuses_a_state_of_other_parameters():
+def test_adam_refuses_a_state_of_another_shape():
     p, g = {"w": np.ones(3)}, {"w": np.ones(3)}
     with pytest.raises(ValueError, match=r"^state\['m'\]\['w'\]: expected shape params\['w'\]"
                                          r"\.shape = \(3,\), got \(1,\)$"):
         bn.adam_step(p, g, bn.adam_init({"w": np.ones(1)}))     # would broadcast
-    with pytest.raises(ValueError, match=r"^state: expected the state of params' keys \['w'\], "
-                                         r"got \['v'\]$"):
-        bn.adam_step(p, g, bn.adam_init({"v": np.ones(3)}))
 
 
 def test_model_refuses_params_it_would_broadcast_or_ignore():
@@ -147,7 +143,7 @@ def test_model_refuses_params_it_would_broadcast_or_ignore():
                                 ("W_out", np.zeros((3, 5)), r"\(d, d_out\) = \(4, 5\), got \(3, 5\)")):
         with pytest.raises(ValueError, match=rf"^{name}: expected shape {expected}$"):
             bn.model_forward(x, params | {name: bad}, "gated_mlp", "silu")
-    with pytest.raises(ValueError, match=r"^params: expected the keys of model_init for mlp"):
+    with pytest.raises(ValueError, match=r"^params: expected mlp's model_init keys"):
         bn.model_forward(x, params, "mlp", "silu")         # would ignore ffn.Q
     with pytest.raises(TypeError, match=r"^dtype: expected float32 or float64, got int64$"):
         bn.model_init(rng, "mlp", 6, 4, 3, 5, dtype=int)   # would round every weight
