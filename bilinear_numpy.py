@@ -681,9 +681,10 @@ def rank_r_bilinear_backward(dy, cache):
     dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= dsigma                                  # (N, m)     ds = (dy V^T) * sigma'(s)
+    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
     da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/da = b
-    db = np.multiply(ds[:, :, None], a, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/db = a
     dX, dQ = _columns_back(X, Q_cols, da)
+    db = np.multiply(ds[:, :, None], a, out=da)   # (N, m, r)  ds/db = a, over da (used up)
     dX_k, dK = _columns_back(X, K_cols, db)
     dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
@@ -891,9 +892,10 @@ def gated_rank_r_backward(dy, cache):
         dy, cache, "gated_rank_r_forward", "X", "V", "g", "h", "b_dsigma", "Q_cols", "K_cols")
     dV = h.T @ dY                                 # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
+    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
     da = np.multiply(dh, b_dsigma, out=_new_units(*g.shape, g.dtype))   # dh b sigma'(a)
-    db = np.multiply(dh, g, out=_new_units(*g.shape, g.dtype))          # dh sigma(a)
     dX, dQ = _columns_back(X, Q_cols, da)
+    db = np.multiply(dh, g, out=da)               # dh sigma(a), over da (used up)
     dX_k, dK = _columns_back(X, K_cols, db)
     dX += dX_k                                    # (N, d)     x feeds both a and b
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
