@@ -294,6 +294,10 @@ def markdown_table(path):
         path: a CSV written by run() with both dtypes and every activation.
     Returns:
         the Markdown table as a str (lines joined by newlines, no trailing newline).
+    Raises:
+        KeyError if a formulation in the CSV lacks an activation or a dtype (an incomplete
+        run); OSError if path cannot be read.
+    Source: issue 7's table (ratio = forward + backward time / GEMM floor time).
     """
     with Path(path).open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
