@@ -39,8 +39,7 @@ def find_exercise(key):
 
 
 def show_progress(folder, seconds):
-    results = [checker.run_exercise(n, ex, folder, seconds)
-               for n, ex in enumerate(COURSE, start=1)]
+    results = checker.run_exercises(list(enumerate(COURSE, start=1)), folder, seconds)
     print(f"{checker.progress_bar(results)}   ({shown(folder)})")
     width = max(len(exercise.title) for exercise in COURSE)
     for result in results:
@@ -86,8 +85,7 @@ def add_folder_options(parser, default):
     parser.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
                         help=f"stop an exercise (its import and its checks) that runs longer "
                              f"than this, with a TIMEOUT row, and go on with the next "
-                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit). Linux "
-                             f"and macOS only: on Windows there is no limit")
+                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit)")
 
 
 def build_parser():
