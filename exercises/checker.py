@@ -69,12 +69,16 @@ class Exercise:
             any route (see watching): the ones the exercise asks the student to write,
             and those that compute the same thing (gated_rank_r_backward at r = 1 is
             gated_mlp_backward).
+        diagnose: function(rows) -> list of texts: what the pattern of WRONG and ok rows
+            says about the likely mistake (e.g. dK, dV right but dx, dQ wrong: the
+            gradient reaching the gate).
     """
 
     slug: str
     title: str
     check: Callable
     forbidden: tuple = ()
+    diagnose: Callable | None = None
 
 
 def file_name(number, exercise):
@@ -94,6 +98,7 @@ class Row:
     rel_err: float | None
     verdict: str          # "ok", "WRONG", "ERROR", "TIMEOUT" or "TODO"
     message: str = ""
+    diagnosis: str = ""   # a likely mistake, when the wrong value matches a known one
 
 
 @dataclass
@@ -306,6 +311,19 @@ def compare_equal(expected, got):
             f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
 
 
+def which_mistake(got, mistakes):
+    """The description of the first known mistake whose value `got` matches, or ""."""
+    for description, value in (mistakes or {}).items():
+        try:
+            got_array = np.asarray(got, dtype=np.float64)
+            value = np.asarray(value, dtype=np.float64)
+            if got_array.shape == value.shape and bn.rel_error(value, got_array) <= 1e-8:
+                return description
+        except (TypeError, ValueError):
+            continue
+    return ""
+
+
 def student_line(error, path):
     """The deepest line of the student's file in the error's traceback (None if absent)."""
     line = None
@@ -367,7 +385,7 @@ class Checks:
             raise NotImplementedError(f"{name} is still None")
         return value
 
-    def _row(self, check, topic, expected, got_fn, compare):
+    def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
         expected_text = expected if expected is HIDDEN else describe(expected)
         self.report("running", (check, topic, expected_text))
         try:
@@ -384,13 +402,18 @@ class Checks:
             except Exception as error:  # a comparison that cannot run is a failed one
                 verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
                                                          f"could not compare: {error}")
-            row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message)
+            row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message,
+                      which_mistake(got, mistakes) if verdict == "WRONG" else "")
         self.rows.append(row)
         self.report("row", row)
 
-    def close(self, check, topic, expected, got_fn, tol=1e-10):
-        """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol."""
-        self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol))
+    def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
+        """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol.
+
+        mistakes: {description: the value that mistake gives}, e.g. {"σ(a) in place of
+        σ'(a)": ...}; a wrong answer that matches one gets its description as diagnosis."""
+        self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
+                  mistakes)
 
     def equal(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included (see same_value)."""
@@ -696,18 +719,37 @@ def child_main(argv):
 
 
 def load_hints(path=HINTS_FILE):
-    """{slug: {topic or "general": hint text}} from hints.json."""
+    """{slug: {topic or "general": [level 1, level 2, level 3]}} from hints.json. Level 1
+    says where to look, level 2 the idea, level 3 the formula (never the code)."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def hint_for(result, hints):
-    """The hint for the first failing row: the one for its topic, else the general one."""
+def hint_topic(result):
+    """The topic to hint at: that of the first row that is not ok (None when all are)."""
     row = result.first_failure
+    return None if row is None else row.topic
+
+
+def hints_for(result, hints, level):
+    """Levels 1..level of the hint for the first row that is not ok: a list of texts (the
+    topic's own hints, else the exercise's general ones)."""
     table = hints.get(result.exercise.slug, {})
-    if row is None:
-        return None
-    return table.get(row.topic) or table.get("general")
+    topic = hint_topic(result) if result.status != "not started" else "general"
+    levels = table.get(topic) or table.get("general") or []
+    return levels[:max(1, level)]
+
+
+def diagnoses(result):
+    """What the pattern of rows suggests: each row's known mistake, then the exercise's own
+    reading of which rows failed together (exercise.diagnose). A list of texts."""
+    found = []
+    for row in result.rows:
+        if row.diagnosis and row.diagnosis not in found:
+            found.append(f"{row.check}: {row.diagnosis}")
+    if result.exercise.diagnose is not None and result.status == "failing":
+        found += [text for text in result.exercise.diagnose(result.rows) if text not in found]
+    return found
 
 
 # ----- Reports -----------------------------------------------------------------------------

@@ -85,9 +85,14 @@ def key_value_memory(c):
     x, p = draw("mlp", seed=1)
     K, V = p["K"], p["V"]
     for act in ("relu", "gelu"):
+        mistakes = {"σ is missing: you returned (x Kᵀ) V": (x @ K.T) @ V,
+                    "σ is relu whatever act is: use bn.ACTIVATIONS[act]":
+                        sigma("relu", x @ K.T) @ V,
+                    "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V":
+                        sigma(act, (x @ K.T) @ V)}
         c.close(f"mlp_forward, {act}, x (N, d)", "mlp_forward",
                 bn.mlp_forward(x, K, V, act)[0],
-                lambda act=act: c.call("mlp_forward", x, K, V, act))
+                lambda act=act: c.call("mlp_forward", x, K, V, act), mistakes=mistakes)
     c.close("mlp_forward, one token x (d,)", "mlp_forward",
             bn.mlp_forward(x[0], K, V, "relu")[0],
             lambda: c.call("mlp_forward", x[0], K, V, "relu"))
@@ -355,20 +360,93 @@ def fd_gradients(formulation, act, x, params, dy):
     return grads
 
 
-def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True):
-    """Rows: each gradient of the student's fn vs bn's backward and vs finite differences."""
-    form = bn.FORMULATIONS[formulation]
-    reference = form.backward(dy, form.forward(x, **params, act=act)[1])
-    numeric = fd_gradients(formulation, act, x, params, dy) if finite_differences else {}
-    for name in ("x",) + form.param_names:
+def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
+                  mistakes=None, reference=None, numeric=None):
+    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given)
+    and vs finite differences (of bn's forward, unless `numeric` is given).
+    mistakes: {description: the gradients dict that mistake gives}."""
+    form = bn.FORMULATIONS.get(formulation)
+    if reference is None:
+        reference = form.backward(dy, form.forward(x, **params, act=act)[1])
+    if numeric is None and finite_differences:
+        numeric = fd_gradients(formulation, act, x, params, dy)
+    for name in ("x",) + tuple(params):
         def got(name=name):
             grads = c.call(fn, dy, x, *params.values(), act)
-            if name not in grads:
-                raise KeyError(f"the returned dict has no key {name!r}; keys: {sorted(grads)}")
+            if not isinstance(grads, dict) or name not in grads:
+                raise KeyError(f"expected a dict with the key {name!r}; got "
+                               f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        c.close(f"d{name}, {act}: vs bn reference", fn, reference[name], got)
+        wrong = {text: g[name] for text, g in (mistakes or {}).items()
+                 if bn.rel_error(g[name], reference[name]) > 1e-8}
+        c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
         if finite_differences:
-            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7)
+            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
+                    mistakes=wrong)
+
+
+def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
+    """The gated MLP's gradients as a student might get them wrong (see GATED_MISTAKES)."""
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    a, b = x @ Q.T, x @ K.T                         # (N, m)
+    h = (a if mistake == "h without σ" else f(a)) * b
+    dh = dy @ V.T                                   # (N, m)
+    db = dh * f(a)
+    da = dh * b * (f(a) if mistake == "σ for σ′" else df(a))
+    if mistake == "b missing":
+        da = dh * df(a)
+    dx = da @ Q if mistake == "one branch" else da @ Q + db @ K
+    return {"x": dx, "Q": da.T @ x, "K": db.T @ x, "V": h.T @ dy}
+
+
+GATED_MISTAKES = {
+    "σ for σ′": "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)",
+    "b missing": "the factor b = x Kᵀ is missing from da",
+    "one branch": "dx has one branch only: x feeds both a and b",
+    "h without σ": "dV uses a ⊙ b: h is σ(a) ⊙ b",
+}
+
+# Which gradients are wrong together -> where the mistake is (the gated MLP, exercise 9).
+GATED_PATTERNS = {
+    frozenset("xQ"): "dK and dV are right but dx and dQ are not: the mistake is in the "
+                     "gradient reaching the gate a = x Qᵀ (da: σ′(a), and the factor b)",
+    frozenset("xK"): "dQ and dV are right but dx and dK are not: the mistake is in the "
+                     "gradient reaching the linear branch b = x Kᵀ (db = dh ⊙ σ(a))",
+    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums h ⊙ dy over the tokens; check h "
+                    "and the order of the product",
+    frozenset("x"): "dx alone is wrong: x feeds both branches, so dx has two terms",
+    frozenset("Q"): "dQ alone is wrong while dx is right: da is right; look at the product "
+                    "that turns da into dQ",
+    frozenset("K"): "dK alone is wrong while dx is right: db is right; look at the product "
+                    "that turns db into dK",
+    frozenset("xQK"): "dV is right and everything else is wrong: look at dh = dy Vᵀ, the "
+                      "gradient every other one starts from",
+}
+
+
+def wrong_tensors(rows, topic):
+    """The tensors whose gradient rows for `topic` are WRONG, as a set of names ('x', 'Q',
+    ...); None when a row of that topic raised or is not written (no pattern to read)."""
+    wrong = set()
+    for row in rows:
+        if row.topic != topic or not row.check.startswith("d"):
+            continue
+        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+            return None
+        if row.verdict == "WRONG":
+            wrong.add(row.check.split(",")[0][1:])
+    return wrong
+
+
+def pattern_diagnosis(rows, topic, patterns):
+    """[the text of `patterns` for the set of wrong gradients], or []."""
+    wrong = wrong_tensors(rows, topic)
+    text = patterns.get(frozenset(wrong)) if wrong else None
+    return [text] if text else []
+
+
+def diagnose_backprop_gated(rows):
+    return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
 
 
 def backprop_gated(c):
@@ -381,8 +459,11 @@ def backprop_gated(c):
             lambda: c.call("numerical_gradient", f, x.copy(), dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
               lambda: c.call("numerical_gradient", f, x, dy))
-    gradient_rows(c, "gated_mlp_backward", "gated_mlp", "silu", x, p, dy)
-    gradient_rows(c, "gated_mlp_backward", "gated_mlp", "relu", x, p, dy, finite_differences=False)
+    for act, fd in (("silu", True), ("relu", False)):
+        mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
+                    for key, text in GATED_MISTAKES.items()}
+        gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
+                      finite_differences=fd, mistakes=mistakes)
 
 
 # ----- Backprop II: rank-r bilinear -------------------------------------------------------
