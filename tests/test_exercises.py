@@ -535,3 +535,48 @@ def test_check_shows_level_one_and_hint_shows_more(tmp_path, capsys):
     assert main(["--folder", str(tmp_path), "hint", "9"]) == 0
     out = capsys.readouterr().out
     assert hints[1] in out and hints[2] not in out
+
+
+# ----- From any folder, from a notebook ---------------------------------------------------
+
+
+def test_cli_runs_from_the_exercises_folder(released):
+    status, out = run_cli("--folder", str(released), cwd=ROOT / "exercises")
+    assert status == 0 and f"0/{len(COURSE)}" in out, out
+
+
+def test_one_line_call_from_a_notebook_cell_in_the_exercises_folder():
+    # A notebook kernel started in exercises/ has that folder on sys.path, as `python -c`.
+    code = "import exercises; status = exercises.check(1, '--solutions'); print('status', status)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          encoding="utf-8", timeout=120, cwd=ROOT / "exercises")
+    assert proc.returncode == 0, proc.stderr
+    assert "Result: done" in proc.stdout and "status 0" in proc.stdout, proc.stdout
+
+
+def as_notebook(source):
+    """A jupytext-like .ipynb of a percent-format source: a cell per `# %%` block."""
+    blocks = re.split(r"^(?=# %%)", source, flags=re.M)
+    cells = [{"cell_type": "markdown" if block.startswith("# %% [markdown]") else "code",
+              "metadata": {}, "source": block.splitlines(keepends=True)}
+             for block in blocks if block.strip()]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            cell.update(execution_count=None, outputs=[])
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_newer_notebook_is_checked_from_its_code_cells(tmp_path):
+    import os
+    name1, name2 = (checker.file_name(n, COURSE[n - 1]) for n in (1, 2))
+    (tmp_path / name1).write_text(make_stub(solution_text(1)), encoding="utf-8")   # older .py
+    notebook = tmp_path / name1.replace(".py", ".ipynb")
+    notebook.write_text(as_notebook(solution_text(1) + "\n# %%\n%matplotlib inline\n"),
+                        encoding="utf-8")
+    os.utime(tmp_path / name1, (1e9, 1e9))
+    broken = solution_text(2).replace("EXTRA_PARAMS = 768 * 768", "EXTRA_PARAMS = True")
+    (tmp_path / name2.replace(".py", ".ipynb")).write_text(as_notebook(broken), encoding="utf-8")
+    first, second = checker.run_exercises([(1, COURSE[0]), (2, COURSE[1])], tmp_path)
+    assert first.status == "done" and "code cells of ex01_key_value_memory.ipynb" in first.note
+    assert first.path.suffix == ".ipynb"
+    assert second.status == "failing" and "ex02_static_query.ipynb" in second.note
