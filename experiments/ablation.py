@@ -299,6 +299,8 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
                 progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
                                  f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
     log(f"ablation: {time.perf_counter() - start:.1f} s of training\n")
+    if mode == "quick":
+        log(train.early_training_note(mode, "results/ablation.csv, results/ablation_full.csv"))
     log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
     log(cells_table(rows, variants, tasks) + "\n")
     if comparisons_in(variants):

@@ -305,6 +305,12 @@ def write_csv(path, task, rows):
             writer.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()})
 
 
+def early_training_note(mode, committed):
+    """The line a run shorter than --full prints under its table."""
+    return (f"Note: this {mode} run is early training; the full run (--full) may rank the "
+            f"variants differently. Its results: {committed} and docs/results.md.")
+
+
 def default_out(mode):
     """Where a mode writes: the repository itself for --full (the committed results),
     runs/<mode>/ otherwise, so that a quick run never overwrites them."""
@@ -370,6 +376,8 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
                              f"{result['row'][task.metric]:.3f}  ({result['seconds']:.1f} s)")
     log(f"{task_name}: {time.perf_counter() - start:.1f} s of training\n")
     log(markdown_table(task, rows, m_of))
+    if mode != "full":
+        log(early_training_note(mode, f"results/{task_name}.csv"))
 
     from experiments import train_figures
     write_csv(out / "results" / f"{task_name}.csv", task, rows)
