@@ -580,3 +580,16 @@ def test_a_newer_notebook_is_checked_from_its_code_cells(tmp_path):
     assert first.status == "done" and "code cells of ex01_key_value_memory.ipynb" in first.note
     assert first.path.suffix == ".ipynb"
     assert second.status == "failing" and "ex02_static_query.ipynb" in second.note
+
+
+# ----- Scaffolds that fade; the API named -------------------------------------------------
+
+
+@pytest.mark.parametrize("number, exercise", NUMBERED, ids=IDS)
+def test_scaffolds_fade_and_every_exercise_names_its_api(number, exercise):
+    stub = make_stub(solution_text(number))
+    assert "**API you may use**" in stub and "returns" in stub
+    if number >= 5:          # from exercise 5 on, a TODO states the quantity, not the code
+        code = re.compile(r"np\.|bn\.|@|\.T\b|einsum|\[:|reshape|axis")
+        for line in re.findall(r"# TODO: (.*)", stub):
+            assert not code.search(line), line
