@@ -202,6 +202,9 @@ def shape_diagnosis(expected_shape, got_shape):
                 f"order of the factors of each product")
     if np.prod(got_shape) == np.prod(expected_shape):
         return "the right number of entries in another shape: an axis order or a reshape?"
+    if got_shape[1:] == expected_shape and len(got_shape) == len(expected_shape) + 1:
+        return (f"one value per token ({got_shape[0]} of them): a parameter shared by every "
+                f"token gets the sum of their gradients")
     if got_shape == expected_shape[1:]:
         return f"the leading axis ({expected_shape[0]}) is missing: summed over it?"
     if len(got_shape) == len(expected_shape) + 1 and 1 in got_shape:

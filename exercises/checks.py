@@ -365,7 +365,7 @@ def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=Tru
     """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given)
     and vs finite differences (of bn's forward, unless `numeric` is given).
     mistakes: {description: the gradients dict that mistake gives}."""
-    form = bn.FORMULATIONS.get(formulation)
+    form = bn.FORMULATIONS.get(formulation) if formulation else None
     if reference is None:
         reference = form.backward(dy, form.forward(x, **params, act=act)[1])
     if numeric is None and finite_differences:
@@ -568,3 +568,155 @@ def higher_rank(c):
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
     c.answer_is("RANK_FOR_EXACT", 8)
+
+
+# ----- Backprop III: a gated unit with biases (a form derivations.md does not derive) ------
+# The references below are the checker's own: the library has no such form.
+
+
+def gated_bias_reference(x, Q, K, V, c, e, f, act):
+    """y = (σ(x Qᵀ + c) ⊙ (x Kᵀ + e)) V + f."""
+    return (sigma(act, x @ Q.T + c) * (x @ K.T + e)) @ V + f
+
+
+def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
+    """The gradients of gated_bias_reference; `mistake` makes one of BIAS_MISTAKES."""
+    s = bn.ACTIVATIONS[act]
+    a, b = x @ Q.T + c, x @ K.T + e                       # (N, m)
+    dh = dy @ V.T                                         # (N, m)
+    db = dh * s.f(a)
+    da = dh * b * s.df(x @ Q.T if mistake == "σ′ without c" else a)
+    grads = {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": (s.f(a) * b).T @ dy,
+             "c": da.sum(axis=0), "e": db.sum(axis=0), "f": dy.sum(axis=0)}
+    if mistake == "e missing":
+        db0 = dh * s.f(a)
+        da0 = dh * (x @ K.T) * s.df(a)
+        grads.update(x=da0 @ Q + db0 @ K, Q=da0.T @ x, c=da0.sum(axis=0))
+    return grads
+
+
+BIAS_MISTAKES = {
+    "σ′ without c": "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c",
+    "e missing": "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e",
+}
+
+BIAS_PATTERNS = {
+    frozenset("xQc"): "dK, dV, de and df are right but dx, dQ and dc are not: the mistake is "
+                      "in the gradient reaching the gate's input a = x Qᵀ + c",
+    frozenset("xKe"): "the gradients of the linear branch (dx, dK, de) are wrong: look at db",
+    frozenset("c"): "dc alone is wrong: c is added to every token, so its gradient adds up "
+                    "the gradient of a over the tokens",
+    frozenset("e"): "de alone is wrong: e is added to every token, so its gradient adds up "
+                    "the gradient of b over the tokens",
+    frozenset("f"): "df alone is wrong: f is added to every token, so its gradient adds up dy "
+                    "over the tokens",
+    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums over the tokens; h = σ(a) ⊙ b with both biases",
+}
+
+
+def diagnose_gated_biases(rows):
+    return pattern_diagnosis(rows, "gated_bias_backward", BIAS_PATTERNS)
+
+
+def gated_biases(c):
+    rng = np.random.default_rng(140)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "c": rng.standard_normal(M),
+         "e": rng.standard_normal(M), "f": rng.standard_normal(D_OUT)}
+    dy = rng.standard_normal((N, D_OUT))
+    for act in ("silu", "relu"):
+        c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
+                gated_bias_reference(x, **p, act=act),
+                lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
+                mistakes={"a bias is missing (c, e or f)":
+                          gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
+    zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
+    c.close("zero biases: the gated MLP", "gated_bias_forward",
+            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
+            lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
+    inputs = {"x": x} | p
+    numeric = {}
+    for name, value in inputs.items():
+        def forward(v, name=name):
+            return gated_bias_reference(**(inputs | {name: v}), act="silu")
+        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    for act, fd in (("silu", numeric), ("relu", None)):
+        reference = gated_bias_gradients(dy, x, *p.values(), act)
+        mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
+                    for key, text in BIAS_MISTAKES.items()}
+        gradient_rows(c, "gated_bias_backward", None, act, x, p, dy,
+                      finite_differences=fd is not None, mistakes=mistakes,
+                      reference=reference, numeric=fd)
+    c.answer_is("BIAS_FACTORS", {"c": 2.0, "e": 0.5, "f": 1.0})
+
+
+# ----- Backprop IV: a gate with a learnable temperature ------------------------------------
+
+
+def temperature_reference(x, Q, K, V, beta, act):
+    """y = (σ(β ⊙ (x Qᵀ)) ⊙ (x Kᵀ)) V."""
+    return (sigma(act, beta * (x @ Q.T)) * (x @ K.T)) @ V
+
+
+def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
+    """The gradients of temperature_reference; `mistake` makes one of TEMPERATURE_MISTAKES."""
+    s = bn.ACTIVATIONS[act]
+    a, b = x @ Q.T, x @ K.T
+    u = beta * a
+    dh = dy @ V.T
+    du = dh * b * s.df(u)
+    da = du if mistake == "no β in da" else du * beta
+    dbeta = (du if mistake == "no a in dβ" else du * a).sum(axis=0)
+    return {"x": da @ Q + (dh * s.f(u)) @ K, "Q": da.T @ x, "K": (dh * s.f(u)).T @ x,
+            "V": (s.f(u) * b).T @ dy, "beta": dbeta}
+
+
+TEMPERATURE_MISTAKES = {
+    "no β in da": "the chain rule through u = β ⊙ a is missing its factor β",
+    "no a in dβ": "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)",
+}
+
+TEMPERATURE_PATTERNS = {
+    frozenset("xQ"): "dK, dV and dβ are right but dx and dQ are not: the gradient reaching "
+                     "a = x Qᵀ goes through u = β ⊙ a",
+    frozenset(["beta"]): "dβ alone is wrong: β_j multiplies a_j for every token, so its "
+                         "gradient adds up, over the tokens, the gradient of u times a",
+}
+
+
+def diagnose_gate_temperature(rows):
+    return pattern_diagnosis(rows, "temperature_backward", TEMPERATURE_PATTERNS)
+
+
+def gate_temperature(c):
+    rng = np.random.default_rng(150)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "beta": rng.uniform(0.5, 2.0, M)}
+    dy = rng.standard_normal((N, D_OUT))
+    for act in ("silu", "sigmoid"):
+        c.close(f"temperature_forward, {act}", "temperature_forward",
+                temperature_reference(x, **p, act=act),
+                lambda act=act: c.call("temperature_forward", x, *p.values(), act))
+    c.close("β = 1: the gated MLP", "temperature_forward",
+            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
+            lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
+    inputs = {"x": x} | p
+    numeric = {}
+    for name, value in inputs.items():
+        def forward(v, name=name):
+            return temperature_reference(**(inputs | {name: v}), act="silu")
+        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    for act, fd in (("silu", numeric), ("sigmoid", None)):
+        mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
+                    for key, text in TEMPERATURE_MISTAKES.items()}
+        gradient_rows(c, "temperature_backward", None, act, x, p, dy,
+                      finite_differences=fd is not None, mistakes=mistakes,
+                      reference=temperature_gradients(dy, x, *p.values(), act), numeric=fd)
+    g = temperature_gradients(dy, x, *p.values(), "gelu")
+    c.close("temperature_residual", "temperature_residual",
+            np.sum(p["Q"] * g["Q"], axis=1) - p["beta"] * g["beta"],
+            lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
+            tol=1e-8)
+    c.answer_is("ZERO_FOR_EVERY_SIGMA", True)

@@ -38,4 +38,10 @@ COURSE = [
              checks.tied_factors),
     Exercise("higher_rank", "Higher rank: eigendecomposition and truncation",
              checks.higher_rank, ("eigen_factors",)),
+    Exercise("gated_biases", "Backprop III: a gated unit with biases (new)",
+             checks.gated_biases, ("gated_mlp_backward", "gated_rank_r_backward",
+                                   "_project_both_back"), checks.diagnose_gated_biases),
+    Exercise("gate_temperature", "Backprop IV: a gate with a learned temperature (new)",
+             checks.gate_temperature, ("gated_mlp_backward", "gated_rank_r_backward",
+                                       "_project_both_back"), checks.diagnose_gate_temperature),
 ]
