@@ -13,6 +13,7 @@ second.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -720,3 +721,129 @@ def gate_temperature(c):
             lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
             tol=1e-8)
     c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
+
+
+# ----- Capstone: design a variant --------------------------------------------------------
+
+CAPSTONE_SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
+                       "key_value_rescaling", "permutation")
+NAMED = ("mlp", "static_query_mlp", "bilinear", "rank_r_bilinear", "rank1_bilinear",
+         "gated_mlp", "double_gated_mlp", "gated_rank_r")
+
+
+def transformed(Q, K, V, symmetry, alpha):
+    """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
+    col = alpha[:, None]                                   # (m, 1): scales whole rows
+    if symmetry == "exchange":
+        return K, Q, V
+    if symmetry == "inverse_scaling_pos":
+        return col * Q, K / col, V
+    if symmetry == "inverse_scaling_neg":
+        return -col * Q, K / -col, V
+    if symmetry == "key_value_rescaling":
+        return Q, col * K, V / col
+    return Q[::-1], K[::-1], V[::-1]                       # permutation: reverse the units
+
+
+def capstone_problem(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((7, 6))
+    Q, K = rng.standard_normal((5, 6)) / np.sqrt(6), rng.standard_normal((5, 6)) / np.sqrt(6)
+    return x, Q, K, rng.standard_normal((5, 3)) / np.sqrt(5)
+
+
+def capstone_deviation(forward, act, symmetry, seed=160):
+    """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
+    x, Q, K, V = capstone_problem(seed)
+    y = forward(x, Q, K, V, act)[0]
+    return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
+                                   act)[0])
+
+
+def short_training(forward, backward, act, steps=300, seed=161):
+    """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
+    (loss at the start, loss after `steps`)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 6))
+    T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
+    params = {"Q": rng.standard_normal((8, 6)) / np.sqrt(6),
+              "K": rng.standard_normal((8, 6)) / np.sqrt(6),
+              "V": rng.standard_normal((8, 3)) / np.sqrt(8)}
+    state, losses = bn.adam_init(params), []
+    for _ in range(steps + 1):
+        y, cache = forward(x, params["Q"], params["K"], params["V"], act)
+        losses.append(0.5 * np.sum((y - T) ** 2) / len(x))
+        grads = backward((y - T) / len(x), cache)
+        params, state = bn.adam_step(params, {k: grads[k] for k in params}, state, lr=1e-2)
+    return losses[0], losses[-1]
+
+
+def design_a_variant(c):
+    names_before = set(bn.FORMULATIONS)
+    name = lambda: c.answer("NAME")             # noqa: E731
+    act = lambda: c.answer("ACT")               # noqa: E731
+    c.holds("NAME: a new name, a str", "NAME", "a str not in FORMULATIONS", name,
+            lambda n: isinstance(n, str) and n and n not in names_before,
+            "a str that is not already a key of bn.FORMULATIONS")
+    c.holds("ACT: a key of bn.ACTIVATIONS", "ACT", "an activation name", act,
+            lambda a: isinstance(a, str) and a in bn.ACTIVATIONS)
+
+    def registered():
+        c.call("register")
+        form = bn.FORMULATIONS.get(name())
+        if not (isinstance(form, bn.Formulation) and form.param_names == ("Q", "K", "V")):
+            return False
+        # From here on the registry entry runs your file's forward and backward, each call
+        # checked as any other call of your code.
+        bn.FORMULATIONS[name()] = dataclasses.replace(
+            form, forward=lambda *args, **kwargs: c.call("forward", *args, **kwargs),
+            backward=lambda *args, **kwargs: c.call("backward", *args, **kwargs))
+        return True
+
+    try:
+        c.holds("register() adds NAME to bn.FORMULATIONS", "register",
+                "a Formulation of Q, K, V", registered, bool)
+        student = lambda *args: c.call("forward", *args)      # noqa: E731
+        for other in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
+            def gap(other=other):
+                x, Q, K, V = capstone_problem(162)
+                return bn.rel_error(student(x, Q, K, V, act())[0],
+                                    bn.FORMULATIONS[other].forward(x, Q, K, V, act=act())[0])
+            c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6", gap,
+                    lambda g: g > 1e-6, f"your forward computes {other}: design a new unit")
+        report = {}
+
+        def gradcheck_error(tensor):
+            if "report" not in report:
+                report["report"] = bn.gradcheck(name(), act(), x_shape=(3, 4))
+            return next(row.rel_error for row in report["report"].rows if row.tensor == tensor)
+
+        for tensor in ("x", "Q", "K", "V"):
+            c.holds(f"bn.gradcheck: d{tensor}", "backward", "rel error <= 1e-7",
+                    lambda t=tensor: gradcheck_error(t), lambda e: e <= 1e-7,
+                    "your backward disagrees with finite differences of your forward")
+        for symmetry in CAPSTONE_SYMMETRIES:
+            def claim_and_measure(symmetry=symmetry):
+                claim = c.answer("KEEPS")[symmetry]
+                return claim, capstone_deviation(student, act(), symmetry)
+            c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
+                    claim_and_measure,
+                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= 1e-10),
+                    "your claim (a bool) and the measured deviation disagree (kept when the "
+                    "deviation is at most 1e-10)")
+            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
+                    lambda s=symmetry: len(str(c.answer("WHY")[s]).split()), lambda n: n >= 8)
+        variants = {"your variant": (student, lambda *args: c.call("backward", *args), act),
+                    "SwiGLU": (bn.gated_mlp_forward, bn.gated_mlp_backward, lambda: "silu"),
+                    "rank1-silu": (bn.rank1_bilinear_forward, bn.rank1_bilinear_backward,
+                                   lambda: "silu")}
+        for label, (fwd, bwd, a) in variants.items():
+            def ratio(fwd=fwd, bwd=bwd, a=a):
+                name()                                   # beside your variant: once it is named
+                start, end = short_training(fwd, bwd, a())
+                return end / start
+            c.holds(f"300 Adam steps: {label}", "training", "loss ratio < 0.5", ratio,
+                    lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
+    finally:
+        for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was
+            del bn.FORMULATIONS[key]

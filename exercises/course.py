@@ -44,4 +44,6 @@ COURSE = [
     Exercise("gate_temperature", "Backprop IV: a gate with a learned temperature (new)",
              checks.gate_temperature, ("gated_mlp_backward", "gated_rank_r_backward",
                                        "_project_both_back"), checks.diagnose_gate_temperature),
+    Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
+             checks.design_a_variant),
 ]

@@ -342,7 +342,9 @@ def test_every_function_and_answer_is_really_checked(number, exercise):
     path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
     module = checker.load_module(path)
     topics = {row.topic for row in checker.check_module(number, exercise, module).rows}
-    for topic in topics:
+    # Not "training" (the capstone's baselines), nor the capstone's NAME (any new name is
+    # right) and WHY (any sentence passes: the instructor reads it).
+    for topic in topics & set(vars(module)) - {"NAME", "WHY"}:
         value = getattr(module, topic)
         wrong = types.SimpleNamespace(**vars(module))
         setattr(wrong, topic, wrapped(value) if callable(value) else perturbed(value))
@@ -456,9 +458,9 @@ def test_copy_without_solutions_still_checks(tmp_path):
     assert status == 2 and "does not exist" in out
 
 
-def test_readme_lists_every_exercise_in_order():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) \| `(ex\d\d_\w+\.py)` \|", readme, re.M)
+def test_course_page_lists_every_exercise_in_order():
+    page = (ROOT / "docs" / "course.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `(ex\d\d_\w+\.py)` \|", page, re.M)
     assert rows == [(str(n), checker.file_name(n, ex)) for n, ex in NUMBERED]
 
 
@@ -593,3 +595,50 @@ def test_scaffolds_fade_and_every_exercise_names_its_api(number, exercise):
         code = re.compile(r"np\.|bn\.|@|\.T\b|einsum|\[:|reshape|axis")
         for line in re.findall(r"# TODO: (.*)", stub):
             assert not code.search(line), line
+
+
+# ----- The new problems and the capstone: their slips are caught and named ----------------
+
+NEW_SLIPS = [
+    # (exercise, the solution's text, the mistaken text, what the checker must say)
+    (14, "da = dh * b * sigma.df(a)", "da = dh * b * sigma.df(x @ Q.T)",
+     ["σ′ evaluated at x Qᵀ without the bias c", "gradient reaching the gate's input"]),
+    (14, '"c": da.sum(axis=0)', '"c": da', ["one value per token (6 of them)"]),
+    (14, "df = dy.sum(axis=0)", "df = dy.mean(axis=0)", ["df alone is wrong"]),
+    (15, "da = du * beta ", "da = du ", ["missing its factor β", "goes through u = β ⊙ a"]),
+    (15, '"beta": (du * a).sum(axis=0)', '"beta": du.sum(axis=0)',
+     ["dβ is missing the factor a", "dβ alone is wrong"]),
+]
+
+
+@pytest.mark.parametrize("number, old, new, says", NEW_SLIPS)
+def test_slips_in_the_new_problems_get_their_diagnosis(number, old, new, says, tmp_path):
+    path = solved_copy(tmp_path, number, old, new)
+    result = checker.check_file(number, COURSE[number - 1], path)
+    assert result.status == "failing"
+    text = "\n".join(checker.diagnoses(result) + [row.message for row in result.rows])
+    for phrase in says:
+        assert phrase in text, (phrase, text)
+
+
+CAPSTONE_SLIPS = {
+    "a wrong claim": ('KEEPS = {"exchange": True,', 'KEEPS = {"exchange": False,',
+                      "KEEPS[exchange] = measured"),
+    "a wrong backward": ("db = 0.5 * dh * (s.f(a) + s.df(b) * a)", "db = 0.5 * dh * s.f(a)",
+                         "bn.gradcheck: dK"),
+    "a named unit": ("h = 0.5 * (s.f(a) * b + s.f(b) * a)", "h = s.f(a) * b",
+                     "forward differs from gated_mlp"),
+    "an unregistered one": ("    bn.FORMULATIONS[NAME] = bn.Formulation(",
+                            "    _unused = bn.Formulation(", "register() adds NAME"),
+}
+
+
+@pytest.mark.parametrize("slip", CAPSTONE_SLIPS)
+def test_the_capstone_catches_a_wrong_design(slip, tmp_path):
+    old, new, check = CAPSTONE_SLIPS[slip]
+    before = set(bn.FORMULATIONS)
+    path = solved_copy(tmp_path, 16, old, new)
+    result = checker.check_file(16, COURSE[15], path)
+    assert set(bn.FORMULATIONS) == before                   # the registry is left as it was
+    failing = {row.check for row in result.rows if row.verdict != "ok"}
+    assert result.status == "failing" and any(c.startswith(check) for c in failing), failing
