@@ -275,6 +275,7 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         raise ValueError(f"seeds: the paired comparison needs at least 2 seeds, got {seeds!r}")
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
     if lr is not None and not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     out = Path(out) if out is not None else train.default_out(mode)

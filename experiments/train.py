@@ -96,7 +96,8 @@ class TextTask:
     def __init__(self, context=8, e=16, d=64, budget_units=256, batch=256, lr=1e-2,
                  curve_size=4096):
         corpus = data.text_dataset(data.load_text_corpus())
-        self.context, self.e, self.d, self.batch_size, self.lr = context, e, d, batch, lr
+        self.context, self.e, self.d, self.batch_size = context, e, d, batch
+        self.lr = bn._real("lr", lr)             # a Python float: float32 training stays float32
         self.budget = 2 * d * budget_units       # = a key-value MLP with budget_units units
         self.train_ids, self.val_ids, self.vocab = corpus.train, corpus.val, len(corpus.vocab)
         self.baseline = data.unigram_bpc(corpus.train, corpus.val, self.vocab)
@@ -141,7 +142,8 @@ class ImageTask:
     def __init__(self, path=None, stride=4, n_freq=64, sigma=10.0, d=64, budget_units=256,
                  batch=256, lr=1e-2, curve_size=4096):
         self.image = data.load_image(path, stride)                     # (H, W, 3)
-        self.d, self.batch_size, self.lr = d, batch, lr
+        self.d, self.batch_size = d, batch
+        self.lr, sigma = bn._real("lr", lr), bn._real("sigma", sigma)   # Python floats
         self.budget = 2 * d * budget_units
         H, W, _ = self.image.shape
         B = np.random.default_rng(0).normal(0.0, sigma, (2, n_freq))   # (2, F)
@@ -226,7 +228,8 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
 
     Args:
         task: a TASKS instance; variant: a VARIANTS name or "formulation:activation[:r]";
-        seed: int >= 0; steps: int > 0; lr: float > 0; n_evals: points on the curve.
+        seed: int >= 0; steps: int > 0; lr: a real number > 0 (Python or NumPy; the
+        parameters keep the task's dtype); n_evals: points on the curve.
     Returns:
         dict with "row" (the CSV row), "curve" ((n_evals + 1,) steps and metric values),
         "m", "params".
@@ -234,7 +237,7 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         ValueError for an unknown variant or a non-positive steps or lr.
     """
     formulation, act, r = resolve_variant(variant)
-    lr = task.lr if lr is None else lr
+    lr = task.lr if lr is None else bn._real("lr", lr)      # a Python float (see bn._real)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
     if not lr > 0:
@@ -340,6 +343,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
     for name, value in (("seeds", seeds), ("steps", steps)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
     if lr is not None and not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     for v in variants:
