@@ -2125,7 +2125,8 @@ def build_parser():
 
     figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
                                           "files, with the numbers as CSV beside them")
-    figs.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    figs.add_argument("--out", default="figures",
+                      help="output directory (default: figures/ in the working folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
     figs.set_defaults(func=_cmd_figures)
@@ -2148,15 +2149,17 @@ def build_parser():
                                           "formulation:activation[:r]; for ablation, names "
                                           "of its cells (default: the mode's)")
     train.add_argument("--out", help="output folder for results/ and figures/ (default: "
-                                     "the repository for --full, runs/<mode>/ otherwise)")
+                                     "the working folder for --full, runs/<mode>/ in it "
+                                     "otherwise)")
     train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
     train.set_defaults(func=_cmd_train, mode="default")
 
     bench = sub.add_parser("bench", help="time forward and backward of every formulation "
                                          "against its GEMM floor; print and save a table")
     bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", help="CSV path (default: results/bench.csv for the complete "
-                                     "run, runs/quick/ or runs/part/results/bench.csv otherwise)")
+    bench.add_argument("--out", help="CSV path (default, in the working folder: "
+                                     "results/bench.csv for the complete run, "
+                                     "runs/quick/ or runs/part/results/bench.csv otherwise)")
     bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
                        help="run only this dtype (repeatable)")
     bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),

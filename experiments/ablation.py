@@ -246,8 +246,8 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         mode: "quick", "default" or "full" (MODES); seeds: number of seeds 0, 1, ... (at
         least 2, default the mode's); steps: Adam steps per run (default the mode's);
         variants: CELLS names (default the mode's); lr: Adam's rate (default the task's);
-        out: output folder (default train.default_out(mode): the repository for --full,
-        runs/<mode>/ otherwise); image: image file for the
+        out: output folder (default train.default_out(mode): the working folder for --full,
+        runs/<mode>/ in it otherwise); image: image file for the
         image task; tasks: names of train.TASKS; log: prints one line;
         progress_stream: stream of the progress line.
     Writes:

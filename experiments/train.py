@@ -28,8 +28,6 @@ import numpy as np
 import bilinear_numpy as bn
 from experiments import data
 
-ROOT = Path(__file__).resolve().parent.parent
-
 # name -> (formulation, activation, r). Every FFN gets the same parameter budget.
 VARIANTS = {
     "mlp-relu": ("mlp", "relu", 1),              # key-value memory MLP
@@ -309,9 +307,10 @@ def write_csv(path, task, rows):
 
 
 def default_out(mode):
-    """Where a mode writes: the repository itself for --full (the committed results),
-    runs/<mode>/ otherwise, so that a quick run never overwrites them."""
-    return ROOT if mode == "full" else ROOT / "runs" / mode
+    """Where a mode writes: under the current working folder, never beside the code. The
+    working folder itself for --full (run from the clone's root: the committed results/
+    and figures/), runs/<mode>/ in it otherwise, so that a quick run never overwrites them."""
+    return Path.cwd() if mode == "full" else Path.cwd() / "runs" / mode
 
 
 def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, lr=None,
