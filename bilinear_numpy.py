@@ -2077,6 +2077,8 @@ def _run_training(task, mode, **options):
             ablation.run_ablation(mode=mode, **options)
         else:
             train.run_task(task, mode=mode, **options)
+    except UnicodeError:                      # a ValueError, but never the user's input
+        raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -2172,11 +2174,21 @@ def build_parser():
     return parser
 
 
+def _console_prints_anything():
+    # A console that cannot show a character ("±", "−", "Δ" of the tables; PYTHONIOENCODING=ascii,
+    # a Windows cp1252 console) shows "?" instead of raising UnicodeEncodeError after the work.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):        # a replaced stream (e.g. StringIO) has none
+            stream.reconfigure(errors="replace")
+
+
 def main(argv=None):
     """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
 
+    Output the console cannot encode is printed as "?" (never an error).
     Returns the process exit status: 0 when everything agrees with theory.
     """
+    _console_prints_anything()
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -299,14 +299,9 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
                              "seed": seed, "metric": value, "metric_name": task.metric})
                 progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
                                  f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
-    log(f"ablation: {time.perf_counter() - start:.1f} s of training\n")
-    log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
-    log(cells_table(rows, variants, tasks) + "\n")
-    if comparisons_in(variants):
-        log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
-        log(differences_table(rows, variants, tasks) + "\n")
+    seconds = time.perf_counter() - start
 
-    from experiments import train_figures
+    from experiments import train_figures         # results on disk first, then printed
     stem = "ablation_full" if mode == "full" else "ablation"   # --full keeps the default's files
     csv_path = out / "results" / f"{stem}.csv"
     write_csv(csv_path, rows)
@@ -314,5 +309,11 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
              "equal FFN parameters")
     figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
                                          out / "figures" / f"{stem}_grid.png")
+    log(f"ablation: {seconds:.1f} s of training\n")
+    log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
+    log(cells_table(rows, variants, tasks) + "\n")
+    if comparisons_in(variants):
+        log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
+        log(differences_table(rows, variants, tasks) + "\n")
     log(f"wrote {csv_path}, {figure}")
     return rows

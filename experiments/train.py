@@ -371,9 +371,10 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
                 recon[v] = task.predict(result["params"], *resolve_variant(v)[:2])
             progress.message(f"   {v:<18} seed {seed}: {task.metric} = "
                              f"{result['row'][task.metric]:.3f}  ({result['seconds']:.1f} s)")
-    log(f"{task_name}: {time.perf_counter() - start:.1f} s of training\n")
-    log(markdown_table(task, rows, m_of))
+    seconds = time.perf_counter() - start
 
+    # Results go to disk before anything is printed about them: a console that cannot
+    # print a character (PYTHONIOENCODING=ascii, a cp1252 console) must not lose them.
     from experiments import train_figures
     write_csv(out / "results" / f"{task_name}.csv", task, rows)
     title = f"{task_name}: {task.label} during training, mean ± std over {seeds} seeds"
@@ -385,5 +386,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
         psnr = {row["variant"]: row[task.metric] for row in rows if row["seed"] == 0}
         written.append(train_figures.reconstruction_grid(
             task.image, recon, psnr, out / "figures" / "image_reconstructions.png"))
+    log(f"{task_name}: {seconds:.1f} s of training\n")
+    log(markdown_table(task, rows, m_of))
     log("wrote " + ", ".join(str(p) for p in written))
     return rows
