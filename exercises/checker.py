@@ -141,7 +141,8 @@ def watching(names):
     import (`from bilinear_numpy import gated_mlp_backward as f`), functools.partial, another
     public function that calls it (bn.gradcheck calls bn.numerical_gradient), even a fresh
     copy of the module loaded from its file. All of them run the same source: the function
-    of that name in bilinear_numpy.py. So a profile hook (sys.setprofile, and
+    of that name in bilinear_numpy.py, or its speed path `_<name>_fast`, which is what
+    FORMULATIONS runs. So a profile hook (sys.setprofile, and
     threading.setprofile for new threads) watches every Python call while the student's
     code runs and records the calls whose code comes from bilinear_numpy.py under a
     forbidden name. The hook raises nothing (a student's `except:` cannot swallow it); the
@@ -150,7 +151,7 @@ def watching(names):
     Yields: the list the calls are appended to (function names, in order).
     """
     called, verdicts, where = [], {}, bn_file()
-    names = frozenset(names)
+    names = frozenset(names) | {f"_{name}_fast" for name in names}   # the registry's speed paths
 
     def hook(frame, event, arg):
         if event != "call":
@@ -371,12 +372,15 @@ class Checks:
         fn = getattr(self.module, name, None)
         if not callable(fn):
             raise MissingName(f"{name} is not defined as a function in the file")
-        with watching(self.forbidden) as called:
-            value = fn(*args, **kwargs)
-        if called:
-            raise ForbiddenCall(f"your code called the library's {called[0]} (by this name or "
-                                f"another route: a registry entry, get_formulation, a name "
-                                f"bound at import): this exercise asks you to write it")
+        called = []
+        try:
+            with watching(self.forbidden) as called:
+                value = fn(*args, **kwargs)
+        finally:                 # a forbidden call is named even if the code then raised
+            if called:
+                raise ForbiddenCall(f"your code called the library's {called[0]} (by this "
+                                    f"name or another route: a registry entry, get_formulation, "
+                                    f"a name bound at import): this exercise asks you to write it")
         return value
 
     def answer(self, name):
