@@ -188,7 +188,7 @@ HOSTILE = {
     # number: (old text of the solution, new text, what the checker must say)
     1: ("return bn.ACTIVATIONS[act].f(z) @ V", "import sys; sys.exit(0)",
         ("ERROR", "SystemExit: your code called sys.exit(0)")),
-    2: ("EXTRA_PARAMS = 768 * 768",                     # loops at import, swallowing all
+    2: ("EXTRA_PARAMS = 768 * 768",                # loops at import, whatever it catches
         "while True:\n    try:\n        z = np.add(0, 1)\n    except:\n        pass\n"
         "EXTRA_PARAMS = 768 * 768", ("TIMEOUT", "stopped at its time limit of 1 s (line")),
     3: ("    return 0.5 * (A + A.transpose(0, 2, 1))", "    raise KeyboardInterrupt",
@@ -198,10 +198,6 @@ HOSTILE = {
         ("TIMEOUT", "stopped at its time limit of 1 s")),
     6: ('    return bn.ACTIVATIONS[act].f(z) / z\n',     # ends its own process
         "    import os; os._exit(0)\n", ("ERROR", "process checking exercise 6 ended")),
-    7: ('        raise ValueError(f"alpha: expected nonzero factors, got {alpha}")',
-        "        while True:\n            try:\n                time.sleep(0.01)\n"
-        "            except BaseException:\n                pass",
-        ("TIMEOUT", "stopped at its time limit of 1 s")),
 }
 
 
@@ -209,9 +205,7 @@ HOSTILE = {
 def hostile_results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
     for number, (old, new, _) in HOSTILE.items():
-        path = solved_copy(folder, number, old, new)
-        if number == 7:
-            path.write_text("import time\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
+        solved_copy(folder, number, old, new)
     shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(4, COURSE[3]), folder)  # solved
     numbered = [(n, COURSE[n - 1]) for n in sorted(set(HOSTILE) | {4})]
     return {result.number: result for result in checker.run_exercises(numbered, folder, 1.0)}
