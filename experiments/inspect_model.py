@@ -239,6 +239,27 @@ def layer_summary(i, units, fwd):
     return row
 
 
+BALANCED = 0.1           # "balanced": |balance| below this, i.e. norms within about 10%
+
+
+def overall_summary(unit_rows):
+    """Numbers over every unit of every inspected layer (raw weights).
+
+    Returns: dict: median |bal_qk| and |bal_kv|, the shares of units with |balance| below
+        BALANCED, corr(log||k||, log||v||) and corr(log||q||, log||k||), median |cos(q, k)|.
+    """
+    col = lambda key: np.array([u[key] for u in unit_rows])          # noqa: E731
+    q, k, v = col("q_norm"), col("k_norm"), col("v_norm")
+    out = {}
+    for pair in ("qk", "kv"):
+        b = col(f"bal_{pair}")
+        out[f"median_abs_bal_{pair}"] = float(np.nanmedian(np.abs(b)))
+        out[f"share_abs_bal_{pair}_below_{BALANCED}"] = float(np.mean(np.abs(b) < BALANCED))
+    out |= {"corr_log_kv": _corr_log(k, v), "corr_log_qk": _corr_log(q, k),
+            "median_abs_cos_qk": float(np.nanmedian(np.abs(col("cos_qk"))))}
+    return out
+
+
 # Column order of the files: the raw-weight columns first, as promised in the docs.
 UNIT_COLUMNS = ["layer", "unit", "q_norm", "k_norm", "v_norm", "cos_qk", "bal_qk", "bal_kv",
                 "q_norm_g", "k_norm_g", "cos_qk_g", "bal_qk_g", "bal_kv_g",
@@ -285,10 +306,12 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
         if progress:
             progress(layer_rows[-1])
     dtypes = sorted({ckpt.dtype(t.format(i=i)) for i in layers for t in NAMES.values()})
-    info = {"checkpoint": str(Path(path).resolve()), "dtypes": dtypes, "config": config_note,
+    info = {"checkpoint": str(Path(path).resolve()), "dtypes": dtypes,
+            "checkpoint_metadata": ckpt.metadata, "config": config_note,
             "mapping": MAPPING, "inputs": INPUTS, "n_tokens": n_tokens, "seed": seed,
             "rms_norm_eps": eps, "near_linear_tol": tol,
             "near_linear_threshold": near_linear_threshold(tol),
+            "overall": overall_summary(unit_rows),
             "seconds": round(time.perf_counter() - start, 2)}
     return unit_rows, layer_rows, info
 
@@ -413,6 +436,13 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
     out("Columns: medians over units of the raw weights; bal_qk_g with the RMSNorm gain "
         "folded into Q and K.\n")
     print_table(layer_rows, out)
+    o = info["overall"]
+    out(f"\nAll {len(unit_rows)} units (raw): median |bal_qk| {o['median_abs_bal_qk']:.3f}, "
+        f"|bal_kv| {o['median_abs_bal_kv']:.3f}; share with |balance| < {BALANCED}: (q, k) "
+        f"{o[f'share_abs_bal_qk_below_{BALANCED}']:.2f}, (k, v) "
+        f"{o[f'share_abs_bal_kv_below_{BALANCED}']:.2f}; corr(log||k||, log||v||) "
+        f"{o['corr_log_kv']:.2f}, corr(log||q||, log||k||) {o['corr_log_qk']:.2f}; "
+        f"median |cos(q, k)| {o['median_abs_cos_qk']:.3f}.")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info |= provenance()

@@ -93,6 +93,14 @@ def test_numbers_equal_a_direct_numpy_computation(tiny):
         corr = np.corrcoef(np.log(want["k_norm"]), np.log(want["v_norm"]))[0, 1]
         assert layers[i]["corr_log_kv"] == pytest.approx(corr, rel=1e-10)
     assert info["near_linear_threshold"] == pytest.approx(0.2006706954621511, rel=1e-12)
+    every = [direct_layer(arrays, i, x) for i in range(LAYERS)]
+    bal_kv = np.concatenate([w["bal_kv"] for w in every])
+    k_norm, v_norm = (np.concatenate([w[key] for w in every]) for key in ("k_norm", "v_norm"))
+    o = info["overall"]
+    assert o["median_abs_bal_kv"] == pytest.approx(np.median(np.abs(bal_kv)), rel=1e-12)
+    assert o["share_abs_bal_kv_below_0.1"] == np.mean(np.abs(bal_kv) < 0.1)
+    assert o["corr_log_kv"] == pytest.approx(
+        np.corrcoef(np.log(k_norm), np.log(v_norm))[0, 1], rel=1e-10)
 
 
 def test_near_linear_threshold_is_where_silu_leaves_its_tangent():
@@ -122,6 +130,8 @@ def test_cli_writes_the_tables_and_the_figure(tiny, tmp_path, capsys):
     assert list(layers[0]) == im.LAYER_COLUMNS and layers[0]["commit"]
     run = json.loads((out / "inspect_run.json").read_text(encoding="utf-8"))
     assert run["commit"] and run["mapping"] == im.MAPPING and run["n_tokens"] == 64
+    assert run["checkpoint_metadata"] == {} and "median_abs_bal_qk" in run["overall"]
+    assert f"All {LAYERS * M} units (raw): median |bal_qk|" in text
     assert (out / "inspect.png").stat().st_size > 10_000
     # The printed table shows the CSV's numbers.
     assert f"{float(layers[1]['median_bal_kv']):+7.3f}" in text
