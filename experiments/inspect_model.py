@@ -201,17 +201,21 @@ def forward_measures(x, Q, K, V, g, eps=DEFAULT_EPS, tol=NEAR_LINEAR_TOL):
     Args: x (N, d) float32; Q, K (m, d), V (m, d_out), g (d,) float32; eps: RMSNorm's;
         tol: the relative error of the near-linear test.
     Returns: dict: near_linear (m,) per unit, a_std (m,) the std of a_j over the tokens,
-        and floats exchange_dev, linear_dev, near_linear_layer (over every unit and token).
+        out_share (m,) unit j's share of sum_j mean(h_j^2) ||v_j||^2 (h = silu(a) * b: how
+        much of the output's size comes from unit j, cross terms left out), and floats exchange_dev, linear_dev, near_linear_layer (over every unit and token).
     Source: paper eq. (6) and its exchange symmetry; derivations.md, "Weight decay and
         the balances".
     """
     xn = bn.rmsnorm_forward(x, g, eps)[0]                       # (N, d)  x' = g * x / rms(x)
     y, cache = bn.gated_mlp_forward(xn, Q, K, V, "silu")        # (N, d_out)
     a = cache["z"]                                              # (N, m)  a = x' Q^T
+    size = np.mean(np.square(cache["h"], dtype=np.float64), axis=0) * np.sum(
+        np.square(V, dtype=np.float64), axis=1)                 # (m,)  mean h_j^2 ||v_j||^2
     y_swap = bn.gated_mlp_forward(xn, K, Q, V, "silu")[0]       # (N, d_out)
     y_lin = bn.gated_mlp_forward(xn, Q * np.float32(0.5), K, V, "identity")[0]
     small = np.abs(a) <= near_linear_threshold(tol)             # (N, m)  silu(a) ~ a/2
     return {"near_linear": small.mean(axis=0), "a_std": a.std(axis=0, dtype=np.float64),
+            "out_share": size / size.sum(),
             "exchange_dev": relative_deviation(y_swap, y),
             "linear_dev": relative_deviation(y_lin, y),
             "near_linear_layer": float(small.mean())}
@@ -235,7 +239,8 @@ def layer_summary(i, units, fwd):
     row["median_v_norm"] = med("v_norm")
     row |= {"exchange_dev": fwd["exchange_dev"], "linear_dev": fwd["linear_dev"],
             "near_linear_frac": fwd["near_linear_layer"],
-            "median_a_std": float(np.median(fwd["a_std"]))}
+            "median_a_std": float(np.median(fwd["a_std"])),
+            "top3_out_share": float(np.sort(fwd["out_share"])[-3:].sum())}
     return row
 
 
@@ -263,12 +268,13 @@ def overall_summary(unit_rows):
 # Column order of the files: the raw-weight columns first, as promised in the docs.
 UNIT_COLUMNS = ["layer", "unit", "q_norm", "k_norm", "v_norm", "cos_qk", "bal_qk", "bal_kv",
                 "q_norm_g", "k_norm_g", "cos_qk_g", "bal_qk_g", "bal_kv_g",
-                "near_linear", "a_std", "commit"]
+                "near_linear", "a_std", "out_share", "commit"]
 LAYER_COLUMNS = ["layer", "m", "median_q_norm", "median_k_norm", "median_v_norm",
                  "median_bal_qk", "median_bal_kv", "corr_log_kv", "corr_log_qk",
                  "median_abs_cos_qk", "median_q_norm_g", "median_k_norm_g", "median_bal_qk_g",
                  "median_bal_kv_g", "corr_log_kv_g", "corr_log_qk_g", "median_abs_cos_qk_g",
-                 "exchange_dev", "linear_dev", "near_linear_frac", "median_a_std", "commit"]
+                 "exchange_dev", "linear_dev", "near_linear_frac", "median_a_std",
+                 "top3_out_share", "commit"]
 
 
 def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
@@ -298,7 +304,7 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
             x = random_tokens(Q.shape[1], n_tokens, seed)         # (N, d)
         units = unit_measures(Q, K, V, g)
         fwd = forward_measures(x, Q, K, V, g, eps, tol)
-        units |= {"near_linear": fwd["near_linear"], "a_std": fwd["a_std"]}
+        units |= {k: fwd[k] for k in ("near_linear", "a_std", "out_share")}
         for j in range(Q.shape[0]):
             unit_rows.append({"layer": i, "unit": j} | {k: float(units[k][j]) for k in
                                                         UNIT_COLUMNS[2:-1]})
@@ -396,12 +402,14 @@ def draw_figure(path, unit_rows, layer_rows, caption):
 def print_table(layer_rows, out=print):
     """The per-layer table: raw norms, balances, correlation, cosine, then the forward ones."""
     out(f"{'layer':>5} {'‖q‖':>6} {'‖k‖':>6} {'‖v‖':>6} {'bal_qk':>7} {'bal_kv':>7} "
-        f"{'corr_kv':>7} {'|cos|':>6} {'bal_qk_g':>8} {'exch':>6} {'lin_dev':>7} {'near_lin':>8}")
+        f"{'corr_kv':>7} {'|cos|':>6} {'bal_qk_g':>8} {'exch':>6} {'lin_dev':>7} {'near_lin':>8} "
+        f"{'top3':>5}")
     for r in layer_rows:
         out(f"{r['layer']:>5} {r['median_q_norm']:6.2f} {r['median_k_norm']:6.2f} "
             f"{r['median_v_norm']:6.2f} {r['median_bal_qk']:+7.3f} {r['median_bal_kv']:+7.3f} "
             f"{r['corr_log_kv']:7.2f} {r['median_abs_cos_qk']:6.3f} {r['median_bal_qk_g']:+8.3f} "
-            f"{r['exchange_dev']:6.3f} {r['linear_dev']:7.3f} {r['near_linear_frac']:8.3f}")
+            f"{r['exchange_dev']:6.3f} {r['linear_dev']:7.3f} {r['near_linear_frac']:8.3f} "
+            f"{r['top3_out_share']:5.2f}")
 
 
 def parse_layers(text):
@@ -434,7 +442,7 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
     out(f"near_lin: share of |a| <= {info['near_linear_threshold']:.4f} = 2 artanh({tol:g}), "
         f"where silu(a) = a/2 within {tol:.0%}.")
     out("Columns: medians over units of the raw weights; bal_qk_g with the RMSNorm gain "
-        "folded into Q and K.\n")
+        "folded into Q and K; top3: the 3 largest units' share of the output's size.\n")
     print_table(layer_rows, out)
     o = info["overall"]
     out(f"\nAll {len(unit_rows)} units (raw): median |bal_qk| {o['median_abs_bal_qk']:.3f}, "

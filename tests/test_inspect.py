@@ -59,6 +59,7 @@ def direct_layer(arrays, i, x, eps=im.DEFAULT_EPS):
     y = (silu(a) * b) @ Wd.T
     y_swap = (silu(b) * a) @ Wd.T
     y_lin = (a / 2 * b) @ Wd.T
+    size = ((silu(a) * b) ** 2).mean(axis=0) * (Wd ** 2).sum(axis=0)   # (m,)
     frob = lambda e: np.sqrt((e ** 2).sum() / (y ** 2).sum())        # noqa: E731
     return {"q_norm": qn, "k_norm": kn, "v_norm": vn,
             "cos_qk": (Q * K).sum(axis=1) / (qn * kn),
@@ -67,7 +68,8 @@ def direct_layer(arrays, i, x, eps=im.DEFAULT_EPS):
             "q_norm_g": qg, "k_norm_g": kg,
             "bal_qk_g": (qg ** 2 - kg ** 2) / (qg ** 2 + kg ** 2),
             "near_linear": (np.abs(a) <= 2 * math.atanh(0.1)).mean(axis=0),
-            "exchange_dev": frob(y_swap - y), "linear_dev": frob(y_lin - y)}
+            "exchange_dev": frob(y_swap - y), "linear_dev": frob(y_lin - y),
+            "out_share": size / size.sum()}
 
 
 def test_numbers_equal_a_direct_numpy_computation(tiny):
@@ -87,6 +89,9 @@ def test_numbers_equal_a_direct_numpy_computation(tiny):
         assert abs(layers[i]["exchange_dev"] - want["exchange_dev"]) < 1e-5
         assert abs(layers[i]["linear_dev"] - want["linear_dev"]) < 1e-5
         assert want["exchange_dev"] > 0.05                # Q and K do play different roles
+        np.testing.assert_allclose([u["out_share"] for u in rows], want["out_share"], rtol=1e-4)
+        assert layers[i]["top3_out_share"] == pytest.approx(np.sort(want["out_share"])[-3:].sum(),
+                                                            rel=1e-4)
         near = np.array([u["near_linear"] for u in rows])
         assert np.abs(near - want["near_linear"]).max() <= 1 / 256   # one token at the edge
         assert layers[i]["median_q_norm"] == pytest.approx(np.median(want["q_norm"]), rel=1e-12)
