@@ -280,3 +280,33 @@ def test_weight_decay_balances_keys_and_values_but_not_gate_and_up():
             assert qk_gap < 0.01                            # Bilinear: (q, k) balances too
         else:
             assert qk_gap > 10 * kv_gap                     # SwiGLU: (q, k) is driven by L
+
+
+def test_docs_quote_the_committed_run():
+    # docs/real-model.md's table is results/smollm2/inspect_layers_f32.csv, rounded as printed.
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "real-model.md").read_text(encoding="utf-8")
+    with open(root / "results" / "smollm2" / "inspect_layers_f32.csv", encoding="utf-8") as f:
+        rows = {int(r["layer"]): r for r in csv.DictReader(f)}
+    assert len(rows) == 30
+    keys = [("median_q_norm", 2), ("median_k_norm", 2), ("median_v_norm", 2),
+            ("median_bal_qk", 3), ("median_bal_kv", 3), ("corr_log_kv", 2),
+            ("median_abs_cos_qk", 3), ("median_bal_qk_g", 3), ("exchange_dev", 2),
+            ("linear_dev", 2), ("near_linear_frac", 2), ("top3_out_share", 2)]
+    quoted = 0
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not (line.startswith("| ") and cells[0].isdigit() and len(cells) == 1 + len(keys)):
+            continue
+        row = rows[int(cells[0])]
+        for cell, (key, digits) in zip(cells[1:], keys):
+            assert float(cell.replace("−", "-")) == round(float(row[key]), digits), (cells[0], key)
+        quoted += 1
+    assert quoted >= 4
+    printed = (root / "results" / "smollm2" / "inspect_output_f32.txt").read_text(encoding="utf-8")
+    assert "median |bal_qk| 0.143, |bal_kv| 0.029" in printed
+    assert "median \\|bal_qk\\| 0.143 and \\|bal_kv\\| 0.029" in page
+    run = json.loads((root / "results" / "smollm2" / "inspect_run_f32.json").read_text(
+        encoding="utf-8"))
+    assert run["commit"] == rows[0]["commit"] and run["dtypes"] == ["F32"]
