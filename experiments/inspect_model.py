@@ -9,8 +9,8 @@ an RMSNorm) with experiments/safetensors_reader.py and, for each layer i, maps
     model.layers.{i}.post_attention_layernorm.weight  (d,)      -> g, the RMSNorm gain
 
 so that the layer is y = (silu(x' Q^T) * (x' K^T)) V with x' = g * x / rms(x): SwiGLU,
-the gated MLP of bilinear_numpy.gated_mlp_forward. It measures (derivations.md, section
-"Weight decay and the balances", defines each):
+the gated MLP of bilinear_numpy.gated_mlp_forward. It measures (derivations.md, section 9,
+defines each):
 
 per unit j, on the raw weights and again with the gain folded into Q and K (q_j * g,
 k_j * g: the factors the normalized token x / rms(x) actually meets; suffix _g):
@@ -34,7 +34,6 @@ import csv
 import datetime
 import json
 import math
-import os
 import platform
 import re
 import subprocess
@@ -72,7 +71,7 @@ def near_linear_threshold(tol=NEAR_LINEAR_TOL):
     Args: tol: float in (0, 1).
     Returns: float, 2 artanh(tol).
     Raises: ValueError if tol is not in (0, 1).
-    Source: derivations.md, section "Weight decay and the balances".
+    Source: derivations.md, section 9.1.
     """
     if not 0 < tol < 1:
         raise ValueError(f"tol: expected a relative error in (0, 1), got {tol}")
@@ -129,22 +128,23 @@ def layer_weights(ckpt, i):
 
 
 def read_config(path):
-    """hidden_act and rms_norm_eps from a config.json beside the checkpoint, if any.
+    """RMSNorm's eps from a config.json beside the checkpoint, and a check of its activation.
 
-    Returns: (act, eps, note): act "silu" and eps DEFAULT_EPS when there is no config.json.
+    Returns: (eps, note): eps is DEFAULT_EPS when there is no config.json; note says what
+        was read or assumed.
     Raises: ValueError if the config names another activation than silu (SwiGLU).
     """
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     config = folder / "config.json"
     if not config.is_file():
-        return "silu", DEFAULT_EPS, "no config.json: assumed SwiGLU (silu) and eps 1e-5"
+        return DEFAULT_EPS, "no config.json: assumed SwiGLU (silu) and eps 1e-5"
     cfg = json.loads(config.read_text(encoding="utf-8"))
     act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
     if act not in ("silu", "swish"):
         raise ValueError(f"{config}: hidden_act is {act!r}; this tool measures SwiGLU (silu) "
                          f"feed-forwards only")
     eps = float(cfg.get("rms_norm_eps", DEFAULT_EPS))
-    return "silu", eps, f"config.json: hidden_act {act}, rms_norm_eps {eps:g}"
+    return eps, f"config.json: hidden_act {act}, rms_norm_eps {eps:g}"
 
 
 # ----- the measurements -----------------------------------------------------------------
@@ -163,7 +163,7 @@ def unit_measures(Q, K, V, g):
     Args: Q, K (m, d); V (m, d_out); g (d,); any float dtype (computed in float64).
     Returns: dict name -> (m,) float64 array: q_norm, k_norm, v_norm, cos_qk, bal_qk,
         bal_kv (raw), q_norm_g, k_norm_g, cos_qk_g, bal_qk_g, bal_kv_g (Q g, K g).
-    Source: derivations.md, section "Weight decay and the balances".
+    Source: derivations.md, section 9.1.
     """
     Q, K, V, g = (np.asarray(a, dtype=np.float64) for a in (Q, K, V, g))
     out = {"v_norm": np.linalg.norm(V, axis=1)}                     # ||v_j||  (m,)
@@ -202,9 +202,9 @@ def forward_measures(x, Q, K, V, g, eps=DEFAULT_EPS, tol=NEAR_LINEAR_TOL):
         tol: the relative error of the near-linear test.
     Returns: dict: near_linear (m,) per unit, a_std (m,) the std of a_j over the tokens,
         out_share (m,) unit j's share of sum_j mean(h_j^2) ||v_j||^2 (h = silu(a) * b: how
-        much of the output's size comes from unit j, cross terms left out), and floats exchange_dev, linear_dev, near_linear_layer (over every unit and token).
-    Source: paper eq. (6) and its exchange symmetry; derivations.md, "Weight decay and
-        the balances".
+        much of the output's size comes from unit j, cross terms left out), and the floats
+        exchange_dev, linear_dev, near_linear_layer (over every unit and token).
+    Source: paper eq. (6) and its exchange symmetry; derivations.md, section 9.1.
     """
     xn = bn.rmsnorm_forward(x, g, eps)[0]                       # (N, d)  x' = g * x / rms(x)
     y, cache = bn.gated_mlp_forward(xn, Q, K, V, "silu")        # (N, d_out)
@@ -278,19 +278,22 @@ LAYER_COLUMNS = ["layer", "m", "median_q_norm", "median_k_norm", "median_v_norm"
 
 
 def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
-                       tol=NEAR_LINEAR_TOL, progress=None):
+                       tol=NEAR_LINEAR_TOL):
     """Measure every selected layer of a checkpoint.
 
     Args: path: a .safetensors file, an index .json, or a folder; layers: list of int or
         None for all; n_tokens, seed: the random tokens (one draw, used for every layer);
-        tol: the near-linear relative error; progress: None or a function given each row.
+        tol: the near-linear relative error.
     Returns: (unit_rows, layer_rows, info): lists of dicts keyed by UNIT_COLUMNS and
         LAYER_COLUMNS, and a dict describing the run.
-    Raises: FileNotFoundError, SafetensorsError (bad file), ValueError (layout, layers).
+    Raises: FileNotFoundError, SafetensorsError (bad file), ValueError (layout, layers,
+        n_tokens < 1).
     """
+    if not (isinstance(n_tokens, int) and n_tokens >= 1):
+        raise ValueError(f"n_tokens: expected an integer >= 1, got {n_tokens!r}")
     start = time.perf_counter()
     ckpt = st.open_checkpoint(path)
-    act, eps, config_note = read_config(path)
+    eps, config_note = read_config(path)
     available = find_layers(ckpt)
     layers = available if layers is None else list(layers)
     absent = [i for i in layers if i not in available]
@@ -309,8 +312,6 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
             unit_rows.append({"layer": i, "unit": j} | {k: float(units[k][j]) for k in
                                                         UNIT_COLUMNS[2:-1]})
         layer_rows.append(layer_summary(i, units, fwd))
-        if progress:
-            progress(layer_rows[-1])
     dtypes = sorted({ckpt.dtype(t.format(i=i)) for i in layers for t in NAMES.values()})
     info = {"checkpoint": str(Path(path).resolve()), "dtypes": dtypes,
             "checkpoint_metadata": ckpt.metadata, "config": config_note,

@@ -56,7 +56,7 @@ def bf16_to_float32(bits):
     Args: bits: uint16 array of any shape.
     Returns: a new float32 array of the same shape.
     Raises: TypeError if bits is not uint16.
-    Source: the bfloat16 format (Google Brain); derivations.md, "Weight decay and the balances".
+    Source: the bfloat16 format (Google Brain): sign, 8 exponent bits, 7 mantissa bits.
     """
     bits = np.asarray(bits)
     if bits.dtype != np.uint16:
