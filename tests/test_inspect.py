@@ -312,3 +312,30 @@ def test_docs_quote_the_committed_run():
     run = json.loads((root / "results" / "smollm2" / "inspect_run_f32.json").read_text(
         encoding="utf-8"))
     assert run["commit"] == rows[0]["commit"] and run["dtypes"] == ["F32"]
+
+
+def test_adam_moves_the_key_value_imbalance_at_first_order():
+    # Derivations 9.3: a gradient step changes C_kv = |k_j|^2 - |v_j|^2 by exactly
+    # lr^2 (|dk_j|^2 - |dv_j|^2) (the key-value identity), so halving lr quarters the change;
+    # Adam divides each coordinate by its own scale, the identity is lost, and the change is
+    # first order: halving lr halves it.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 5))
+    params = {"Q": rng.standard_normal((4, 5)), "K": rng.standard_normal((4, 5)),
+              "V": rng.standard_normal((4, 3))}
+    target = rng.standard_normal((32, 3))
+    y, cache = bn.gated_mlp_forward(x, params["Q"], params["K"], params["V"], "silu")
+    grads = bn.gated_mlp_backward(bn.mse_backward(1.0, bn.mse_forward(y, target)[1]), cache)
+    grads = {k: grads[k] for k in params}
+    c_kv = lambda p: np.sum(p["K"] ** 2, axis=1) - np.sum(p["V"] ** 2, axis=1)   # noqa: E731
+
+    def change(lr, adam):
+        if adam:
+            new = bn.adam_step(params, grads, bn.adam_init(params), lr=lr)[0]
+        else:
+            new = {k: params[k] - lr * grads[k] for k in params}
+        return c_kv(new) - c_kv(params)
+
+    # Exactly quadratic for gradient descent, at any lr; first order for Adam as lr -> 0.
+    np.testing.assert_allclose(change(0.1, False) / change(0.05, False), 4.0, rtol=1e-9)
+    np.testing.assert_allclose(change(1e-6, True) / change(5e-7, True), 2.0, rtol=1e-3)
