@@ -142,16 +142,17 @@ def test_cli_subset_and_import_stays_light(tmp_path):
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-def test_only_the_complete_run_writes_results_bench_csv():
+def test_only_the_complete_run_writes_results_bench_csv(tmp_path, monkeypatch):
     from experiments import bench
+    monkeypatch.chdir(tmp_path)                   # under the working folder, not beside the code
     parse = bn.build_parser().parse_args
-    assert bench.default_out(parse(["bench"])) == ROOT / "results" / "bench.csv"
+    assert bench.default_out(parse(["bench"])) == tmp_path / "results" / "bench.csv"
     assert bench.default_out(parse(["bench", "--quick"])) == \
-        ROOT / "runs" / "quick" / "results" / "bench.csv"
+        tmp_path / "runs" / "quick" / "results" / "bench.csv"
     for part in (["--dtype", "float32"], ["--formulation", "mlp"], ["--activation", "relu"],
                  ["--tokens", "64"], ["--repeats", "1"]):
         assert bench.default_out(parse(["bench", *part])) == \
-            ROOT / "runs" / "part" / "results" / "bench.csv", part
+            tmp_path / "runs" / "part" / "results" / "bench.csv", part
     assert parse(["bench", "--quick", "--out", "x.csv"]).out == "x.csv"
 
 
