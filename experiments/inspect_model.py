@@ -172,7 +172,8 @@ def unit_measures(Q, K, V, g):
         with np.errstate(invalid="ignore", divide="ignore"):
             cos = np.sum(Qs * Ks, axis=1) / (qn * kn)              # cos(q_j, k_j)
         out.update({f"q_norm{suffix}": qn, f"k_norm{suffix}": kn, f"cos_qk{suffix}": cos,
-                    f"bal_qk{suffix}": balance(qn, kn), f"bal_kv{suffix}": balance(kn, out["v_norm"])})
+                    f"bal_qk{suffix}": balance(qn, kn),
+                    f"bal_kv{suffix}": balance(kn, out["v_norm"])})
     return out
 
 
@@ -208,7 +209,7 @@ def forward_measures(x, Q, K, V, g, eps=DEFAULT_EPS, tol=NEAR_LINEAR_TOL):
     """
     xn = bn.rmsnorm_forward(x, g, eps)[0]                       # (N, d)  x' = g * x / rms(x)
     y, cache = bn.gated_mlp_forward(xn, Q, K, V, "silu")        # (N, d_out)
-    a = cache["z"]                                              # (N, m)  a = x' Q^T
+    a = cache["a"]                                              # (N, m)  a = x' Q^T
     size = np.mean(np.square(cache["h"], dtype=np.float64), axis=0) * np.sum(
         np.square(V, dtype=np.float64), axis=1)                 # (m,)  mean h_j^2 ||v_j||^2
     y_swap = bn.gated_mlp_forward(xn, K, Q, V, "silu")[0]       # (N, d_out)
@@ -277,13 +278,12 @@ LAYER_COLUMNS = ["layer", "m", "median_q_norm", "median_k_norm", "median_v_norm"
                  "top3_out_share", "commit"]
 
 
-def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
-                       tol=NEAR_LINEAR_TOL):
+def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0):
     """Measure every selected layer of a checkpoint.
 
     Args: path: a .safetensors file, an index .json, or a folder; layers: list of int or
-        None for all; n_tokens, seed: the random tokens (one draw, used for every layer);
-        tol: the near-linear relative error.
+        None for all; n_tokens, seed: the random tokens (one draw, used for every layer).
+        The near-linear test allows the relative error NEAR_LINEAR_TOL.
     Returns: (unit_rows, layer_rows, info): lists of dicts keyed by UNIT_COLUMNS and
         LAYER_COLUMNS, and a dict describing the run.
     Raises: FileNotFoundError, SafetensorsError (bad file), ValueError (layout, layers,
@@ -306,7 +306,7 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
         if x is None:
             x = random_tokens(Q.shape[1], n_tokens, seed)         # (N, d)
         units = unit_measures(Q, K, V, g)
-        fwd = forward_measures(x, Q, K, V, g, eps, tol)
+        fwd = forward_measures(x, Q, K, V, g, eps)
         units |= {k: fwd[k] for k in ("near_linear", "a_std", "out_share")}
         for j in range(Q.shape[0]):
             unit_rows.append({"layer": i, "unit": j} | {k: float(units[k][j]) for k in
@@ -316,8 +316,8 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0,
     info = {"checkpoint": str(Path(path).resolve()), "dtypes": dtypes,
             "checkpoint_metadata": ckpt.metadata, "config": config_note,
             "mapping": MAPPING, "inputs": INPUTS, "n_tokens": n_tokens, "seed": seed,
-            "rms_norm_eps": eps, "near_linear_tol": tol,
-            "near_linear_threshold": near_linear_threshold(tol),
+            "rms_norm_eps": eps, "near_linear_tol": NEAR_LINEAR_TOL,
+            "near_linear_threshold": near_linear_threshold(),
             "overall": overall_summary(unit_rows),
             "seconds": round(time.perf_counter() - start, 2)}
     return unit_rows, layer_rows, info
@@ -365,7 +365,8 @@ def draw_figure(path, unit_rows, layer_rows, caption):
     col = lambda key: np.array([r[key] for r in layer_rows])          # noqa: E731
     fig = Figure(figsize=(13, 7.5), layout="constrained")
     ax = fig.subplots(2, 3)
-    for key, label in (("median_q_norm", "‖q‖ (gate_proj)"), ("median_k_norm", "‖k‖ (up_proj)"),
+    for key, label in (("median_q_norm", "‖q‖ (gate_proj)"),
+                       ("median_k_norm", "‖k‖ (up_proj)"),
                        ("median_v_norm", "‖v‖ (down_projᵀ)")):
         ax[0, 0].plot(L, col(key), "o-", ms=3, label=label)
     ax[0, 0].set(title="median row norms (raw weights)", xlabel="layer")
@@ -427,8 +428,7 @@ def parse_layers(text):
     return layers
 
 
-def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed=0,
-        tol=NEAR_LINEAR_TOL, out=print):
+def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed=0, out=print):
     """The `inspect` subcommand: measure, print the table, write the CSVs, JSON and figure.
 
     Writes out_dir/inspect_units.csv, inspect_layers.csv, inspect_run.json (what produced
@@ -437,11 +437,11 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
     """
     layers = parse_layers(layers) if isinstance(layers, str) else layers
     out(f"Mapping: {MAPPING}; the layer is SwiGLU, y = (silu(x' Q^T) * (x' K^T)) V.")
-    unit_rows, layer_rows, info = inspect_checkpoint(path, layers, n_tokens, seed, tol)
+    unit_rows, layer_rows, info = inspect_checkpoint(path, layers, n_tokens, seed)
     out(f"Checkpoint: {info['checkpoint']} ({', '.join(info['dtypes'])}); {info['config']}.")
     out(f"Inputs for exch, lin_dev, near_lin: {n_tokens} tokens {INPUTS}.")
-    out(f"near_lin: share of |a| <= {info['near_linear_threshold']:.4f} = 2 artanh({tol:g}), "
-        f"where silu(a) = a/2 within {tol:.0%}.")
+    out(f"near_lin: share of |a| <= {info['near_linear_threshold']:.4f} = "
+        f"2 artanh({NEAR_LINEAR_TOL:g}), where silu(a) = a/2 within {NEAR_LINEAR_TOL:.0%}.")
     out("Columns: medians over units of the raw weights; bal_qk_g with the RMSNorm gain "
         "folded into Q and K; top3: the 3 largest units' share of the output's size.\n")
     print_table(layer_rows, out)

@@ -145,6 +145,7 @@ def test_cli_writes_the_tables_and_the_figure(tiny, tmp_path, capsys):
 def test_cli_layers_option_and_default_out(tiny, tmp_path, monkeypatch, capsys):
     folder, _ = tiny
     monkeypatch.chdir(tmp_path)                        # the default --out is under the cwd
+    monkeypatch.setattr(im, "draw_figure", lambda *args: None)   # drawn in the test above
     assert bn.main(["inspect", str(folder / "model.safetensors"), "--layers", "1",
                     "--tokens", "32"]) == 0
     with open(tmp_path / "runs" / "inspect" / "inspect_layers.csv", encoding="utf-8") as f:
@@ -303,7 +304,8 @@ def test_docs_quote_the_committed_run():
             continue
         row = rows[int(cells[0])]
         for cell, (key, digits) in zip(cells[1:], keys):
-            assert float(cell.replace("−", "-")) == round(float(row[key]), digits), (cells[0], key)
+            value = float(cell.replace("−", "-"))
+            assert value == round(float(row[key]), digits), (cells[0], key)
         quoted += 1
     assert quoted >= 4
     printed = (root / "results" / "smollm2" / "inspect_output_f32.txt").read_text(encoding="utf-8")
