@@ -85,8 +85,9 @@ def test_released_stub_is_not_started(number, release_results):
     assert result.status == "not started", [(r.check, r.verdict, r.message) for r in result.rows]
 
 
-def test_cli_solutions_all_done():
-    status, out = run_cli("--solutions")
+def test_cli_solutions_all_done(capsys):
+    status = main(["--solutions"])
+    out = capsys.readouterr().out
     assert status == 0, out
     n = len(COURSE)
     assert f"Progress [{'#' * n}] {n}/{n}" in out
@@ -94,16 +95,18 @@ def test_cli_solutions_all_done():
     assert "Traceback" not in out
 
 
-def test_cli_release_not_started_exit_0(released):
-    status, out = run_cli("--folder", str(released))
+def test_cli_release_not_started_exit_0(released, capsys):
+    status = main(["--folder", str(released)])
+    out = capsys.readouterr().out
     assert status == 0, out
     assert f"0/{len(COURSE)}" in out
     assert out.count("not started") == len(COURSE)
     assert "Traceback" not in out
 
 
-def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released):
-    status, out = run_cli("--folder", str(released), "check", "1")
+def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released, capsys):
+    status = main(["--folder", str(released), "check", "1"])
+    out = capsys.readouterr().out
     assert status == 0, out
     assert "TODO" in out and "Result: not started" in out and "Hint" in out
     assert "Traceback" not in out
@@ -112,10 +115,11 @@ def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released):
 # ----- Wrong answers fail, with a non-zero exit -----------------------------------------
 
 
-def test_wrong_value_fails_with_nonzero_exit(tmp_path):
+def test_wrong_value_fails_with_nonzero_exit(tmp_path, capsys):
     # Forget sigma in mlp_forward: a plausible student mistake.
     solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "return z @ V")
-    status, out = run_cli("--folder", str(tmp_path), "check", "1")
+    status = main(["--folder", str(tmp_path), "check", "1"])
+    out = capsys.readouterr().out
     assert status == 1, out
     assert re.search(r"mlp_forward, relu, x \(N, d\) .* WRONG", out), out
     assert "First failing check: mlp_forward" in out
@@ -225,9 +229,10 @@ def test_the_exercise_after_a_hostile_one_still_runs(hostile_results):
     assert len(hostile_results[5].output) < checker.OUTPUT_KEPT + 100   # printing is cut
 
 
-def test_hostile_answers_give_exit_status_1(tmp_path):
+def test_hostile_answers_give_exit_status_1(tmp_path, capsys):
     solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "import sys; sys.exit(0)")
-    status, out = run_cli("--folder", str(tmp_path))
+    status = main(["--folder", str(tmp_path)])
+    out = capsys.readouterr().out
     assert status == 1 and "SystemExit" in out, out
 
 
@@ -446,8 +451,10 @@ def test_copy_without_solutions_still_checks(tmp_path):
     # An instructor hands out the repository without exercises/solutions/ (exercise 8 reads
     # experiments/ablation.py and results/ablation.csv as well), the stubs made afresh.
     shutil.copy(ROOT / "bilinear_numpy.py", tmp_path)
-    for folder in ("experiments", "results"):
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "experiments", tmp_path / "experiments",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "results").mkdir()
+    shutil.copy(ROOT / "results" / "ablation.csv", tmp_path / "results")
     shutil.copytree(ROOT / "exercises", tmp_path / "exercises",
                     ignore=shutil.ignore_patterns("solutions", "__pycache__", "ex[0-9][0-9]_*"))
     write_stubs(tmp_path / "exercises")
