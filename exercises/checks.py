@@ -470,14 +470,54 @@ def backprop_gated(c):
 # ----- Backprop II: rank-r bilinear -------------------------------------------------------
 
 
+def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
+    """The rank-r gradients as a student might get them wrong (see RANK_R_MISTAKES)."""
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    a, b = np.einsum("nd,jdr->njr", x, Q), np.einsum("nd,jdr->njr", x, K)   # (N, m, r)
+    s = np.sum(a * b, axis=2)                                                # (N, m)
+    ds = (dy @ V.T) * (f(s) if mistake == "σ for σ′" else df(s))
+    da, db = ds[:, :, None] * b, ds[:, :, None] * a
+    if mistake == "a for b":
+        da, db = ds[:, :, None] * a, ds[:, :, None] * b
+    dx = np.einsum("njr,jdr->nd", da, Q)
+    if mistake != "one branch":
+        dx = dx + np.einsum("njr,jdr->nd", db, K)
+    return {"x": dx, "Q": np.einsum("njr,nd->jdr", da, x), "K": np.einsum("njr,nd->jdr", db, x),
+            "V": f(s).T @ dy}
+
+
+RANK_R_MISTAKES = {
+    "σ for σ′": "σ(s) in place of σ′(s) in ds",
+    "a for b": "the factors are swapped: the score's gradient with respect to a is b, and "
+               "with respect to b is a",
+    "one branch": "dx has one term only: x feeds both a and b",
+}
+
+RANK_R_PATTERNS = {
+    frozenset("xQK"): "dV is right and everything else is wrong: look at ds = (dy Vᵀ) ⊙ σ′(s), "
+                      "the gradient every other one starts from",
+    frozenset("xQ"): "dK and dV are right but dx and dQ are not: look at da",
+    frozenset("xK"): "dQ and dV are right but dx and dK are not: look at db",
+    frozenset("x"): "dx alone is wrong: x feeds both a and b, so dx has two terms",
+    frozenset("V"): "dV alone is wrong: dV = σ(s)ᵀ dy sums over the tokens",
+}
+
+
+def diagnose_backprop_rank_r(rows):
+    return pattern_diagnosis(rows, "rank_r_bilinear_backward", RANK_R_PATTERNS)
+
+
 def backprop_rank_r(c):
     x, p = draw("rank_r_bilinear", seed=9)
     dy = np.random.default_rng(90).standard_normal((N, D_OUT))
     c.close("rank_r_scores = sum_rho (xQ)(xK)", "rank_r_scores",
             bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["s"],
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"]))
-    gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "identity", x, p, dy)
-    gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "gelu", x, p, dy)
+    for act in ("identity", "gelu"):
+        mistakes = {text: rank_r_backward_mistaken(dy, x, *p.values(), act, key)
+                    for key, text in RANK_R_MISTAKES.items()}
+        gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", act, x, p, dy,
+                      mistakes=mistakes)
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
