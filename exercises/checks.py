@@ -118,9 +118,11 @@ def static_query(c):
     for act in ("relu", "silu"):
         c.close(f"static_query_forward, {act}", "static_query_forward",
                 bn.static_query_mlp_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("static_query_forward", x, Q, K, V, act))
+                lambda act=act: c.call("static_query_forward", x, Q, K, V, act),
+                mistakes={"the query is x Qᵀ: it should be x Q": sigma(act, x @ Q.T @ K.T) @ V})
     c.close("absorb_query(Q, K) = K Q^T", "absorb_query", K @ Q.T,
-            lambda: c.call("absorb_query", Q, K))
+            lambda: c.call("absorb_query", Q, K),
+            mistakes={"K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ": K @ Q})
     c.close("mlp(K') = static query, every act", "absorb_query",
             all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
             lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
@@ -191,9 +193,15 @@ def gated_mlp(c):
     x, p = draw("gated_mlp", seed=5)
     Q, K, V = p["Q"], p["K"], p["V"]
     for variant, (_, act) in bn.GLU_VARIANTS.items():
+        mistakes = {"σ on the whole product: that is the rank-1 layer of exercise 4":
+                    bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
+                    "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ":
+                    bn.gated_mlp_forward(x, K, Q, V, act)[0],
+                    "K in both factors: the gate is σ(x Qᵀ)":
+                    bn.gated_mlp_forward(x, K, K, V, act)[0]}
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act))
+                lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act), mistakes=mistakes)
     c.answer_is("GLU_ACTIVATION", {variant: act for variant, (_, act) in bn.GLU_VARIANTS.items()})
     c.answer_is("ROLE", {"Q": "gate_proj", "K": "up_proj", "V": "down_proj"})
     rng = np.random.default_rng(50)

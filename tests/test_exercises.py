@@ -510,6 +510,23 @@ def test_each_backprop_slip_gets_its_diagnosis(slip, tmp_path):
         assert phrase in text, (phrase, text)
 
 
+FORWARD_SLIPS = [
+    (2, "return K @ Q.T ", "return K @ Q ", "K Q in place of K Qᵀ"),
+    (2, "z = (x @ Q) @ K.T ", "z = (x @ Q.T) @ K.T ", "the query is x Qᵀ"),
+    (5, "gate = bn.ACTIVATIONS[act].f(x @ Q.T)", "gate = bn.ACTIVATIONS[act].f(x @ K.T)",
+     "K in both factors"),
+    (5, "return (gate * (x @ K.T)) @ V", "return bn.ACTIVATIONS[act].f((x @ Q.T) * (x @ K.T)) @ V",
+     "the rank-1 layer of exercise 4"),
+]
+
+
+@pytest.mark.parametrize("number, old, new, says", FORWARD_SLIPS)
+def test_forward_slips_in_later_exercises_get_their_diagnosis(number, old, new, says, tmp_path):
+    path = solved_copy(tmp_path, number, old, new)
+    result = checker.check_file(number, COURSE[number - 1], path)
+    assert any(says in text for text in checker.diagnoses(result)), checker.diagnoses(result)
+
+
 def test_forward_slips_get_their_diagnosis(tmp_path):
     path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "return z @ V")
     result = checker.check_file(1, COURSE[0], path)
