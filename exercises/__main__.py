@@ -182,6 +182,9 @@ def run():
     stops early (e.g. `| head`)."""
     try:
         sys.exit(main())
+    except KeyboardInterrupt:   # Ctrl-C: the child process is already stopped (run_exercises)
+        print("\nstopped (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:     # the output went to a program that stopped reading (head)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

@@ -202,6 +202,8 @@ HOSTILE = {
         ("TIMEOUT", "stopped at its time limit of 1 s")),
     6: ('    return bn.ACTIVATIONS[act].f(z) / z\n',     # ends its own process
         "    import os; os._exit(0)\n", ("ERROR", "process checking exercise 6 ended")),
+    13: ("RANK_FOR_EXACT = 8", "raise SystemExit(3)",    # exits at import
+         ("ERROR", "SystemExit: your code called sys.exit(3)")),
 }
 
 
