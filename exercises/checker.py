@@ -7,7 +7,8 @@ back with what `bilinear_numpy` (or a finite difference) gives, and records a ve
     ok      the comparison ran and passed
     WRONG   the comparison ran and failed (wrong value, shape or type)
     ERROR   the student's code raised (anything: SystemExit and KeyboardInterrupt too),
-            called the library function the exercise asks for, or ended its process
+            called the library function the exercise asks for, replaced a part of the
+            library (put back at once), or ended its process
     TIMEOUT the exercise ran past its time limit (an endless loop?): its checks stop there
     TODO    the student's code still raises NotImplementedError, or an answer is None
 
@@ -176,6 +177,39 @@ def watching(names):
     finally:
         sys.setprofile(previous)
         threading.setprofile(None)
+
+
+class LibraryGuard:
+    """What bilinear_numpy holds before a student's code runs, to put back after it.
+
+    The checker computes its expected values with bilinear_numpy. A file that replaces one
+    of its functions (`bn.gated_mlp_forward = mine`, `bn.rel_error = ...`) or a registry
+    entry would make the checker compare the student's code with itself. restore() puts
+    every module name, FORMULATIONS entry and ACTIVATIONS entry back as it was and returns
+    the names that had been changed or removed (new names, like the capstone's registered
+    variant, are left alone)."""
+
+    def __init__(self):
+        self.names = dict(vars(bn))
+        self.registries = {"FORMULATIONS": (bn.FORMULATIONS, dict(bn.FORMULATIONS)),
+                           "ACTIVATIONS": (bn.ACTIVATIONS, dict(bn.ACTIVATIONS))}
+
+    def restore(self):
+        changed = []
+        for name, value in self.names.items():
+            if vars(bn).get(name, self) is not value:
+                changed.append(f"bn.{name}")
+                setattr(bn, name, value)
+        for label, (registry, saved) in self.registries.items():
+            for key, value in saved.items():
+                if registry.get(key, self) is not value:
+                    changed.append(f"bn.{label}[{key!r}]")
+                    registry[key] = value
+        return changed
+
+
+class Tampered(Exception):
+    """Raised when the student's code replaced part of bilinear_numpy (see LibraryGuard)."""
 
 
 # ----- How values are shown and compared --------------------------------------------
@@ -360,12 +394,13 @@ class Checks:
     report: a function called with ("running", (check, topic, expected)) before a row runs
     and ("row", Row) after (the child process sends both to the parent)."""
 
-    def __init__(self, module, forbidden=(), path=None, report=None):
+    def __init__(self, module, forbidden=(), path=None, report=None, guard=None):
         self.module = module
         self.forbidden = tuple(forbidden)
         self.path = path
         self.rows = []
         self.report = report or (lambda kind, value: None)
+        self.guard = guard or LibraryGuard()
 
     def call(self, name, *args, **kwargs):
         """Call the student's function `name`; a ForbiddenCall if it reached, by any route,
@@ -378,10 +413,14 @@ class Checks:
             with watching(self.forbidden) as called:
                 value = fn(*args, **kwargs)
         finally:                 # a forbidden call is named even if the code then raised
+            changed = self.guard.restore()
             if called:
                 raise ForbiddenCall(f"your code called the library's {called[0]} (by this "
                                     f"name or another route: a registry entry, get_formulation, "
                                     f"a name bound at import): this exercise asks you to write it")
+            if changed:
+                raise Tampered(f"your code replaced {', '.join(changed[:3])}: the checker put "
+                               f"it back; leave bilinear_numpy as it is")
         return value
 
     def answer(self, name):
@@ -479,28 +518,34 @@ def check_file(number, exercise, path, report=None):
     of the exercise's forbidden list called at import."""
     report = report or (lambda kind, value: None)
     report("running", ("import the file", "general", "imports"))
+    guard = LibraryGuard()
     try:
         with watching(exercise.forbidden) as called:
             module = load_module(path)
     except BaseException as error:  # noqa: B036 -- the student's exception is a row
+        guard.restore()
         row = Row("import the file", "general", "imports", "raised", None, None,
                   "ERROR", exception_message(error, path))
         report("row", row)
         return Result(number, exercise, Path(path), "failing", [row])
-    if called:
-        row = Row("import the file", "general", "imports", "called " + called[0], None, None,
-                  "ERROR", f"your file calls the library's {called[0]} when imported: this "
-                           f"exercise asks you to write it")
+    changed = guard.restore()
+    problem = (f"your file calls the library's {called[0]} when imported: this exercise asks "
+               f"you to write it" if called else
+               f"your file replaces {', '.join(changed[:3])} when imported: the checker put "
+               f"it back; leave bilinear_numpy as it is" if changed else None)
+    if problem:
+        row = Row("import the file", "general", "imports", "changed the library", None, None,
+                  "ERROR", problem)
         report("row", row)
         return Result(number, exercise, Path(path), "failing", [row])
-    return check_module(number, exercise, module, path, report)
+    return check_module(number, exercise, module, path, report, guard)
 
 
-def check_module(number, exercise, module, path=None, report=None):
+def check_module(number, exercise, module, path=None, report=None, guard=None):
     """Run exercise `number`'s checks on an imported module (or any object with the
     functions and answers as attributes) in this process; path: its file, to point at
     lines in errors. No time limit here: run_exercises has one."""
-    checks = Checks(module, exercise.forbidden, path, report)
+    checks = Checks(module, exercise.forbidden, path, report, guard)
     try:
         exercise.check(checks)
     except Exception as error:  # a bug in checks.py: say so instead of a traceback

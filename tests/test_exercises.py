@@ -672,3 +672,24 @@ def test_the_capstone_catches_a_wrong_design(slip, tmp_path):
     assert set(bn.FORMULATIONS) == before                   # the registry is left as it was
     failing = {row.check for row in result.rows if row.verdict != "ok"}
     assert result.status == "failing" and any(c.startswith(check) for c in failing), failing
+
+
+def test_replacing_the_library_does_not_fool_the_checker(tmp_path):
+    # At import: the checker's reference of exercise 5 replaced by the student's own forward.
+    before = (bn.gated_mlp_forward, bn.rel_error, dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS))
+    path = solved_copy(tmp_path, 5, "M_GATED = 2048", "M_GATED = 2048\n"
+                       "bn.gated_mlp_forward = lambda x, Q, K, V, act='silu': (gated_mlp_forward("
+                       "x, Q, K, V, act), None)")
+    rows = checker.check_file(5, COURSE[4], path).rows
+    assert rows[0].verdict == "ERROR" and "replaces bn.gated_mlp_forward" in rows[0].message
+    # While checked: a wrong answer that makes every comparison pass, and a registry entry.
+    path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V",
+                       "bn.rel_error = lambda a, b: 0.0\n"
+                       "    bn.ACTIVATIONS['relu'] = bn.ACTIVATIONS['identity']\n    return z @ V")
+    result = checker.check_file(1, COURSE[0], path)
+    rows = [row for row in result.rows if row.topic == "mlp_forward"]
+    assert result.status == "failing"
+    assert all(row.verdict == "ERROR" and "replaced bn.rel_error" in row.message
+               for row in rows), [(r.verdict, r.message) for r in rows]
+    assert (bn.gated_mlp_forward, bn.rel_error, dict(bn.FORMULATIONS),
+            dict(bn.ACTIVATIONS)) == before
