@@ -138,7 +138,9 @@ def full_bilinear(c):
     A, V = p["A"], p["V"]
     c.close("bilinear_scores = x A_j x^T", "bilinear_scores",
             bn.bilinear_forward(x, A, V, "identity")[1]["s"],
-            lambda: c.call("bilinear_scores", x, A))
+            lambda: c.call("bilinear_scores", x, A),
+            mistakes={"one index for both copies of x: only the diagonal of A_j is used":
+                      np.einsum("nd,jdd,nd->nj", x, A, x)})
     for act in ("identity", "silu"):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
                 bn.bilinear_forward(x, A, V, act)[0],
@@ -170,7 +172,9 @@ def rank1(c):
     for act in ("identity", "relu"):
         c.close(f"rank1_forward, {act}", "rank1_forward",
                 bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("rank1_forward", x, Q, K, V, act))
+                lambda act=act: c.call("rank1_forward", x, Q, K, V, act),
+                mistakes={"σ on one factor only: that is the gated MLP of exercise 5":
+                          bn.gated_mlp_forward(x, Q, K, V, act)[0]})
     K_mlp, V_mlp = bn.FORMULATIONS["mlp"].init(np.random.default_rng(40), D, M, D_OUT).values()
     c.close("rank-1(mlp_as_rank1) = mlp, every act", "mlp_as_rank1",
             all_acts(lambda a: bn.mlp_forward(x, K_mlp, V_mlp, a)[0]),
@@ -252,7 +256,9 @@ def inverse_scaling(c):
         scaled = bn.transform_params("gated_mlp", p, symmetry, alpha)
         c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
                 np.stack([scaled["Q"], scaled["K"]]),
-                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)))
+                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
+                mistakes={"K is multiplied by α: it is divided, K / α":
+                          np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
 
@@ -567,7 +573,9 @@ def tied_factors(c):
     K, V = p["K"], p["V"]
     c.close("squared_relu_forward = relu(xK^T)^2 V", "squared_relu_forward",
             bn.gated_mlp_forward(x, K, K, V, "relu")[0],
-            lambda: c.call("squared_relu_forward", x, K, V))
+            lambda: c.call("squared_relu_forward", x, K, V),
+            mistakes={"relu(x Kᵀ) is not squared": sigma("relu", x @ K.T) @ V,
+                      "the square is taken after V": (sigma("relu", x @ K.T) @ V) ** 2})
     rng = np.random.default_rng(15)
     x, T = rng.standard_normal((8, D)), rng.standard_normal((8, D_OUT))
     W = rng.standard_normal((M, D)) / np.sqrt(D)
@@ -602,7 +610,9 @@ def higher_rank(c):
     d = A.shape[1]
     Q_ref, K_ref, lam_ref = bn.eigen_factors(A)
     c.close("eigen_factors: lam, sorted by |lam|", "eigen_factors", lam_ref,
-            lambda: c.call("eigen_factors", A)[2])
+            lambda: c.call("eigen_factors", A)[2],
+            mistakes={"sorted by λ, not by |λ|": -np.sort(-lam_ref, axis=1),
+                      "smallest first: largest |λ| first": lam_ref[:, ::-1]})
     c.close("eigen_factors: sum_i Q_i K_i^T = sym(A)", "eigen_factors",
             0.5 * (A + A.transpose(0, 2, 1)),
             lambda: np.einsum("jdi,jei->jde", *c.call("eigen_factors", A)[:2]))

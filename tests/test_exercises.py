@@ -513,6 +513,15 @@ def test_each_backprop_slip_gets_its_diagnosis(slip, tmp_path):
 
 
 FORWARD_SLIPS = [
+    (3, 'np.einsum("nd,jde,ne->nj", x, A, x)', 'np.einsum("nd,jdd,nd->nj", x, A, x)',
+     "only the diagonal of A_j"),
+    (4, "return bn.ACTIVATIONS[act].f(s) @ V", "return (bn.ACTIVATIONS[act].f(x @ Q.T) * (x @ K.T)) @ V",
+     "σ on one factor only"),
+    (7, "return alpha * Q, K / alpha", "return alpha * Q, K * alpha", "K is multiplied by α"),
+    (12, "return np.maximum(x @ K.T, 0) ** 2 @ V", "return np.maximum(x @ K.T, 0) @ V",
+     "is not squared"),
+    (13, "order = np.argsort(-np.abs(lam), axis=1)", "order = np.argsort(-lam, axis=1)",
+     "sorted by λ, not by |λ|"),
     (2, "return K @ Q.T ", "return K @ Q ", "K Q in place of K Qᵀ"),
     (2, "z = (x @ Q) @ K.T ", "z = (x @ Q.T) @ K.T ", "the query is x Qᵀ"),
     (5, "gate = bn.ACTIVATIONS[act].f(x @ Q.T)", "gate = bn.ACTIVATIONS[act].f(x @ K.T)",
