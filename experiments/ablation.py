@@ -253,7 +253,7 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
     Writes:
         out/results/ablation.csv and out/figures/ablation_grid.png; for --full,
         ablation_full.csv and ablation_full_grid.png, so that it never overwrites the
-        default run's files that the README quotes.
+        default run's files that docs/results.md quotes.
     Returns:
         list of the CSV rows (dicts with the keys of COLUMNS; metric rounded to 6 decimals,
         as written).
