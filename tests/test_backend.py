@@ -37,19 +37,17 @@ def run(code, tmp_path):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
-def test_the_callers_backend_and_open_figures_are_untouched(tmp_path):
-    code = ("import matplotlib\n"
+def test_headless_and_the_callers_backend_and_figures_are_untouched(tmp_path):
+    # In one process (for speed): first headless, without DISPLAY or MPLBACKEND (and pyplot
+    # never imported); then as a caller who chose the "svg" backend and has a figure open.
+    code = (DRAW + "import sys\n"
+            "assert 'matplotlib.pyplot' not in sys.modules\n"
+            "import matplotlib\n"
             "matplotlib.use('svg')\n"
             "import matplotlib.pyplot as plt\n"
             "mine = plt.figure()\n" + DRAW +
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
             "assert plt.get_fignums() == [mine.number] and plt.gcf() is mine, plt.get_fignums()\n")
-    run(code, tmp_path)
-
-
-def test_headless_without_display_or_mplbackend(tmp_path):
-    code = DRAW + ("import sys\n"
-                   "assert 'matplotlib.pyplot' not in sys.modules\n")
     run(code, tmp_path)
 
 
