@@ -24,7 +24,6 @@ KINDS = {"python float": float, "np.float64": np.float64, "np.float32": np.float
 F32 = np.dtype(np.float32)
 
 
-
 class SmallImageTask(train.ImageTask):
     """The image task at 15 x 12 pixels, d = 8: the training paths in a fraction of a second."""
 
