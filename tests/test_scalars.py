@@ -170,6 +170,14 @@ def learning_curves(num, tmp_path):
     return path.stat().st_size > 0
 
 
+def inspect_layer(num, tmp_path):
+    from experiments import inspect_model
+    Q, K, g = _x32((6, 4), 2), _x32((6, 4), 3), _x32((4,), 4)
+    fwd = inspect_model.forward_measures(_x32((8, 4), 1), Q, K, _x32((6, 3), 5), g,
+                                         eps=num(2 ** -20), tol=num(0.125))
+    return [fwd, inspect_model.near_linear_threshold(num(0.125))]
+
+
 # case -> the public functions (module.qualname) it covers
 CASES = {
     rmsnorm: ["bilinear_numpy.rmsnorm_forward"],
@@ -187,6 +195,8 @@ CASES = {
     text_task: ["experiments.train.TextTask"],
     run_task_and_ablation: ["experiments.train.run_task", "experiments.ablation.run_ablation"],
     learning_curves: ["experiments.train_figures.learning_curves"],
+    inspect_layer: ["experiments.inspect_model.forward_measures",
+                    "experiments.inspect_model.near_linear_threshold"],
 }
 
 
