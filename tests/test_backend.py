@@ -1,6 +1,6 @@
 """Drawing a figure leaves the caller's matplotlib alone, and needs no display.
 
-experiments/figures.py and experiments/train_figures.py draw on matplotlib.figure.Figure
+experiments/figures.py, train_figures.py and inspect_model.py draw on matplotlib.figure.Figure
 objects and save them with fig.savefig: no pyplot, no matplotlib.use. A notebook's inline
 backend or a chosen "svg" backend stays chosen, the caller's open figures stay open and
 current, and a server without DISPLAY (and without MPLBACKEND) draws the PNG files.
@@ -51,10 +51,14 @@ def test_headless_and_the_callers_backend_and_figures_are_untouched(tmp_path):
     run(code, tmp_path)
 
 
-@pytest.mark.parametrize("module", ["figures.py", "train_figures.py"])
-def test_no_pyplot_and_no_backend_switch_in_the_drawing_code(module):
-    # Every drawing function, not only those run above.
-    tree = ast.parse((ROOT / "experiments" / module).read_text(encoding="utf-8"))
+SOURCES = ["bilinear_numpy.py"] + sorted(
+    f"experiments/{p.name}" for p in (ROOT / "experiments").glob("*.py"))
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_pyplot_and_no_backend_switch_in_the_code(source):
+    # Every drawing function (figures, train_figures, inspect_model), not only those run above.
+    tree = ast.parse((ROOT / source).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             assert not any("pyplot" in alias.name for alias in node.names), node.lineno

@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, train
+from experiments import ablation, inspect_model, train
+from safetensors_files import write_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,13 +77,17 @@ def test_main_job_and_train_under_an_ascii_console(tmp_path):
     assert len(csv_rows(tmp_path / "a" / "results" / "ablation.csv")) == 2 * 2 * 2
 
 
-def test_an_encoding_error_is_not_reported_as_bad_input(monkeypatch, capsys):
+@pytest.mark.parametrize("module,function,args", [
+    (train, "run_task", ["train", "text", "--quick"]),
+    (inspect_model, "run", ["inspect", "model.safetensors"])])
+def test_an_encoding_error_is_not_reported_as_bad_input(module, function, args, monkeypatch,
+                                                       capsys):
     def fails_to_print(*args, **kwargs):
         "±".encode("ascii")                        # what a print to an ASCII console raised
 
-    monkeypatch.setattr(train, "run_task", fails_to_print)
+    monkeypatch.setattr(module, function, fails_to_print)
     with pytest.raises(UnicodeEncodeError):        # a bug to see, not "error: ..." and exit 2
-        bn.main(["train", "text", "--quick"])
+        bn.main(args)
     assert "error:" not in capsys.readouterr().err
 
 
@@ -109,3 +115,19 @@ def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
                               tasks=("image",), out=tmp_path / "ablation", **quiet)
     assert len(csv_rows(tmp_path / "ablation" / "results" / "ablation.csv")) == 2
     assert (tmp_path / "ablation" / "figures" / "ablation_grid.png").is_file()
+
+
+def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path):
+    rng = np.random.default_rng(0)
+    p = "model.layers.0."
+    weights = {p + "mlp.gate_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.up_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.down_proj.weight": rng.standard_normal((4, 3)),
+               p + "post_attention_layernorm.weight": np.ones(4)}
+    write_arrays(tmp_path / "model.safetensors", weights)
+    with pytest.raises(UnicodeEncodeError):        # the table's "‖q‖"
+        inspect_model.run(tmp_path / "model.safetensors", out_dir=tmp_path / "out", n_tokens=8,
+                          out=raise_on_non_ascii)
+    for name in ("inspect_units.csv", "inspect_layers.csv", "inspect_run.json", "inspect.png"):
+        assert (tmp_path / "out" / name).is_file(), name
+    assert len(csv_rows(tmp_path / "out" / "inspect_units.csv")) == 3
