@@ -2285,7 +2285,7 @@ def _run_training(task, mode, **options):
             ablation.run_ablation(mode=mode, **options)
         else:
             train.run_task(task, mode=mode, **options)
-    except UnicodeError:                      # a ValueError, but never the user's input
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
         raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -2316,6 +2316,8 @@ def _cmd_inspect(args):
     from experiments import inspect_model   # here, so that `import bilinear_numpy` needs NumPy alone
     try:
         inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
+        raise
     except (ValueError, OSError) as exc:     # a bad file or layout: the message, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2

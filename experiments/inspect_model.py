@@ -429,7 +429,7 @@ def parse_layers(text):
 
 
 def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed=0, out=print):
-    """The `inspect` subcommand: measure, print the table, write the CSVs, JSON and figure.
+    """The `inspect` subcommand: measure, write the CSVs, JSON and figure, print the table.
 
     Writes out_dir/inspect_units.csv, inspect_layers.csv, inspect_run.json (what produced
     them: commit, machine, load, checkpoint, settings, time) and inspect.png.
@@ -438,6 +438,20 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
     layers = parse_layers(layers) if isinstance(layers, str) else layers
     out(f"Mapping: {MAPPING}; the layer is SwiGLU, y = (silu(x' Q^T) * (x' K^T)) V.")
     unit_rows, layer_rows, info = inspect_checkpoint(path, layers, n_tokens, seed)
+    # Results go to disk before anything is printed about them: a console that cannot
+    # print a character ("‖" in the table) must not lose them.
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info |= provenance()
+    write_csv(out_dir / "inspect_units.csv", unit_rows, UNIT_COLUMNS, info["commit"])
+    write_csv(out_dir / "inspect_layers.csv", layer_rows, LAYER_COLUMNS, info["commit"])
+    (out_dir / "inspect_run.json").write_text(json.dumps(
+        info | {"files": ["inspect_units.csv", "inspect_layers.csv", "inspect.png"]},
+        indent=1), encoding="utf-8")
+    caption = (f"{Path(info['checkpoint']).name} ({', '.join(info['dtypes'])}), "
+               f"{MAPPING}; {n_tokens} random tokens (not real activations); commit "
+               f"{info['commit']}")
+    draw_figure(out_dir / "inspect.png", unit_rows, layer_rows, caption)
     out(f"Checkpoint: {info['checkpoint']} ({', '.join(info['dtypes'])}); {info['config']}.")
     out(f"Inputs for exch, lin_dev, near_lin: {n_tokens} tokens {INPUTS}.")
     out(f"near_lin: share of |a| <= {info['near_linear_threshold']:.4f} = "
@@ -452,18 +466,6 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
         f"{o[f'share_abs_bal_kv_below_{BALANCED}']:.2f}; corr(log||k||, log||v||) "
         f"{o['corr_log_kv']:.2f}, corr(log||q||, log||k||) {o['corr_log_qk']:.2f}; "
         f"median |cos(q, k)| {o['median_abs_cos_qk']:.3f}.")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    info |= provenance()
-    write_csv(out_dir / "inspect_units.csv", unit_rows, UNIT_COLUMNS, info["commit"])
-    write_csv(out_dir / "inspect_layers.csv", layer_rows, LAYER_COLUMNS, info["commit"])
-    (out_dir / "inspect_run.json").write_text(json.dumps(
-        info | {"files": ["inspect_units.csv", "inspect_layers.csv", "inspect.png"]},
-        indent=1), encoding="utf-8")
-    caption = (f"{Path(info['checkpoint']).name} ({', '.join(info['dtypes'])}), "
-               f"{MAPPING}; {n_tokens} random tokens (not real activations); commit "
-               f"{info['commit']}")
-    draw_figure(out_dir / "inspect.png", unit_rows, layer_rows, caption)
     out(f"\n{info['seconds']:.1f} s to read and measure {len(layer_rows)} layers "
         f"({info['machine']}, load {info['load_1min']}).")
     out(f"Wrote {out_dir}/inspect_units.csv, inspect_layers.csv, inspect_run.json, inspect.png")

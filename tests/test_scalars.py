@@ -24,7 +24,6 @@ KINDS = {"python float": float, "np.float64": np.float64, "np.float32": np.float
 F32 = np.dtype(np.float32)
 
 
-
 class SmallImageTask(train.ImageTask):
     """The image task at 15 x 12 pixels, d = 8: the training paths in a fraction of a second."""
 
@@ -153,6 +152,8 @@ def text_task(num, tmp_path, monkeypatch):
 
 def run_task_and_ablation(num, tmp_path, monkeypatch):
     monkeypatch.setattr(train, "TASKS", {"image": SmallImageTask, "text": train.TextTask})
+    for name in ("learning_curves", "reconstruction_grid", "ablation_grid"):   # drawn below
+        monkeypatch.setattr(train_figures, name, lambda *args: args[-1])
     quiet = {"log": lambda line: None, "progress_stream": io.StringIO()}
     rows = train.run_task("image", mode="quick", seeds=1, steps=2, variants=["SwiGLU"],
                           lr=num(2 ** -6), out=tmp_path / "task", **quiet)
