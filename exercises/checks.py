@@ -21,6 +21,7 @@ import numpy as np
 import bilinear_numpy as bn
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
+SHARED_TEXT = "look at how a parameter shared by every token collects its gradient"
 
 
 def draw(formulation, seed, r=R, n=N):
@@ -86,10 +87,13 @@ def key_value_memory(c):
     x, p = draw("mlp", seed=1)
     K, V = p["K"], p["V"]
     for act in ("relu", "gelu"):
-        mistakes = {"σ is missing: you returned (x Kᵀ) V": (x @ K.T) @ V,
-                    "σ is relu whatever act is: use bn.ACTIVATIONS[act]":
+        mistakes = {("look at what happens to the scores before they weigh the values",
+                     "σ is missing: you returned (x Kᵀ) V"): (x @ K.T) @ V,
+                    ("right for ReLU only: look at which activation your code applies",
+                     "σ is relu whatever act is: use bn.ACTIVATIONS[act]"):
                         sigma("relu", x @ K.T) @ V,
-                    "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V":
+                    ("look at the order of the steps: where the activation acts",
+                     "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V"):
                         sigma(act, (x @ K.T) @ V)}
         c.close(f"mlp_forward, {act}, x (N, d)", "mlp_forward",
                 bn.mlp_forward(x, K, V, act)[0],
@@ -119,10 +123,13 @@ def static_query(c):
         c.close(f"static_query_forward, {act}", "static_query_forward",
                 bn.static_query_mlp_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("static_query_forward", x, Q, K, V, act),
-                mistakes={"the query is x Qᵀ: it should be x Q": sigma(act, x @ Q.T @ K.T) @ V})
+                mistakes={("look at the query, the step before the keys",
+                           "the query is x Qᵀ: it should be x Q"):
+                          sigma(act, x @ Q.T @ K.T) @ V})
     c.close("absorb_query(Q, K) = K Q^T", "absorb_query", K @ Q.T,
             lambda: c.call("absorb_query", Q, K),
-            mistakes={"K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ": K @ Q})
+            mistakes={("look at the orientation of Q when it moves into the keys",
+                      "K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ"): K @ Q})
     c.close("mlp(K') = static query, every act", "absorb_query",
             all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
             lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
@@ -139,7 +146,8 @@ def full_bilinear(c):
     c.close("bilinear_scores = x A_j x^T", "bilinear_scores",
             bn.bilinear_forward(x, A, V, "identity")[1]["s"],
             lambda: c.call("bilinear_scores", x, A),
-            mistakes={"one index for both copies of x: only the diagonal of A_j is used":
+            mistakes={("look at the indices of the two copies of x in the score",
+                       "one index for both copies of x: only the diagonal of A_j is used"):
                       np.einsum("nd,jdd,nd->nj", x, A, x)})
     for act in ("identity", "silu"):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
@@ -173,7 +181,8 @@ def rank1(c):
         c.close(f"rank1_forward, {act}", "rank1_forward",
                 bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("rank1_forward", x, Q, K, V, act),
-                mistakes={"σ on one factor only: that is the gated MLP of exercise 5":
+                mistakes={("look at what the activation is applied to",
+                           "σ on one factor only: that is the gated MLP of exercise 5"):
                           bn.gated_mlp_forward(x, Q, K, V, act)[0]})
     K_mlp, V_mlp = bn.FORMULATIONS["mlp"].init(np.random.default_rng(40), D, M, D_OUT).values()
     c.close("rank-1(mlp_as_rank1) = mlp, every act", "mlp_as_rank1",
@@ -197,11 +206,14 @@ def gated_mlp(c):
     x, p = draw("gated_mlp", seed=5)
     Q, K, V = p["Q"], p["K"], p["V"]
     for variant, (_, act) in bn.GLU_VARIANTS.items():
-        mistakes = {"σ on the whole product: that is the rank-1 layer of exercise 4":
+        mistakes = {("look at what the activation is applied to",
+                     "σ on the whole product: that is the rank-1 layer of exercise 4"):
                     bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
-                    "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ":
+                    ("look at which projection goes through the activation",
+                     "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ"):
                     bn.gated_mlp_forward(x, K, Q, V, act)[0],
-                    "K in both factors: the gate is σ(x Qᵀ)":
+                    ("look at the projection inside the activation",
+                     "K in both factors: the gate is σ(x Qᵀ)"):
                     bn.gated_mlp_forward(x, K, K, V, act)[0]}
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
@@ -257,7 +269,8 @@ def inverse_scaling(c):
         c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
                 np.stack([scaled["Q"], scaled["K"]]),
                 lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
-                mistakes={"K is multiplied by α: it is divided, K / α":
+                mistakes={("Q is right, K is not: look at what the symmetry does to K",
+                           "K is multiplied by α: it is divided, K / α"):
                           np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
@@ -415,27 +428,39 @@ def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
 
 
 GATED_MISTAKES = {
-    "σ for σ′": "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)",
-    "b missing": "the factor b = x Kᵀ is missing from da",
-    "one branch": "dx has one branch only: x feeds both a and b",
-    "h without σ": "dV uses a ⊙ b: h is σ(a) ⊙ b",
+    "σ for σ′": ("look at the step through the activation, from g back to a",
+                 "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)"),
+    "b missing": ("look at what the product of g and b passes back to g",
+                  "the factor b = x Kᵀ is missing from da"),
+    "one branch": ("look at every path from x to the output", "dx has one branch only: x "
+                   "feeds both a and b"),
+    "h without σ": ("look at the quantity that dy multiplies in dV", "dV uses a ⊙ b: h is "
+                    "σ(a) ⊙ b"),
 }
 
-# Which gradients are wrong together -> where the mistake is (the gated MLP, exercise 9).
+# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2
+# (the gated MLP, exercise 9).
 GATED_PATTERNS = {
-    frozenset("xQ"): "dK and dV are right but dx and dQ are not: the mistake is in the "
-                     "gradient reaching the gate a = x Qᵀ (da: σ′(a), and the factor b)",
-    frozenset("xK"): "dQ and dV are right but dx and dK are not: the mistake is in the "
-                     "gradient reaching the linear branch b = x Kᵀ (db = dh ⊙ σ(a))",
-    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums h ⊙ dy over the tokens; check h "
-                    "and the order of the product",
-    frozenset("x"): "dx alone is wrong: x feeds both branches, so dx has two terms",
-    frozenset("Q"): "dQ alone is wrong while dx is right: da is right; look at the product "
-                    "that turns da into dQ",
-    frozenset("K"): "dK alone is wrong while dx is right: db is right; look at the product "
-                    "that turns db into dK",
-    frozenset("xQK"): "dV is right and everything else is wrong: look at dh = dy Vᵀ, the "
-                      "gradient every other one starts from",
+    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a, "
+                      "the step between h and a",
+                      "da is wrong: the gradient reaching the gate a = x Qᵀ, through σ′(a) and "
+                      "the factor b"),
+    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b, "
+                      "the linear branch",
+                      "db is wrong: what the product h = σ(a) ⊙ b passes back to b"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); check "
+                     "the h it multiplies and the order of the product"),
+    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
+                     "x feeds both branches, so dx has two terms"),
+    frozenset("Q"): ("dQ alone wrong while dx is right: look at the step from da to dQ",
+                     "da is right; the product that turns da into dQ is not"),
+    frozenset("K"): ("dK alone wrong while dx is right: look at the step from db to dK",
+                     "db is right; the product that turns db into dK is not"),
+    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient every other "
+                       "one starts from, the step through V",
+                       "dh, the gradient of h that every other one starts from, is wrong: "
+                       "check the step back through V"),
 }
 
 
@@ -454,7 +479,7 @@ def wrong_tensors(rows, topic):
 
 
 def pattern_diagnosis(rows, topic, patterns):
-    """[the text of `patterns` for the set of wrong gradients], or []."""
+    """[(point, idea) of `patterns` for the set of wrong gradients], or []."""
     wrong = wrong_tensors(rows, topic)
     text = patterns.get(frozenset(wrong)) if wrong else None
     return [text] if text else []
@@ -501,19 +526,29 @@ def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
 
 
 RANK_R_MISTAKES = {
-    "σ for σ′": "σ(s) in place of σ′(s) in ds",
-    "a for b": "the factors are swapped: the score's gradient with respect to a is b, and "
-               "with respect to b is a",
-    "one branch": "dx has one term only: x feeds both a and b",
+    "σ for σ′": ("look at the step through the activation, from σ(s) back to s",
+                 "σ(s) in place of σ′(s) in ds"),
+    "a for b": ("look at what the product of the two factors passes back to each",
+                "the factors are swapped: the score's gradient with respect to a is b, and "
+                "with respect to b is a"),
+    "one branch": ("look at every path from x to the output",
+                   "dx has one term only: x feeds both a and b"),
 }
 
 RANK_R_PATTERNS = {
-    frozenset("xQK"): "dV is right and everything else is wrong: look at ds = (dy Vᵀ) ⊙ σ′(s), "
-                      "the gradient every other one starts from",
-    frozenset("xQ"): "dK and dV are right but dx and dQ are not: look at da",
-    frozenset("xK"): "dQ and dV are right but dx and dK are not: look at db",
-    frozenset("x"): "dx alone is wrong: x feeds both a and b, so dx has two terms",
-    frozenset("V"): "dV alone is wrong: dV = σ(s)ᵀ dy sums over the tokens",
+    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient of the score "
+                       "s, which every other one starts from",
+                       "ds, the gradient of the score, is wrong: check the step back through V "
+                       "and through the activation"),
+    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a",
+                      "da is wrong: the score's gradient times the other factor"),
+    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b",
+                      "db is wrong: the score's gradient times the other factor"),
+    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
+                     "x feeds both a and b, so dx has two terms"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); check "
+                     "what it multiplies and the order of the product"),
 }
 
 
@@ -574,8 +609,10 @@ def tied_factors(c):
     c.close("squared_relu_forward = relu(xK^T)^2 V", "squared_relu_forward",
             bn.gated_mlp_forward(x, K, K, V, "relu")[0],
             lambda: c.call("squared_relu_forward", x, K, V),
-            mistakes={"relu(x Kᵀ) is not squared": sigma("relu", x @ K.T) @ V,
-                      "the square is taken after V": (sigma("relu", x @ K.T) @ V) ** 2})
+            mistakes={("look at how many times the tied factor enters each unit",
+                       "relu(x Kᵀ) is not squared"): sigma("relu", x @ K.T) @ V,
+                      ("look at the order of the steps: the square and the values",
+                       "the square is taken after V"): (sigma("relu", x @ K.T) @ V) ** 2})
     rng = np.random.default_rng(15)
     x, T = rng.standard_normal((8, D)), rng.standard_normal((8, D_OUT))
     W = rng.standard_normal((M, D)) / np.sqrt(D)
@@ -611,8 +648,10 @@ def higher_rank(c):
     Q_ref, K_ref, lam_ref = bn.eigen_factors(A)
     c.close("eigen_factors: lam, sorted by |lam|", "eigen_factors", lam_ref,
             lambda: c.call("eigen_factors", A)[2],
-            mistakes={"sorted by λ, not by |λ|": -np.sort(-lam_ref, axis=1),
-                      "smallest first: largest |λ| first": lam_ref[:, ::-1]})
+            mistakes={("the right eigenvalues in another order: look at the sort key",
+                       "sorted by λ, not by |λ|"): -np.sort(-lam_ref, axis=1),
+                      ("the right eigenvalues in the reverse order: look at the direction of the sort",
+                       "smallest first: largest |λ| first"): lam_ref[:, ::-1]})
     c.close("eigen_factors: sum_i Q_i K_i^T = sym(A)", "eigen_factors",
             0.5 * (A + A.transpose(0, 2, 1)),
             lambda: np.einsum("jdi,jei->jde", *c.call("eigen_factors", A)[:2]))
@@ -655,21 +694,32 @@ def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
 
 
 BIAS_MISTAKES = {
-    "σ′ without c": "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c",
-    "e missing": "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e",
+    "σ′ without c": ("look at the point where the gate's derivative is evaluated",
+                     "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c"),
+    "e missing": ("look at what the linear branch passes back to the gate",
+                  "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e"),
 }
 
+# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2.
 BIAS_PATTERNS = {
-    frozenset("xQc"): "dK, dV, de and df are right but dx, dQ and dc are not: the mistake is "
-                      "in the gradient reaching the gate's input a = x Qᵀ + c",
-    frozenset("xKe"): "the gradients of the linear branch (dx, dK, de) are wrong: look at db",
-    frozenset("c"): "dc alone is wrong: c is added to every token, so its gradient adds up "
-                    "the gradient of a over the tokens",
-    frozenset("e"): "de alone is wrong: e is added to every token, so its gradient adds up "
-                    "the gradient of b over the tokens",
-    frozenset("f"): "df alone is wrong: f is added to every token, so its gradient adds up dy "
-                    "over the tokens",
-    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums over the tokens; h = σ(a) ⊙ b with both biases",
+    frozenset("xQc"): ("dK, dV, de and df right but dx, dQ and dc wrong: look at the gradient "
+                       "reaching the gate's input a, the step between the gate and a",
+                       "da is wrong: the chain rule through σ, at a with its bias, and through "
+                       "the product with b"),
+    frozenset("xKe"): ("dx, dK and de wrong, the rest right: look at the gradient reaching the "
+                       "linear branch b",
+                       "db is wrong: what the product with σ(a) passes back to b"),
+    frozenset("c"): ("dc alone wrong: " + SHARED_TEXT,
+                     "c is added to every token, so its gradient adds up the gradient of a "
+                     "over the tokens"),
+    frozenset("e"): ("de alone wrong: " + SHARED_TEXT,
+                     "e is added to every token, so its gradient adds up the gradient of b "
+                     "over the tokens"),
+    frozenset("f"): ("df alone wrong: " + SHARED_TEXT,
+                     "f is added to every token, so its gradient adds up dy over the tokens"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); the h it "
+                     "multiplies has both biases in it"),
 }
 
 
@@ -688,7 +738,8 @@ def gated_biases(c):
         c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
                 gated_bias_reference(x, **p, act=act),
                 lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
-                mistakes={"a bias is missing (c, e or f)":
+                mistakes={("look at the biases: is each one added where it belongs?",
+                           "a bias is missing (c, e or f)"):
                           gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
     zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
     c.close("zero biases: the gated MLP", "gated_bias_forward",
@@ -732,15 +783,19 @@ def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
 
 
 TEMPERATURE_MISTAKES = {
-    "no β in da": "the chain rule through u = β ⊙ a is missing its factor β",
-    "no a in dβ": "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)",
+    "no β in da": ("look at the gradient reaching a through the temperature",
+                   "the chain rule through u = β ⊙ a is missing its factor β"),
+    "no a in dβ": ("look at the gradient reaching β",
+                   "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)"),
 }
 
 TEMPERATURE_PATTERNS = {
-    frozenset("xQ"): "dK, dV and dβ are right but dx and dQ are not: the gradient reaching "
-                     "a = x Qᵀ goes through u = β ⊙ a",
-    frozenset(["beta"]): "dβ alone is wrong: β_j multiplies a_j for every token, so its "
-                         "gradient adds up, over the tokens, the gradient of u times a",
+    frozenset("xQ"): ("dK, dV and dβ right but dx and dQ wrong: look at the gradient reaching "
+                      "a, the step between u and a",
+                      "da is wrong: the gradient reaching a goes through u = β ⊙ a"),
+    frozenset(["beta"]): ("dβ alone wrong: " + SHARED_TEXT,
+                          "β_j multiplies a_j for every token, so its gradient adds up, over "
+                          "the tokens, the gradient of u times a"),
 }
 
 

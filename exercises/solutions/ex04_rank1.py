@@ -119,5 +119,5 @@ if __name__ == "__main__":
     print("full bilinear with the outer products:\n", bn.bilinear_forward(x, A, V, "gelu")[0])
     x1, Q1, K1 = mlp_as_rank1(x, K)
     print("key-value memory as rank-1, max |difference|:",
-          np.max(np.abs(bn.rank1_bilinear_forward(x1, Q1, K1, V, "relu")[0]
+          np.max(np.abs(rank1_forward(x1, Q1, K1, V, "relu")
                         - bn.mlp_forward(x, K, V, "relu")[0])))
