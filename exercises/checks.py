@@ -928,7 +928,8 @@ def design_a_variant(c):
 
         def gradcheck_error(tensor):
             if "report" not in report:
-                report["report"] = bn.gradcheck(name(), act(), x_shape=(3, 4))
+                # N = 5, d = 4, m = 3, d_out = 2: a shape slip shows as a shape
+                report["report"] = bn.gradcheck(name(), act(), x_shape=(5, 4))
             return next(row.rel_error for row in report["report"].rows if row.tensor == tensor)
 
         for tensor in ("x", "Q", "K", "V"):

@@ -356,6 +356,42 @@ def test_every_function_and_answer_is_really_checked(number, exercise):
         assert any(row.verdict != "ok" for row in result.rows if row.topic == topic), topic
 
 
+def test_checks_use_distinct_sizes_so_a_shape_slip_shows_as_a_shape(monkeypatch):
+    # With N, d, m and d_out all different, a transpose or a wrong axis gives a wrong shape
+    # (the checker then says so), not just wrong values.
+    import inspect
+    sizes_seen = []
+    real_call = checker.Checks.call
+
+    def call(self, name, *args, **kwargs):
+        fn = getattr(self.module, name, None)
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = {}
+        arrays = {k: v for k, v in bound.items() if isinstance(v, np.ndarray)}
+        sizes = {}
+        if arrays.get("x") is not None and arrays["x"].ndim == 2:
+            sizes["N"], sizes["d"] = arrays["x"].shape
+        for key in ("K", "Q", "V", "A"):
+            if key in arrays and arrays[key].ndim >= 2 and not (key == "Q" and "K" in arrays
+                                                                and name.startswith(("static", "absorb"))):
+                sizes.setdefault("m", arrays[key].shape[0])
+        if "V" in arrays and arrays["V"].ndim == 2:
+            sizes["d_out"] = arrays["V"].shape[1]
+        if len(sizes) >= 2:
+            sizes_seen.append((self.module.__name__, name, sizes))
+        return real_call(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(checker.Checks, "call", call)
+    for number, exercise in NUMBERED:
+        path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
+        checker.check_module(number, exercise, checker.load_module(path))
+    assert len(sizes_seen) > 50
+    for where, name, sizes in sizes_seen:
+        assert len(set(sizes.values())) == len(sizes), (where, name, sizes)
+
+
 def test_compare_close_is_strict_and_never_broadcasts():
     y = np.random.default_rng(0).standard_normal((4, 3))
     assert checker.compare_close(y, y, 1e-10)[0] == "ok"
