@@ -151,10 +151,17 @@ def watching(names):
     forbidden name. The hook raises nothing (a student's `except:` cannot swallow it); the
     caller turns a record into a ForbiddenCall after the student's code returns.
 
+    An entry of `names` that ends in ".py" (e.g. "experiments/safetensors_reader.py", a
+    path from the repository's folder) forbids every function and class of that file: any
+    code of the file run while the student's code runs, other than its import-time module
+    body (importing it is harmless; using it is not).
+
     Yields: the list the calls are appended to (function names, in order).
     """
     called, verdicts, where = [], {}, bn_file()
-    names = frozenset(names) | {f"_{name}_fast" for name in names}   # the registry's speed paths
+    files = {str((ROOT / name).resolve()): name for name in names if name.endswith(".py")}
+    names = frozenset(name for name in names if not name.endswith(".py"))
+    names = names | {f"_{name}_fast" for name in names}   # the registry's speed paths
 
     def hook(frame, event, arg):
         if event != "call":
@@ -162,13 +169,16 @@ def watching(names):
         code = frame.f_code
         hit = verdicts.get(code)
         if hit is None:           # first call of this code: is it a forbidden one?
-            hit = verdicts[code] = (code.co_name in names and
-                                    str(Path(code.co_filename).resolve()) == where)
-        if hit:                   # named as the student knows it: gated_mlp_backward
+            path = str(Path(code.co_filename).resolve())
+            hit = verdicts[code] = ((code.co_name in names and path == where) or
+                                    (path in files and code.co_name != "<module>"))
+        if hit and code.co_name in names:   # named as the student knows it: gated_mlp_backward
             called.append(code.co_name.removeprefix("_").removesuffix("_fast")
                           if code.co_name.endswith("_fast") else code.co_name)
+        elif hit:
+            called.append(f"{code.co_name} (in {files[str(Path(code.co_filename).resolve())]})")
 
-    if not names:
+    if not names and not files:
         yield called
         return
     previous = sys.getprofile()

@@ -836,6 +836,128 @@ def gate_temperature(c):
     c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
 
 
+# ----- A trained model's file, read by hand ------------------------------------------------
+# The files are written by exercises/tiny_checkpoint.py into a temporary folder; the
+# references below read nothing back: they are the arrays that were written.
+
+
+def balances_reference(Q, K, V):
+    """(b_qk, b_kv), each (m,), from np.linalg.norm of the rows, in float64."""
+    q, k, v = (np.linalg.norm(np.asarray(a, dtype=np.float64), axis=1) ** 2 for a in (Q, K, V))
+    return np.stack([(q - k) / (q + k), (k - v) / (k + v)])
+
+
+def read_raw_from_file_start(path, name):
+    """The slip of counting data_offsets from the file's start: that tensor, misread."""
+    import json
+    import struct
+    raw = Path(path).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    entry = json.loads(raw[8:8 + n])[name]
+    begin, end = entry["data_offsets"]
+    return np.frombuffer(raw[begin:end], dtype="<f4").reshape(entry["shape"])
+
+
+CHECKPOINT_PATTERNS = {
+    # (which topics fail together) -> (where to look, the idea)
+    frozenset(["load_layer"]): ("the reader is right but the layer is not: look at how each "
+                                "stored projection maps to Q, K and V",
+                                "gate_proj is Q, up_proj is K, and V is the down projection "
+                                "transposed, (d, m) to (m, d)"),
+}
+
+
+def diagnose_read_a_checkpoint(rows):
+    failing = frozenset(row.topic for row in rows if row.verdict in ("WRONG", "ERROR"))
+    found = CHECKPOINT_PATTERNS.get(failing & {"read_f32_tensor", "load_layer"})
+    return [found] if found and "read_f32_tensor" not in failing else []
+
+
+def read_a_checkpoint(c):
+    import shutil
+    import tempfile
+    from exercises.tiny_checkpoint import (ODD_UNIT, tiny_weights, write_safetensors,
+                                           write_tiny_checkpoint)
+    folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
+    try:
+        for file, (seed, odd) in enumerate(((0, ODD_UNIT), (7, (0, 3))), start=1):
+            (folder / f"file{file}").mkdir()                  # the course's file, and another
+            path = write_tiny_checkpoint(folder / f"file{file}", seed, odd)
+            weights = tiny_weights(seed, odd)
+            for name in ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                         "model.layers.1.post_attention_layernorm.weight",
+                         "model.embed_tokens.weight"):
+                label = (name.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
+                         .replace("mlp.", "").replace("post_attention_layernorm", "norm"))
+                misread = {}
+                try:
+                    misread[("the values come from another place in the file: look at where "
+                             "the byte offsets count from",
+                             "data_offsets count from the first byte after the header "
+                             "(8 + n), not from the start of the file")] = \
+                        read_raw_from_file_start(path, name)
+                except ValueError:
+                    pass
+                c.close(f"read_f32_tensor, file {file}, {label}", "read_f32_tensor",
+                        weights[name], lambda path=path, name=name: c.call("read_f32_tensor", path, name),
+                        tol=0.0, mistakes=misread)
+            c.equal(f"read_f32_tensor, file {file}: float32", "read_f32_tensor", "float32",
+                    lambda path=path: str(np.asarray(c.call(
+                        "read_f32_tensor", path, "model.layers.0.mlp.up_proj.weight")).dtype))
+            for i in ((0, 1) if file == 1 else (1,)):
+                prefix = f"model.layers.{i}.mlp."
+                Q, K = weights[prefix + "gate_proj.weight"], weights[prefix + "up_proj.weight"]
+                QKV = {"Q": Q, "K": K, "V": weights[prefix + "down_proj.weight"].T}   # each (m, d)
+                swapped = ("look at which stored projection goes through the gate",
+                           "Q and K swapped: Q is gate_proj (the gate), K is up_proj")
+                for k, name in enumerate("QKV"):
+                    c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[name],
+                            lambda path=path, i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
+                            mistakes={swapped: {"Q": K, "K": Q}[name]} if name != "V" else None)
+
+        def raises(name, path, expected):
+            def got():
+                try:
+                    c.call("read_f32_tensor", path, name)
+                except expected:
+                    return expected.__name__
+                return "no error"
+            return got
+
+        path = folder / "file1" / "tiny_model.safetensors"
+        c.equal("read_f32_tensor, a missing name raises KeyError", "read_f32_tensor", "KeyError",
+                raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
+        half = write_safetensors(folder / "half.safetensors",
+                                 {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
+        c.equal("read_f32_tensor, an F16 tensor raises ValueError", "read_f32_tensor",
+                "ValueError", raises("b", half, ValueError))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rng = np.random.default_rng(165)
+    scale = rng.uniform(0.5, 2.0, (3, M, 1))
+    Q, K = rng.standard_normal((M, D)) * scale[0], rng.standard_normal((M, D)) * scale[1]
+    V = rng.standard_normal((M, D + 1)) * scale[2]            # d_out = 6 here, m = 4, d = 5
+    expected = balances_reference(Q, K, V)
+    q, k, v = (np.linalg.norm(a, axis=1) for a in (Q, K, V))
+    c.close("unit_balances, random units", "unit_balances", expected,
+            lambda: np.stack(c.call("unit_balances", Q, K, V)),
+            mistakes={("look at the power of the norms in each balance",
+                       "the norms are not squared: the balance compares ‖q‖² with ‖k‖²"):
+                      np.stack([(q - k) / (q + k), (k - v) / (k + v)]),
+                      ("look at which pair each of the two returned balances compares",
+                       "the two balances are swapped: (q, k) first, then (k, v)"):
+                      expected[::-1]})
+    c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
+            lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
+    c.answer_is("UNBALANCED", ODD_UNIT, tuple)
+    c.answer_is("DECAY_BALANCES", "kv")
+    c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
+            lambda: str(c.answer("WHY_DECAY")),
+            lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",
+                                                                           "orbit", "scal")),
+            "a sentence of 8 words or more that says which symmetry (a rescaling) and why")
+
+
 # ----- Capstone: design a variant --------------------------------------------------------
 
 CAPSTONE_SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",

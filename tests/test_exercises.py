@@ -26,6 +26,7 @@ from exercises.release import make_stub, write_stubs
 ROOT = Path(__file__).resolve().parent.parent
 NUMBERED = list(enumerate(COURSE, start=1))
 IDS = [exercise.slug for exercise in COURSE]
+CAPSTONE = IDS.index("design_a_variant") + 1
 
 
 def run_cli(*args, cwd=ROOT):
@@ -297,6 +298,29 @@ def test_no_route_to_the_library_implementation_passes(route, tmp_path):
     assert "called the library's" in rows[0].message, rows[0].message
 
 
+READER_ROUTES = {
+    # the project's own reader and inspector, which exercise 16 asks the student not to use
+    "read_f32_tensor": ("    raw = Path(path).read_bytes()\n",
+                        "    from experiments.safetensors_reader import open_checkpoint\n"
+                        "    return np.array(open_checkpoint(path).get(name))\n"),
+    "load_layer": ('    prefix = f"model.layers.{i}.mlp."\n',
+                   "    from experiments import inspect_model, safetensors_reader\n"
+                   "    ckpt = safetensors_reader.open_checkpoint(path)\n"
+                   "    return inspect_model.layer_weights(ckpt, i)[:3]\n"),
+}
+
+
+@pytest.mark.parametrize("topic", READER_ROUTES)
+def test_the_projects_own_reader_is_refused_in_exercise_16(topic, tmp_path):
+    number = IDS.index("read_a_checkpoint") + 1
+    old, new = READER_ROUTES[topic]
+    path = solved_copy(tmp_path, number, old, new + old)
+    rows = [row for row in checker.check_file(number, COURSE[number - 1], path).rows
+            if row.topic == topic]
+    assert rows and all(row.verdict == "ERROR" and "experiments/" in row.message
+                        for row in rows), [(r.verdict, r.message) for r in rows]
+
+
 def test_a_forbidden_function_reached_through_another_public_one_is_caught(tmp_path):
     # bn.gradcheck calls bn.numerical_gradient, which exercise 9 asks the student to write.
     path = solved_copy(tmp_path, 9, "    x = x.copy()                                  # never",
@@ -347,8 +371,8 @@ def test_every_function_and_answer_is_really_checked(number, exercise):
     module = checker.load_module(path)
     topics = {row.topic for row in checker.check_module(number, exercise, module).rows}
     # Not "training" (the capstone's baselines), nor the capstone's NAME (any new name is
-    # right) and WHY (any sentence passes: the instructor reads it).
-    for topic in topics & set(vars(module)) - {"NAME", "WHY"}:
+    # right) and WHY, WHY_DECAY (any sentence of the kind passes: the instructor reads it).
+    for topic in topics & set(vars(module)) - {"NAME", "WHY", "WHY_DECAY"}:
         value = getattr(module, topic)
         wrong = types.SimpleNamespace(**vars(module))
         setattr(wrong, topic, wrapped(value) if callable(value) else perturbed(value))
@@ -615,6 +639,18 @@ FORWARD_SLIPS = [
      "what happens to the scores before they weigh the values", "σ is missing"),
     (1, "return bn.ACTIVATIONS[act].f(z) @ V", "return bn.ACTIVATIONS['relu'].f(z) @ V",
      "right for ReLU only", "σ is relu whatever act is"),
+    (16, "data = raw[8 + n + begin:8 + n + end]", "data = raw[begin:end]",
+     "where the byte offsets count from", "not from the start of the file"),
+    (16, "    return Q, K, V\n", "    return K, Q, V\n",
+     "which stored projection goes through the gate", "Q and K swapped"),
+    (16, 'prefix + "down_proj.weight").T', 'prefix + "down_proj.weight")',
+     "a transpose? got (6, 4) where (4, 6)", "V is the down projection transposed"),
+    (16, "return (q2 - k2) / (q2 + k2), (k2 - v2) / (k2 + v2)",
+     "return (k2 - v2) / (k2 + v2), (q2 - k2) / (q2 + k2)",
+     "which pair each of the two returned balances compares", "the two balances are swapped"),
+    (16, "return (q2 - k2) / (q2 + k2), (k2 - v2) / (k2 + v2)",
+     "q, k, v = np.sqrt(q2), np.sqrt(k2), np.sqrt(v2)\n    return (q - k) / (q + k), (k - v) / (k + v)",
+     "the power of the norms", "the norms are not squared"),
 ]
 
 
@@ -811,8 +847,9 @@ CAPSTONE_SLIPS = {
 def test_the_capstone_catches_a_wrong_design(slip, tmp_path):
     old, new, check = CAPSTONE_SLIPS[slip]
     before = set(bn.FORMULATIONS)
-    path = solved_copy(tmp_path, 16, old, new)
-    result = checker.check_file(16, COURSE[15], path)
+    number = CAPSTONE
+    path = solved_copy(tmp_path, number, old, new)
+    result = checker.check_file(number, COURSE[number - 1], path)
     assert set(bn.FORMULATIONS) == before                   # the registry is left as it was
     failing = {row.check for row in result.rows if row.verdict != "ok"}
     assert result.status == "failing" and any(c.startswith(check) for c in failing), failing
