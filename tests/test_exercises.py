@@ -4,7 +4,9 @@ own implementation) fools or hangs the checker.
 
 These tests never read the files a student edits (exercises/exNN_*.py): they check the
 solutions and a release made from them in a temporary folder."""
+import contextlib
 import functools
+import io
 import json
 import re
 import runpy
@@ -58,15 +60,91 @@ def released(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def solution_results():
-    """Every solution checked, all in one child process."""
-    return checker.run_exercises(NUMBERED, checker.SOLUTIONS_FOLDER)
+def cli_run(*argv):
+    """`python -m exercises ARGV` in this process: (exit status, what it printed, the results
+    of the exercises it checked). Each child process the checker starts costs a NumPy import:
+    the module-scoped fixtures below run the checker once and share what it printed and found."""
+    found = []
+    real = checker.run_exercises
+
+    def recording(*args, **kwargs):
+        results = real(*args, **kwargs)
+        found.extend(results)
+        return results
+
+    checker.run_exercises = recording
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            status = main(list(argv))
+    finally:
+        checker.run_exercises = real
+    return status, out.getvalue(), found
 
 
 @pytest.fixture(scope="module")
-def release_results(released):
-    return checker.run_exercises(NUMBERED, released)
+def solutions_cli():
+    """`python -m exercises --solutions`: every solution checked, all in one child process."""
+    return cli_run("--solutions")
+
+
+@pytest.fixture(scope="module")
+def solution_results(solutions_cli):
+    return solutions_cli[2]
+
+
+@pytest.fixture(scope="module")
+def release_cli(released):
+    """`python -m exercises --folder RELEASE`: every stub made afresh, in one child process."""
+    return cli_run("--folder", str(released))
+
+
+@pytest.fixture(scope="module")
+def release_results(release_cli):
+    return release_cli[2]
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    """Every solution checked in this process (no child), with what the checks pass to the
+    student's functions recorded: {number: (module, result)}, the points of every known
+    mistake, and the sizes (N, d, m, d_out) of each call."""
+    import inspect
+    points, sizes_seen = [], []
+    real_close, real_call = checker.Checks.close, checker.Checks.call
+
+    def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
+        points.extend(point for point, _ in (mistakes or {}))
+        return real_close(self, check, topic, expected, got_fn, tol, mistakes)
+
+    def call(self, name, *args, **kwargs):
+        fn = getattr(self.module, name, None)
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = {}
+        arrays = {k: v for k, v in bound.items() if isinstance(v, np.ndarray)}
+        sizes = {}
+        if arrays.get("x") is not None and arrays["x"].ndim == 2:
+            sizes["N"], sizes["d"] = arrays["x"].shape
+        for key in ("K", "Q", "V", "A"):
+            if key in arrays and arrays[key].ndim >= 2 and not (key == "Q" and "K" in arrays
+                                                                and name.startswith(("static", "absorb"))):
+                sizes.setdefault("m", arrays[key].shape[0])
+        if "V" in arrays and arrays["V"].ndim == 2:
+            sizes["d_out"] = arrays["V"].shape[1]
+        if len(sizes) >= 2:
+            sizes_seen.append((self.module.__name__, name, sizes))
+        return real_call(self, name, *args, **kwargs)
+
+    checker.Checks.close, checker.Checks.call = close, call
+    try:
+        runs = {}
+        for number, exercise in NUMBERED:
+            module = checker.load_module(checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise))
+            runs[number] = (module, checker.check_module(number, exercise, module))
+    finally:
+        checker.Checks.close, checker.Checks.call = real_close, real_call
+    return runs, points, sizes_seen
 
 
 # ----- The developer check (rustlings): every solution passes, every stub is not started --
@@ -86,9 +164,8 @@ def test_released_stub_is_not_started(number, release_results):
     assert result.status == "not started", [(r.check, r.verdict, r.message) for r in result.rows]
 
 
-def test_cli_solutions_all_done(capsys):
-    status = main(["--solutions"])
-    out = capsys.readouterr().out
+def test_cli_solutions_all_done(solutions_cli):
+    status, out, _ = solutions_cli
     assert status == 0, out
     n = len(COURSE)
     assert f"Progress [{'#' * n}] {n}/{n}" in out
@@ -96,16 +173,18 @@ def test_cli_solutions_all_done(capsys):
     assert "Traceback" not in out
 
 
-def test_cli_release_not_started_exit_0(released, capsys):
-    status = main(["--folder", str(released)])
-    out = capsys.readouterr().out
+def test_cli_release_not_started_exit_0(release_cli):
+    status, out, _ = release_cli
     assert status == 0, out
     assert f"0/{len(COURSE)}" in out
     assert out.count("not started") == len(COURSE)
     assert "Traceback" not in out
 
 
-def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released, capsys):
+def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released, release_results, capsys,
+                                                      monkeypatch):
+    # The stub's result as its child process found it (release_cli), shown by `check 1`.
+    monkeypatch.setattr(checker, "run_exercise", lambda *args: release_results[0])
     status = main(["--folder", str(released), "check", "1"])
     out = capsys.readouterr().out
     assert status == 0, out
@@ -195,12 +274,12 @@ HOSTILE = {
         ("ERROR", "SystemExit: your code called sys.exit(0)")),
     2: ("EXTRA_PARAMS = 768 * 768",                # loops at import, whatever it catches
         "while True:\n    try:\n        z = np.add(0, 1)\n    except:\n        pass\n"
-        "EXTRA_PARAMS = 768 * 768", ("TIMEOUT", "stopped at its time limit of 1 s (line")),
+        "EXTRA_PARAMS = 768 * 768", ("TIMEOUT", "stopped at its time limit of 0.6 s (line")),
     3: ("    return 0.5 * (A + A.transpose(0, 2, 1))", "    raise KeyboardInterrupt",
         ("ERROR", "KeyboardInterrupt")),
     5: ("    gate = bn.ACTIVATIONS[act].f(x @ Q.T)",     # prints without end
         "    while True:\n        print('x' * 1000, flush=True)\n    gate = 0",
-        ("TIMEOUT", "stopped at its time limit of 1 s")),
+        ("TIMEOUT", "stopped at its time limit of 0.6 s")),
     6: ('    return bn.ACTIVATIONS[act].f(z) / z\n',     # ends its own process
         "    import os; os._exit(0)\n", ("ERROR", "process checking exercise 6 ended")),
     13: ("RANK_FOR_EXACT = 8", "raise SystemExit(3)",    # exits at import
@@ -209,13 +288,26 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def hostile_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hostile")
+def hostile_cli(tmp_path_factory):
+    """The hostile files and a solved exercise 4, in two folders checked at the same time
+    (each TIMEOUT is mostly waiting): `python -m exercises --folder A --time-limit 0.6` on
+    exercises 1 to 4, and run_exercises on 5, 6 and 13. (status, output of A, {number: result})."""
+    from concurrent.futures import ThreadPoolExecutor
+    first, second = tmp_path_factory.mktemp("hostile-a"), tmp_path_factory.mktemp("hostile-b")
     for number, (old, new, _) in HOSTILE.items():
-        solved_copy(folder, number, old, new)
-    shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(4, COURSE[3]), folder)  # solved
-    numbered = [(n, COURSE[n - 1]) for n in sorted(set(HOSTILE) | {4})]
-    return {result.number: result for result in checker.run_exercises(numbered, folder, 1.0)}
+        solved_copy(first if number < 4 else second, number, old, new)
+    shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(4, COURSE[3]), first)  # solved
+    run = checker.run_exercises                   # the real one, whatever cli_run records
+    with ThreadPoolExecutor(2) as pool:
+        later = pool.submit(run, [(n, COURSE[n - 1]) for n in (5, 6, 13)], second, 0.6)
+        status, out, results = cli_run("--folder", str(first), "--time-limit", "0.6")
+        results = results + later.result()
+    return status, out, {result.number: result for result in results}
+
+
+@pytest.fixture(scope="module")
+def hostile_results(hostile_cli):
+    return hostile_cli[2]
 
 
 @pytest.mark.parametrize("number", sorted(HOSTILE))
@@ -232,11 +324,11 @@ def test_the_exercise_after_a_hostile_one_still_runs(hostile_results):
     assert len(hostile_results[5].output) < checker.OUTPUT_KEPT + 100   # printing is cut
 
 
-def test_hostile_answers_give_exit_status_1(tmp_path, capsys):
-    solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "import sys; sys.exit(0)")
-    status = main(["--folder", str(tmp_path)])
-    out = capsys.readouterr().out
+def test_hostile_answers_give_exit_status_1(hostile_cli):
+    status, out, results = hostile_cli
     assert status == 1 and "SystemExit" in out, out
+    assert {n for n, r in results.items() if r.status != "missing"} == set(HOSTILE) | {4}
+    assert "Progress [#" in out                              # exercise 4 is done
 
 
 def test_answers_are_compared_with_their_type(tmp_path):
@@ -366,10 +458,10 @@ def wrapped(fn):
 
 
 @pytest.mark.parametrize("number, exercise", NUMBERED, ids=IDS)
-def test_every_function_and_answer_is_really_checked(number, exercise):
-    path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
-    module = checker.load_module(path)
-    topics = {row.topic for row in checker.check_module(number, exercise, module).rows}
+def test_every_function_and_answer_is_really_checked(number, exercise, in_process):
+    module, result = in_process[0][number]
+    assert result.status == "done"
+    topics = {row.topic for row in result.rows}
     # Not "training" (the capstone's baselines), nor the capstone's NAME (any new name is
     # right) and WHY, WHY_DECAY (any sentence of the kind passes: the instructor reads it).
     for topic in topics & set(vars(module)) - {"NAME", "WHY", "WHY_DECAY"}:
@@ -380,37 +472,10 @@ def test_every_function_and_answer_is_really_checked(number, exercise):
         assert any(row.verdict != "ok" for row in result.rows if row.topic == topic), topic
 
 
-def test_checks_use_distinct_sizes_so_a_shape_slip_shows_as_a_shape(monkeypatch):
+def test_checks_use_distinct_sizes_so_a_shape_slip_shows_as_a_shape(in_process):
     # With N, d, m and d_out all different, a transpose or a wrong axis gives a wrong shape
-    # (the checker then says so), not just wrong values.
-    import inspect
-    sizes_seen = []
-    real_call = checker.Checks.call
-
-    def call(self, name, *args, **kwargs):
-        fn = getattr(self.module, name, None)
-        try:
-            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
-        except (TypeError, ValueError):
-            bound = {}
-        arrays = {k: v for k, v in bound.items() if isinstance(v, np.ndarray)}
-        sizes = {}
-        if arrays.get("x") is not None and arrays["x"].ndim == 2:
-            sizes["N"], sizes["d"] = arrays["x"].shape
-        for key in ("K", "Q", "V", "A"):
-            if key in arrays and arrays[key].ndim >= 2 and not (key == "Q" and "K" in arrays
-                                                                and name.startswith(("static", "absorb"))):
-                sizes.setdefault("m", arrays[key].shape[0])
-        if "V" in arrays and arrays["V"].ndim == 2:
-            sizes["d_out"] = arrays["V"].shape[1]
-        if len(sizes) >= 2:
-            sizes_seen.append((self.module.__name__, name, sizes))
-        return real_call(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(checker.Checks, "call", call)
-    for number, exercise in NUMBERED:
-        path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
-        checker.check_module(number, exercise, checker.load_module(path))
+    # (the checker then says so), not just wrong values. (Sizes recorded by in_process.)
+    sizes_seen = in_process[2]
     assert len(sizes_seen) > 50
     for where, name, sizes in sizes_seen:
         assert len(set(sizes.values())) == len(sizes), (where, name, sizes)
@@ -665,19 +730,9 @@ def test_forward_slips_are_pointed_at_then_named(number, old, new, point, slip, 
 FORMULA = re.compile(r"=|\.df\b|\.f\(|bn\.|np\.|@|ᵀ|⊙|σ′|Σ|in place of")
 
 
-def test_no_level_one_text_gives_a_formula(monkeypatch):
+def test_no_level_one_text_gives_a_formula(in_process):
     from exercises import checks
-    points = []
-    real_close = checker.Checks.close
-
-    def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
-        points.extend(point for point, _ in (mistakes or {}))
-        return real_close(self, check, topic, expected, got_fn, tol, mistakes)
-
-    monkeypatch.setattr(checker.Checks, "close", close)
-    for number, exercise in NUMBERED:               # every mistake an exercise knows
-        path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
-        checker.check_module(number, exercise, checker.load_module(path))
+    points = list(in_process[1])                     # every mistake an exercise knows
     for name in dir(checks):                         # every pattern and named mistake
         if name.endswith(("_PATTERNS", "_MISTAKES")):
             points += [point for point, _ in getattr(checks, name).values()]
