@@ -877,14 +877,14 @@ def diagnose_read_a_checkpoint(rows):
 def read_a_checkpoint(c):
     import shutil
     import tempfile
-    from exercises.tiny_checkpoint import (ODD_UNIT, tiny_weights, write_safetensors,
+    from exercises.tiny_checkpoint import (odd_unit, tiny_weights, write_safetensors,
                                            write_tiny_checkpoint)
     folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
     try:
-        for file, (seed, odd) in enumerate(((0, ODD_UNIT), (7, (0, 3))), start=1):
-            (folder / f"file{file}").mkdir()                  # the course's file, and another
-            path = write_tiny_checkpoint(folder / f"file{file}", seed, odd)
-            weights = tiny_weights(seed, odd)
+        for file, seed in ((1, 0), (2, 6)):                   # the course's file, and another
+            (folder / f"file{file}").mkdir()
+            path = write_tiny_checkpoint(folder / f"file{file}", seed)
+            weights = tiny_weights(seed)
             for name in ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
                          "model.layers.1.post_attention_layernorm.weight",
                          "model.embed_tokens.weight"):
@@ -950,7 +950,7 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    c.answer_is("UNBALANCED", ODD_UNIT, tuple)
+    c.answer_is("UNBALANCED", odd_unit(0), tuple)
     c.answer_is("DECAY_BALANCES", "kv")
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),

@@ -14,8 +14,8 @@ The file holds, for layers i = 0 and 1, in float32 (dtype "F32"):
 
 and model.embed_tokens.weight (vocab, d), with d = 6, m = 4, vocab = 10. The tensors are
 stored in a shuffled order and the header has a "__metadata__" entry, as real files do.
-The units are made as weight decay leaves a SwiGLU layer (derivations.md §9.2): in each
-unit ‖k_j‖ = ‖v_j‖, while ‖q_j‖ is free; except one unit, on purpose.
+The units are made as training with weight decay would leave them, except one unit (drawn
+from the seed), on purpose: finding it is the exercise.
 
 The format (as documented by the safetensors authors): 8 bytes, the header's length n as
 an unsigned 64-bit little-endian integer; n bytes of UTF-8 JSON mapping each name to
@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 D, M, VOCAB, LAYERS = 6, 4, 10, 2
-ODD_UNIT = (1, 2)          # (layer, unit) whose keys and values are far from balanced
 NAME = "tiny_model.safetensors"
 
 
@@ -42,19 +41,26 @@ def unit_rows(rng, norms):
     return rows / np.linalg.norm(rows, axis=1, keepdims=True) * np.asarray(norms)[:, None]
 
 
-def tiny_weights(seed=0, odd_unit=ODD_UNIT):
+def odd_unit(seed=0):
+    """(layer, unit) of the unit made unlike the others, for the file of this seed."""
+    rng = np.random.default_rng([seed, 1])
+    return int(rng.integers(LAYERS)), int(rng.integers(M))
+
+
+def tiny_weights(seed=0):
     """{name: float32 array} of the tiny model, before it is written."""
     rng = np.random.default_rng(seed)
+    odd = odd_unit(seed)
     weights = {"model.embed_tokens.weight": rng.standard_normal((VOCAB, D))}
     for i in range(LAYERS):
-        kv = rng.uniform(0.8, 1.2, M)                  # ‖k_j‖ = ‖v_j‖: balanced, as decay leaves them
-        q = kv * rng.uniform(0.6, 1.0, M)              # ‖q_j‖: set by the loss, not balanced
-        v = kv.copy()
-        if i == odd_unit[0]:
-            v[odd_unit[1]] = kv[odd_unit[1]] / 3       # ‖k‖ = 3 ‖v‖ in one unit
+        n = rng.uniform(0.8, 1.2, M)                   # (m,) row norms
+        q = n * rng.uniform(0.6, 1.0, M)
+        v = n.copy()
+        if i == odd[0]:
+            v[odd[1]] = n[odd[1]] / 3
         prefix = f"model.layers.{i}."
         weights[prefix + "mlp.gate_proj.weight"] = unit_rows(rng, q)         # (m, d)
-        weights[prefix + "mlp.up_proj.weight"] = unit_rows(rng, kv)          # (m, d)
+        weights[prefix + "mlp.up_proj.weight"] = unit_rows(rng, n)           # (m, d)
         weights[prefix + "mlp.down_proj.weight"] = unit_rows(rng, v).T       # (d, m): Vᵀ
         weights[prefix + "post_attention_layernorm.weight"] = rng.uniform(0.5, 1.5, D)
     return {name: value.astype(np.float32) for name, value in weights.items()}
@@ -80,8 +86,8 @@ def write_safetensors(path, tensors, metadata=None, order=None):
     return Path(path)
 
 
-def write_tiny_checkpoint(folder, seed=0, odd_unit=ODD_UNIT):
+def write_tiny_checkpoint(folder, seed=0):
     """Write the tiny model to folder/tiny_model.safetensors and return its path."""
-    weights = tiny_weights(seed, odd_unit)
+    weights = tiny_weights(seed)
     order = sorted(weights, key=lambda name: (len(name) * 7919 + seed) % 23)   # shuffled
     return write_safetensors(Path(folder) / NAME, weights, {"format": "pt"}, order)

@@ -929,3 +929,26 @@ def test_replacing_the_library_does_not_fool_the_checker(tmp_path):
                for row in rows), [(r.verdict, r.message) for r in rows]
     assert (bn.gated_mlp_forward, bn.rel_error, dict(bn.FORMULATIONS),
             dict(bn.ACTIVATIONS)) == before
+
+
+@pytest.mark.parametrize("seed", [0, 6])
+def test_the_course_checkpoint_is_a_safetensors_file_with_one_odd_unit(seed, tmp_path):
+    # Read back by the project's own reader (not the exercise's): every tensor byte for byte,
+    # in float32; the (k, v) balance is 0 in every unit but odd_unit(seed).
+    from experiments.safetensors_reader import SafetensorsFile
+    from exercises.tiny_checkpoint import odd_unit, tiny_weights, write_tiny_checkpoint
+    stored = SafetensorsFile(write_tiny_checkpoint(tmp_path, seed))
+    weights = tiny_weights(seed)
+    assert set(stored.names()) == set(weights) and stored.metadata == {"format": "pt"}
+    assert list(stored.entries) != sorted(stored.entries)        # not in the obvious order
+    for name, value in weights.items():
+        assert stored.get(name).dtype == np.float32 and np.array_equal(stored.get(name), value)
+    odd = []
+    for i in range(2):
+        K = np.asarray(stored.get(f"model.layers.{i}.mlp.up_proj.weight"), dtype=np.float64)
+        V = np.asarray(stored.get(f"model.layers.{i}.mlp.down_proj.weight"), dtype=np.float64).T
+        k, v = np.sum(K ** 2, axis=1), np.sum(V ** 2, axis=1)
+        kv = (k - v) / (k + v)
+        odd += [(i, j) for j in range(len(kv)) if abs(kv[j]) > 0.5]
+        assert all(abs(kv[j]) < 1e-6 for j in range(len(kv)) if (i, j) != odd_unit(seed))
+    assert odd == [odd_unit(seed)]

@@ -142,7 +142,7 @@ def unit_balances(Q, K, V):
 # minimum: `"qk"` or `"kv"`? And why (a sentence: which symmetry, which orbit)?
 
 # %%
-UNBALANCED = (1, 2)  # ANSWER: (layer, unit) of the unbalanced unit, two ints
+UNBALANCED = (1, 3)  # ANSWER: (layer, unit) of the unbalanced unit, two ints
 DECAY_BALANCES = "kv"  # ANSWER: "qk" or "kv"
 WHY_DECAY = ("Rescaling (k_j, v_j) to (a k_j, v_j / a) leaves a SwiGLU unit unchanged for "  # ANSWER: a sentence
              "every a > 0, so weight decay slides along that orbit to its balanced point; "
