@@ -121,12 +121,12 @@ def _relu_grad(z):
 
 def _sigmoid(z):
     e = np.exp(-np.abs(z))                        # e^-|z| in (0, 1]: never overflows
-    return np.where(z >= 0, 1, e) / (1 + e)       # 1/(1 + e^-z) for z >= 0, e^z/(1 + e^z) below
+    return np.where(z >= 0, 1, e) * (1 / (1 + e)) # 1/(1 + e^-z) for z >= 0, e^z/(1 + e^z) below
 
 
 def _sigmoid_grad(z):
     e = np.exp(-np.abs(z))
-    return e / ((1 + e) * (1 + e))                # sigma(z) sigma(-z), even in z: no 1 - s
+    return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigma(z) sigma(-z)
 
 
 def _silu(z):
@@ -1511,15 +1511,17 @@ def _blocks(n, width, size):
 
 
 def _sigmoid_value_and_slope(z):
-    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place.
+    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place;
+    # max(e, z >= 0) is where(z >= 0, 1, e) without a new mask of floats.
     e = np.abs(z)
     np.negative(e, out=e)
     np.exp(e, out=e)                              # e^-|z|, never overflows
-    s = np.where(z >= 0, 1, e).astype(z.dtype, copy=False)
-    one_e = e + 1                                 # 1 + e
-    s /= one_e                                    # sigma(z)
-    one_e *= one_e
-    e /= one_e                                    # e / (1 + e)^2 = sigma'(z)
+    r = e + 1
+    np.reciprocal(r, out=r)                       # 1 / (1 + e)
+    s = np.maximum(e, z >= 0, dtype=z.dtype)      # 1 for z >= 0, e below
+    s *= r                                        # sigma(z)
+    r *= r
+    e *= r                                        # e / (1 + e)^2 = sigma'(z)
     return s, e
 
 
