@@ -12,8 +12,9 @@ dtype, are the ones stated in bilinear_numpy.py, section 1:
   argument computed from z (z / sqrt 2, 2u) is rounded: a relative error eps/2 in it
   becomes kappa_f eps/2 in f (z^2 eps / 2 for exact GELU far in the negative tail);
   exact GELU in float32 is computed in float64, so no kappa_f there;
-- below the normal range, where sigma(z) itself underflows (silu at z = -104 in float32),
-  an absolute error of |z| times the smallest subnormal.
+- below the normal range (a true value under the smallest normal number: silu at
+  z = -104 in float32, whose sigma(z) underflows; SciPy's erfc, 0 from x = 26.6), an
+  absolute error of at most the smallest normal number.
 """
 import csv
 import math
@@ -56,7 +57,8 @@ def errors_in_ulps(name, dtype):
             rounded = np.abs(np.float64(true)).astype(dtype)      # the true value, in dtype
             below_max = np.nextafter(np.finfo(dtype).max, dtype(0))  # its ulp is max's ulp
             ulp = Decimal(float(np.spacing(np.minimum(rounded, below_max))))
-            tiny = Decimal(float(np.finfo(dtype).smallest_subnormal)) * max(1, abs(Decimal(row["z"])))
+            smallest_normal = Decimal(float(np.finfo(dtype).smallest_normal))
+            tiny = smallest_normal if abs(true) < smallest_normal else Decimal(0)
             error = max(Decimal(0), abs(Decimal(float(got)) - true) - tiny) / ulp
             out.append((row["z"], key, float(error),
                         ulp_bound(name, key, dtype, float(row["kappa_f"]), float(row["kappa_df"]))))
@@ -100,3 +102,30 @@ def test_plain_and_fast_are_finite_and_silent_for_every_finite_input(name, dtype
         f_fast, df_fast = act.value_and_grad(z)
     assert np.isfinite(df).all() and np.array_equal(df, df_fast)
     assert np.isfinite(f[1:-1]).all() and np.array_equal(f, f_fast)
+
+
+def test_exact_gelu_stdlib_and_scipy_paths_agree(monkeypatch):
+    # Exact GELU's Phi uses scipy.special.erfc when SciPy is installed (CI's newest run),
+    # else math.erfc element by element (CI's oldest run, and here the stdlib path is run
+    # whether SciPy is installed or not). To 1e-15 relative where Phi(z) >= 3e-5 (z >= -4);
+    # further out SciPy's erfc loses about x^2 eps relative (exp(-x^2) of a rounded x^2),
+    # the size of the argument rounding the bound already allows, z^2 eps / 2: allowed z^2 eps.
+    z = np.linspace(-37, 37, 7401)                 # Phi(-37) = 6e-300: still a normal float
+    u = -z / np.sqrt(2)
+    stdlib = bn._erfc_stdlib(u)
+    assert stdlib.dtype == np.float64 and np.array_equal(stdlib, [math.erfc(t) for t in u])
+    act = bn.ACTIVATIONS["gelu"]
+    monkeypatch.setattr(bn, "_erfc_scipy", None)   # the stdlib path, SciPy or not
+    f_stdlib, df_stdlib = act.f(z), act.df(z)
+    assert np.array_equal(f_stdlib, z * (0.5 * stdlib))
+    monkeypatch.undo()
+    special = pytest.importorskip("scipy.special")
+    assert bn._erfc_scipy is special.erfc          # installed: the module uses it
+    rel = np.abs(special.erfc(u) - stdlib) / stdlib
+    assert np.max(rel[z >= -4]) <= 1e-15
+    assert np.all(rel[z < -4] <= z[z < -4] ** 2 * np.finfo(np.float64).eps)
+    tol = np.maximum(1e-15, z * z * np.finfo(np.float64).eps)
+    assert np.all(np.abs(act.f(z) - f_stdlib) <= tol * np.abs(f_stdlib))
+    near_root = np.abs(z + 0.7518) < 0.1           # GELU' = Phi + z phi is 0 at z = -0.7518
+    scale = np.where(near_root, 1.0, np.abs(df_stdlib))
+    assert np.all(np.abs(act.df(z) - df_stdlib) <= tol * scale)
