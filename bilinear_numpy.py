@@ -232,9 +232,10 @@ def mlp_forward(x, K, V, act="relu"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
     z = X @ p["K"].T                              # (N, m)       z = x K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h)
+    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
+                                    dsigma=dsigma)
 
 
 def mlp_backward(dy, cache):
@@ -243,11 +244,11 @@ def mlp_backward(dy, cache):
     Args: dy (..., d_out), in y's dtype; cache from mlp_forward.
     Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, K, V, z, h, act = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "z", "h", "act")
+    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                   "X", "K", "V", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * act.df(z)                           # (N, m)       R2 on h = sigma(z)
+    dz = dh * dsigma                              # (N, m)       R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
@@ -271,10 +272,10 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
                               {"Q": "d d", "K": "m d", "V": "m d_out"})
     xQ = X @ p["Q"]                               # (N, d)       the query x Q
     z = xQ @ p["K"].T                             # (N, m)       z = x Q K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
-                                    xQ=xQ, z=z, h=h)
+                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
 
 
 def static_query_mlp_backward(dy, cache):
@@ -283,10 +284,10 @@ def static_query_mlp_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from static_query_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, xQ, z, h, act = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "z", "h", "act")
+    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * act.df(z)                   # (N, m)       R1, then R2
+    dz = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
@@ -313,9 +314,10 @@ def bilinear_forward(x, A, V, act="identity"):
     (N, d), m = X.shape, p["A"].shape[0]
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
     s = xx @ p["A"].reshape(m, d * d).T           # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h)
+    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
+                                    dsigma=dsigma)
 
 
 def bilinear_backward(dy, cache):
@@ -324,11 +326,11 @@ def bilinear_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from bilinear_forward.
     Returns: {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
     """
-    dY, X, A, V, s, h, act = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "s", "h", "act")
+    dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                   "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
     dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
@@ -359,10 +361,10 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  queries x Q_j
     b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  keys    x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h)
+                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
 
 
 def rank_r_bilinear_backward(dy, cache):
@@ -371,10 +373,10 @@ def rank_r_bilinear_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from rank_r_bilinear_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
     db = ds[:, :, None] * a                       # (N, m, r)
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
@@ -406,10 +408,10 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (queries)
     b = X @ p["K"].T                              # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
-    h = act.f(s)                                  # (N, m)       h = sigma(a * b)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(a * b); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h)
+                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
 
 
 def rank1_bilinear_backward(dy, cache):
@@ -418,10 +420,10 @@ def rank1_bilinear_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from rank1_bilinear_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     da = ds * b                                   # (N, m)       R3 on s = a * b
     db = ds * a                                   # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
@@ -451,9 +453,11 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (gate)
     b = X @ p["K"].T                              # (N, m)       b = x K^T  (linear)
-    h = act.f(a) * b                              # (N, m)       h = sigma(a) * b
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
+    h = sigma_a * b                               # (N, m)       h = sigma(a) * b
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b, h=h)
+    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
 
 
 def gated_mlp_backward(dy, cache):
@@ -462,12 +466,12 @@ def gated_mlp_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from gated_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * b * act.df(a)                       # (N, m)       R3, then R2
-    db = dh * act.f(a)                            # (N, m)       R3
+    da = dh * b * dsigma_a                        # (N, m)       R3, then R2
+    db = dh * sigma_a                             # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -494,10 +498,13 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T
     b = X @ p["K"].T                              # (N, m)       b = x K^T
-    h = act.f(a) * act.f(b)                       # (N, m)       h = sigma(a) * sigma(b)
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
+    sigma_b, dsigma_b = act.value_and_grad(b)     # (N, m)       sigma(b), sigma'(b)
+    h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, h=h)
+    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, sigma_b=sigma_b,
+                                    dsigma_b=dsigma_b, h=h)
 
 
 def double_gated_mlp_backward(dy, cache):
@@ -506,12 +513,13 @@ def double_gated_mlp_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from double_gated_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dY, X, Q, K, V, sigma_a, dsigma_a, sigma_b, dsigma_b, h = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "dsigma_a",
+        "sigma_b", "dsigma_b", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)
-    da = dh * act.df(a) * act.f(b)                # (N, m)       R3, then R2
-    db = dh * act.f(a) * act.df(b)                # (N, m)       R3, then R2
+    da = dh * dsigma_a * sigma_b                  # (N, m)       R3, then R2
+    db = dh * sigma_a * dsigma_b                  # (N, m)       R3, then R2
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -536,10 +544,11 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
     a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  gates x Q_j
     b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  linear parts x K_j
-    h = np.einsum("nmr,nmr->nm", act.f(a), b)     # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m, r)    sigma(a), sigma'(a)
+    h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, h=h)
+    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
 
 
 def gated_rank_r_backward(dy, cache):
@@ -548,12 +557,12 @@ def gated_rank_r_backward(dy, cache):
     Args: dy (..., d_out), y's dtype; cache from gated_rank_r_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
     """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
-    da = dh * b * act.df(a)                       # (N, m, r)    R3, then R2
-    db = dh * act.f(a)                            # (N, m, r)    R3
+    da = dh * b * dsigma_a                        # (N, m, r)    R3, then R2
+    db = dh * sigma_a                             # (N, m, r)    R3
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
     dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
     dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
@@ -1602,80 +1611,29 @@ def _gate_blocked(act, a, b):
 # ----- the fast pairs -----------------------------------------------------------
 
 
-def _mlp_forward_fast(x, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ p["K"].T                              # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, z)  # (N, m)   sigma(z), sigma'(z)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
-                                    dsigma=dsigma)
-
-
-def _mlp_backward_fast(dy, cache):
-    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)
-    dz *= dsigma                                  # (N, m)   in place: dz is ours
-    return {"x": (dz @ K).reshape(cache["x_shape"]), "K": dz.T @ X, "V": dV}
-
-
-def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
-                              {"Q": "d d", "K": "m d", "V": "m d_out"})
-    xQ = X @ p["Q"]                               # (N, d)
-    z = xQ @ p["K"].T                             # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, z)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
-                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
-
-
-def _static_query_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)
-    dz *= dsigma
-    dxQ = dz @ K                                  # (N, d)
-    dX = dxQ @ Q.T
-    return {"x": dX.reshape(cache["x_shape"]), "Q": X.T @ dxQ, "K": dz.T @ xQ, "V": dV}
-
-
-def _outer_rows(X):
-    # Row n holds vec(x_n^T x_n): (N, d*d).
-    N, d = X.shape
-    return (X[:, :, None] * X[:, None, :]).reshape(N, d * d)
-
-
 def _bilinear_forward_fast(x, A, V, act="identity"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    m, d, _ = p["A"].shape
-    A_flat = p["A"].reshape(m, d * d)             # (m, d*d)
-    N = X.shape[0]
+    (N, d), m = X.shape, p["A"].shape[0]
+    A_flat = p["A"].reshape(m, d * d)             # (m, d^2)
     s = np.empty((N, m), X.dtype)                 # (N, m)
-    # A deliberate loop over token blocks, each block of outer products about N m numbers:
-    # no (N, d^2) array at once when d^2 > m.
+    # A deliberate loop over token blocks of about N m outer-product numbers each: never
+    # all N d^2 at once (at N = 4096, d = 64 they would outweigh everything else).
     for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        s[rows] = _outer_rows(X[rows]) @ A_flat.T
+        s[rows] = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d) @ A_flat.T
     h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
-                                    dsigma=dsigma)
+    return _output_and_frozen_cache("bilinear_forward", h @ p["V"], x, act, X=X, **p, s=s,
+                                    h=h, dsigma=dsigma)
 
 
 def _bilinear_backward_fast(dy, cache):
     dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
                                                    "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
-    dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= dsigma
-    # dA_j row i = sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i, each one
-    # matrix product over all tokens.
+    # Rows i of every dA_j, sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i,
+    # each one matrix product over all tokens (no partial sums over token blocks).
     dA = np.empty_like(A)                         # (m, d, d)
     for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
         xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)
@@ -1686,20 +1644,20 @@ def _bilinear_backward_fast(dy, cache):
     for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
         M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
         dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]
-    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": h.T @ dY}
 
 
 def _as_columns(W):
-    # W (m, d, r) as a (d, r m) matrix: column rho m + j is W[j, :, rho]. All projections
-    # of x are then one matrix product, unit index j fastest.
+    # W (m, d, r) as a (d, r m) matrix, column rho m + j = W[j, :, rho]: all projections of
+    # x are one BLAS product, unit index j fastest.
     m, d, r = W.shape
     return W.transpose(1, 2, 0).reshape(d, r * m)
 
 
 def _columns_as_units(P, m, r):
-    # An (N, r m) array as an (N, m, r) view: entry [n, j, rho] is P[n, rho m + j]. In memory
-    # j runs fastest, so broadcasts over rho and sums over rho run along rows of length m
-    # (several times faster in NumPy than rows of length r).
+    # An (N, r m) array as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]. With j fastest
+    # in memory, broadcasts and sums over rho run along rows of length m (several times
+    # faster in NumPy than rows of length r).
     return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
@@ -1717,17 +1675,22 @@ def _new_units(N, m, r, dtype):
     return _columns_as_units(np.empty((N, r * m), dtype), m, r)
 
 
-def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
+def _rank_r_projections_fast(x, Q, K, V, act):
+    # The projections of both rank-r forms: (act, x, X, p, Q_cols, K_cols, a, b).
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
     m, d, r = p["Q"].shape
     Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
     a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
     b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    return act, x, X, p, Q_cols, K_cols, a, b
+
+
+def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
+    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
     h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ p["V"], x, act, X=X, **p,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
                                     dsigma=dsigma)
 
@@ -1735,16 +1698,14 @@ def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
 def _rank_r_bilinear_backward_fast(dy, cache):
     dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _checked_dy_and_cache(
         dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma
+    ds = (dY @ V.T)[:, :, None]                   # (N, m, 1)
+    ds *= dsigma[:, :, None]
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))
+    da = np.multiply(ds, b, out=_new_units(*b.shape, b.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
-    db = np.multiply(ds[:, :, None], a, out=da)   # over da (used up)
-    dX_k, dK = _column_grads(X, K_cols, db)
+    dX_k, dK = _column_grads(X, K_cols, np.multiply(ds, a, out=da))   # db, over da
     dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _project_both_back(X, Q, K, da, db):
@@ -1754,50 +1715,22 @@ def _project_both_back(X, Q, K, da, db):
     return dX, da.T @ X, db.T @ X
 
 
-def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)
-    b = X @ p["K"].T                              # (N, m)
-    s = a * b                                     # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
-
-
-def _rank1_bilinear_backward_fast(dy, cache):
-    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma
-    da = ds * b                                   # (N, m)
-    db = np.multiply(ds, a, out=ds)               # over ds (ours, used up)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
-
-
 def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)
-    b = X @ p["K"].T                              # (N, m)
+    a, b = X @ p["Q"].T, X @ p["K"].T             # (N, m) each
     sigma_a, h, b_dsigma = _gate_blocked(act, a, b)   # sigma(a), sigma(a) b, b sigma'(a)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
-                                    sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
+    return _output_and_frozen_cache("gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
+                                    a=a, b=b, sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
 
 
 def _gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, sigma_a, h, b_dsigma = _checked_dy_and_cache(
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
     da = dh * b_dsigma                            # dh b sigma'(a)
-    db = np.multiply(dh, sigma_a, out=dh)         # dh sigma(a), over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a, out=dh))
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
@@ -1814,8 +1747,7 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
         np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
         np.multiply(dsig[:, :m], sig[:, m:], out=dh_dab[rows, :m])
         np.multiply(sig[:, :m], dsig[:, m:], out=dh_dab[rows, m:])
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("double_gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
                                     a=ab[:, :m], b=ab[:, m:], h=h, dh_da=dh_dab[:, :m],
                                     dh_db=dh_dab[:, m:])
 
@@ -1823,26 +1755,18 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
 def _double_gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, h, dh_da, dh_db = _checked_dy_and_cache(
         dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_da", "dh_db")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
     da = dh * dh_da                               # dh sigma'(a) sigma(b)
-    db = np.multiply(dh, dh_db, out=dh)           # dh sigma(a) sigma'(b), over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, dh_db, out=dh))
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    m, d, r = p["Q"].shape
-    Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
-    a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
-    b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     sigma_a, b_dsigma = _value_and_slope_blocked(act, a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
     b_dsigma *= b                                 # b sigma'(a)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("gated_rank_r_forward", h @ p["V"], x, act, X=X, **p,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
                                     h=h, b_dsigma=b_dsigma)
 
@@ -1851,15 +1775,13 @@ def _gated_rank_r_backward_fast(dy, cache):
     dY, X, V, sigma_a, h, b_dsigma, Q_cols, K_cols = _checked_dy_and_cache(
         dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_dsigma", "Q_cols",
         "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
     da = np.multiply(dh, b_dsigma, out=_new_units(*sigma_a.shape, sigma_a.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
-    db = np.multiply(dh, sigma_a, out=da)         # over da (used up)
-    dX_k, dK = _column_grads(X, K_cols, db)
+    dX_k, dK = _column_grads(X, K_cols, np.multiply(dh, sigma_a, out=da))   # db, over da
     dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 # ----- The registry: every formulation, run by its fast pair ----------------------
@@ -1937,66 +1859,46 @@ def _rank_r_param_shapes(d, m, d_out, r):
     return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
 
 
-# Standard deviations: x.k_j ~ N(0, 1) with std 1/sqrt(d); a product of two such is O(1);
-# a sum of r products is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
-FORMULATIONS: dict[str, Formulation] = {
-    f.name: f for f in [
-        Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, _mlp_backward_fast,
-                    ("K", "V"),
-                    lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
-                    lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5},
-                    family="key-value", sigma_args=("z",)),
-        Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
-                    _static_query_mlp_backward_fast, ("Q", "K", "V"),
-                    lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
-                    "d^2 + m d + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="static-query", sigma_args=("z",)),
-        Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
-                    _bilinear_backward_fast, ("A", "V"),
-                    lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)},
-                    "m d^2 + d^2 + m d_out", lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5},
-                    family="full-bilinear", sigma_args=("s",)),
-        Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                    _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast,
-                    ("Q", "K", "V"), _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
-                                     "V": m ** -0.5},
-                    family="symmetric", sigma_args=("s",)),
-        Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                    _rank1_bilinear_forward_fast, _rank1_bilinear_backward_fast,
-                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="symmetric", sigma_args=("s",)),
-        Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
-                    _gated_mlp_forward_fast, _gated_mlp_backward_fast, ("Q", "K", "V"),
-                    _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="gated", sigma_args=("a",)),
-        Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                    _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast,
-                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="double-gated", sigma_args=("a", "b")),
-        Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                    _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
-                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
-                    family="gated", sigma_args=("a",)),
-    ]
-}
+def _rank1_scales(d, m, r):
+    # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I); the values scaled by 1/sqrt(m).
+    return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
 
-# The plain pair of each formulation (section 2), by name: what the fast pairs must equal.
-PLAIN_PAIRS: dict[str, tuple[Callable, Callable]] = {
-    "mlp": (mlp_forward, mlp_backward),
-    "static_query_mlp": (static_query_mlp_forward, static_query_mlp_backward),
-    "bilinear": (bilinear_forward, bilinear_backward),
-    "rank_r_bilinear": (rank_r_bilinear_forward, rank_r_bilinear_backward),
-    "rank1_bilinear": (rank1_bilinear_forward, rank1_bilinear_backward),
-    "gated_mlp": (gated_mlp_forward, gated_mlp_backward),
-    "double_gated_mlp": (double_gated_mlp_forward, double_gated_mlp_backward),
-    "gated_rank_r": (gated_rank_r_forward, gated_rank_r_backward),
-}
+
+# Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
+# is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
+FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
+    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+                lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
+                lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
+    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
+                static_query_mlp_backward, ("Q", "K", "V"),
+                lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
+                "d^2 + m d + m d_out", _rank1_scales, "static-query", ("z",)),
+    Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
+                _bilinear_backward_fast, ("A", "V"),
+                lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)}, "m d^2 + d^2 + m d_out",
+                lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
+    Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
+                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, ("Q", "K", "V"),
+                _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
+                                 "V": m ** -0.5}, "symmetric", ("s",)),
+    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V", rank1_bilinear_forward,
+                rank1_bilinear_backward, ("Q", "K", "V"), _rank1_param_shapes,
+                "2 m d + m + m d_out", _rank1_scales, "symmetric", ("s",)),
+    Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
+                _gated_mlp_backward_fast, ("Q", "K", "V"), _rank1_param_shapes,
+                "2 m d + m + m d_out", _rank1_scales, "gated", ("a",)),
+    Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
+                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast,
+                ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out", _rank1_scales,
+                "double-gated", ("a", "b")),
+    Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
+                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
+                _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
+                "gated", ("a",)),
+]}
 
 # The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
 GLU_VARIANTS: dict[str, tuple[str, str]] = {
