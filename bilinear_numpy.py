@@ -4,36 +4,31 @@ A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Biline
 Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
 1. Activations          sigma and sigma', one or two lines each, accurate in both tails.
-2. Formulations         one plain forward/backward pair per formulation (CS231n style):
-                        each line one step of derivations.md sections 2 and 3, its shape
-                        beside it. Numbered (1)-(7) by this project, not by the paper.
+2. Formulations         the plain pairs NAME_forward / NAME_backward (CS231n style), the
+                        ones to read and call: each line one step of derivations.md
+                        sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
+                        project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, the conservation identity.
 5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
-6. Fast paths           the same pairs written for speed (blocked activations, token
-                        blocks, rank-r layouts). FORMULATIONS[name].forward / .backward
-                        run these; tests/test_fast_paths.py proves they equal the plain pairs.
+6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
+                        them (training, figures, ablation, benchmark); a cache goes back
+                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
 7. Plumbing             input checks, cache freezing, cache checks.
 8. Command line         `python bilinear_numpy.py [verify | figures | train | bench]`.
-
-Which is which: the public NAME_forward / NAME_backward (mlp_forward, gated_mlp_backward,
-...) are the plain pairs of section 2, the ones to read and call. FORMULATIONS[NAME]
-runs the fast pair of section 6 (training, figures, ablation and benchmark use it). A
-cache from one path is read by its own path's backward.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
 shape (m, d_out); A has shape (m, d, d). a = x Q^T and b = x K^T are the two projections,
 s the score of a bilinear unit, h the hidden layer, y the output. Gradients are dx, dQ, ...
 
-Input checks, the same for every pair (section 7 does them): x, the parameters and the
-upstream gradient dy are float32 or float64 arrays of one dtype (TypeError otherwise);
-their shapes agree, or a ValueError names the tensor that disagrees with the others
-("Q: expected shape (m, d) = (3, 4), got (4, 3)"); nothing is broadcast; act is a name in
-ACTIVATIONS or an Activation (ValueError / TypeError otherwise). Outputs keep x's dtype.
-A forward keeps private, read-only copies in its cache, so nothing done later to x or the
-parameters changes the gradients; a backward refuses a cache from another forward. Inputs
-are never modified. The parameter gradients are summed over every leading axis of x.
+Input checks, one set of rules for every pair (section 7): x, the parameters and dy are
+float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
+agree, or a ValueError names the tensor that disagrees ("Q: expected shape (m, d) =
+(3, 4), got (4, 3)"); nothing is broadcast; act is a name in ACTIVATIONS or an Activation
+(ValueError / TypeError). A cache holds private read-only copies (later edits of x or the
+parameters change no gradient); a backward refuses another forward's cache. Inputs are
+never modified. Parameter gradients are summed over every leading axis of x.
 """
 
 from __future__ import annotations
@@ -67,28 +62,26 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # =============================================================================
 # 1. Activations
 # =============================================================================
-# Accuracy (tests/test_activation_tails.py, against tests/data/activation_values.csv):
-# f and df within 4 ulp of the true value in float32 and float64, for every finite z,
-# except where the true value is 0 or near a zero of df (silu, gelu and gelu_tanh: there
-# the error is at most a few eps absolute) and exact GELU in float64 for |z| > 3: rounding
-# z / sqrt 2 moves erfc's argument by eps/2 relative, which moves Phi by z^2 eps / 2
-# relative (about 1e-13 at z = -30). No overflow, no NaN, no warning for any finite z.
+# Accuracy in units in the last place (ulp) of the true value, float32 and float64, any
+# finite z (tests/test_activation_tails.py, against a 40-digit table in tests/data/):
+# identity, relu exact; sigmoid, silu 4 ulp in both tails (e^-|z| / (1 + e^-|z|) never
+# cancels). A slope that is a sum (silu, gelu, gelu_tanh) loses kappa = (sum of |terms|) /
+# |sigma'| near its zero: 4 kappa ulp. A rounded argument (exact GELU's z / sqrt 2 in
+# float64, tanh-GELU's 2u) turns eps/2 into kappa_f eps/2 relative in f, kappa_f = |z f'/f|:
+# z^2 eps / 2 for exact GELU far out (1e-13 at z = -30), so no few-ulp bound there without
+# more precision. Below the normal range: the smallest normal number, absolute. No
+# overflow, NaN or warning for any finite z.
 
 
 @dataclass(frozen=True)
 class Activation:
     """An elementwise activation sigma with its derivative.
 
-    Attributes:
-        name: key in ACTIVATIONS.
-        f: z -> sigma(z), elementwise; same shape and dtype (float32 or float64) as z.
-        df: z -> sigma'(z), elementwise; same shape and dtype as z.
-        linear: True if sigma(z) = c * z for a constant c (only `identity` here).
-        positively_homogeneous: True if sigma(alpha z) = alpha sigma(z) for every alpha > 0.
-        kink: True if sigma' jumps somewhere (relu at 0): gradcheck keeps its probes away.
-
-    Source: Breslow (arXiv 2606.22172), "symmetries" (which sigma keeps which symmetry);
-    derivations.md, section 3.10.
+    Attributes: name (key in ACTIVATIONS); f, df: z -> sigma(z), sigma'(z), elementwise,
+    z's shape and dtype (float32 or float64); linear: sigma(z) = c z (identity only);
+    positively_homogeneous: sigma(alpha z) = alpha sigma(z) for alpha > 0 (identity, relu);
+    kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away.
+    Source: Breslow (arXiv 2606.22172), the symmetries; derivations.md, section 3.10.
     """
 
     name: str
@@ -169,7 +162,7 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigma(2u) is exactly 0 or 1 beyond; z^3 finite
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z (1 + tanh u)/2 = z sigma(2u)
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z (1 + tanh u)/2
 
 
 def _gelu_tanh_grad(z):
@@ -190,10 +183,8 @@ ACTIVATIONS: dict[str, Activation] = {
 
 
 def get_activation(act: str | Activation) -> Activation:
-    """Return the Activation for a name in ACTIVATIONS (or an Activation itself).
+    """The Activation for act, a name in ACTIVATIONS (or an Activation, returned as it is).
 
-    Args: act, a str (one of ACTIVATIONS' keys) or an Activation.
-    Returns: Activation.
     Raises: ValueError for an unknown name (the message lists the valid names);
         TypeError if act is neither a str nor an Activation.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202).
@@ -210,21 +201,18 @@ def get_activation(act: str | Activation) -> Activation:
 # =============================================================================
 # 2. Formulations: plain forward/backward pairs
 # =============================================================================
-# Each forward starts with _checked_copies (section 7): shapes checked with the wrong
-# tensor named, one float dtype; X is a private (N, d) copy of x's rows, p private copies
-# of the parameters. Each ends with _output_and_frozen_cache: y back to (..., d_out), the
-# cache made read-only. Each backward starts with _checked_dy_and_cache: dy like y, the
-# cache from the right forward; dY is dy as (N, d_out) rows.
+# Each forward starts with _checked_copies (section 7): shapes checked, the wrong tensor
+# named, one float dtype; X a private (N, d) copy of x's rows, p private copies of the
+# parameters; it ends with _output_and_frozen_cache: y as (..., d_out), the cache made
+# read-only. Each backward starts with _checked_dy_and_cache: dy like y, the cache from
+# the right forward, dY = dy as (N, d_out) rows.
 
 
 # ----- (1) key-value memory MLP ---------------------------------------------
-
-
 def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
-    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one
-        float dtype. act: a name in ACTIVATIONS, or an Activation.
+    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
     Returns: y (..., d_out); cache {X (N, d), K, V, z (N, m), h (N, m), act}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
@@ -239,11 +227,8 @@ def mlp_forward(x, K, V, act="relu"):
 
 
 def mlp_backward(dy, cache):
-    """Backward of mlp_forward (derivations.md, section 3.1).
-
-    Args: dy (..., d_out), in y's dtype; cache from mlp_forward.
-    Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
+    """Backward of mlp_forward (derivations.md, section 3.1): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
                                                    "X", "K", "V", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -255,6 +240,7 @@ def mlp_backward(dy, cache):
 
 
 # ----- (2) static global query ----------------------------------------------
+_STATIC_QUERY_AXES = {"Q": "d d", "K": "m d", "V": "m d_out"}   # the axes, for the checks
 
 
 def static_query_mlp_forward(x, Q, K, V, act="relu"):
@@ -263,13 +249,11 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z (N, m), h (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
-                              {"Q": "d d", "K": "m d", "V": "m d_out"})
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
     xQ = X @ p["Q"]                               # (N, d)       the query x Q
     z = xQ @ p["K"].T                             # (N, m)       z = x Q K^T
     h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
@@ -279,11 +263,8 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
 
 
 def static_query_mlp_backward(dy, cache):
-    """Backward of static_query_mlp_forward (derivations.md, section 3.2).
-
-    Args: dy (..., d_out), y's dtype; cache from static_query_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
+    """Backward of static_query_mlp_forward (derivations.md, section 3.2): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
         dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -296,16 +277,13 @@ def static_query_mlp_backward(dy, cache):
 
 
 # ----- (3) full bilinear attention ------------------------------------------
-
-
 def bilinear_forward(x, A, V, act="identity"):
     """Full bilinear attention: y = sum_j sigma(s_j) v_j, s_j = x A_j x^T.
 
     Query x Q_j and key x K_j with A_j = Q_j K_j^T; s_j = <x^T x, A_j> is one matrix
     product of the flattened outer products x^T x with the flattened A_j.
 
-    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float
-        dtype. act: a name in ACTIVATIONS, or an Activation.
+    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
     Returns: y (..., d_out); cache {X (N, d), A, V, s (N, m), h (N, m), act}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
@@ -321,11 +299,8 @@ def bilinear_forward(x, A, V, act="identity"):
 
 
 def bilinear_backward(dy, cache):
-    """Backward of bilinear_forward (derivations.md, section 3.3).
-
-    Args: dy (..., d_out), y's dtype; cache from bilinear_forward.
-    Returns: {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
-    """
+    """Backward of bilinear_forward (derivations.md, section 3.3): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}."""
     dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
                                                    "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
@@ -340,8 +315,6 @@ def bilinear_backward(dy, cache):
 
 
 # ----- (4) rank-r bilinear ----------------------------------------------------
-
-
 _RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for the checks
 
 
@@ -351,7 +324,7 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Full bilinear attention with A_j = Q_j K_j^T of rank at most r.
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
-        one float dtype. act: a name in ACTIVATIONS, or an Activation.
+        one float dtype.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s (N, m), h (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
@@ -368,11 +341,8 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
 
 def rank_r_bilinear_backward(dy, cache):
-    """Backward of rank_r_bilinear_forward (derivations.md, section 3.4).
-
-    Args: dy (..., d_out), y's dtype; cache from rank_r_bilinear_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    """
+    """Backward of rank_r_bilinear_forward (derivations.md, section 3.4): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
         dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -387,8 +357,6 @@ def rank_r_bilinear_backward(dy, cache):
 
 
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
-
-
 _RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for the checks
 
 
@@ -398,8 +366,7 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     With act="identity" this is the "Bilinear" GLU variant (Sharkey, arXiv 2305.03452;
     Pearce et al., arXiv 2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
-    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float
-        dtype. act: a name in ACTIVATIONS, or an Activation.
+    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
@@ -415,11 +382,8 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
 
 
 def rank1_bilinear_backward(dy, cache):
-    """Backward of rank1_bilinear_forward (derivations.md, section 3.5).
-
-    Args: dy (..., d_out), y's dtype; cache from rank1_bilinear_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
+    """Backward of rank1_bilinear_forward (derivations.md, section 3.5): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
         dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -433,8 +397,6 @@ def rank1_bilinear_backward(dy, cache):
 
 
 # ----- (6) gated MLP: the GLU family -----------------------------------------
-
-
 def gated_mlp_forward(x, Q, K, V, act="silu"):
     """Gated MLP (GLU family): y = (sigma(x Q^T) * (x K^T)) V  (* elementwise).
 
@@ -444,7 +406,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     projection (w2, down_proj).
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
-        V (m, d_out); one float dtype. act: a name in ACTIVATIONS, or an Activation.
+        V (m, d_out); one float dtype.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
@@ -461,11 +423,8 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
 
 def gated_mlp_backward(dy, cache):
-    """Backward of gated_mlp_forward (derivations.md, section 3.6).
-
-    Args: dy (..., d_out), y's dtype; cache from gated_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
+    """Backward of gated_mlp_forward (derivations.md, section 3.6): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -479,17 +438,13 @@ def gated_mlp_backward(dy, cache):
 
 
 # ----- (6b) double-gated MLP (this project's ablation form) --------------------
-
-
 def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
 
-    Both factors go through sigma, so exchanging Q and K changes nothing again, for every
-    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a positively
-    homogeneous sigma (alpha > 0). It separates the two symmetries the gated MLP breaks.
+    Symmetric in Q and K again (exchange holds for every sigma), while inverse scaling holds
+    only for a positively homogeneous sigma: it separates what the gated MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
@@ -508,11 +463,8 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
 
 
 def double_gated_mlp_backward(dy, cache):
-    """Backward of double_gated_mlp_forward (derivations.md, section 3.8).
-
-    Args: dy (..., d_out), y's dtype; cache from double_gated_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
+    """Backward of double_gated_mlp_forward (derivations.md, section 3.8): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, sigma_a, dsigma_a, sigma_b, dsigma_b, h = _checked_dy_and_cache(
         dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "dsigma_a",
         "sigma_b", "dsigma_b", "h")
@@ -527,15 +479,12 @@ def double_gated_mlp_backward(dy, cache):
 
 
 # ----- (7) gated rank-r (this project's generalization) -----------------------
-
-
 def gated_rank_r_forward(x, Q, K, V, act="silu"):
     """Gated rank-r: y = sum_j (sum_rho sigma(x . Q[j,:,rho]) (x . K[j,:,rho])) v_j.
 
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), h (N, m), act}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
@@ -552,11 +501,8 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
 
 
 def gated_rank_r_backward(dy, cache):
-    """Backward of gated_rank_r_forward (derivations.md, section 3.7).
-
-    Args: dy (..., d_out), y's dtype; cache from gated_rank_r_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    """
+    """Backward of gated_rank_r_forward (derivations.md, section 3.7): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
     dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
         dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
@@ -755,6 +701,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                                  rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
 
+
 # =============================================================================
 # 4. The paper's claims, as functions that return measured numbers
 # =============================================================================
@@ -776,14 +723,12 @@ def _max_over_activations(compare, acts=None):
 
 
 # ----- Equivalences ------------------------------------------------------------
-
-
+# Each equiv_* returns the rel_error of the two outputs (the largest over all activations
+# where it says "for every sigma"): about 1e-16 when the equivalence holds.
 def equiv_rank1_as_bilinear(seed=0):
     """rank1_bilinear(Q, K, V) = bilinear(A, V) with A_j = q_j^T k_j, for every sigma.
 
-    (x . q)(x . k) = x (q^T k) x^T: the rank-1 form is full bilinear attention whose
-    interaction matrices are outer products. Returns the largest rel_error of the two
-    outputs over all activations (float). Source: derivations.md, sections 2.3 and 2.5.
+    (x . q)(x . k) = x (q^T k) x^T. Source: derivations.md, sections 2.3 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
@@ -794,8 +739,7 @@ def equiv_rank1_as_bilinear(seed=0):
 def equiv_rank_r_as_bilinear(seed=0):
     """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    sections 2.3 and 2.4.
+    Source: derivations.md, sections 2.3 and 2.4.
     """
     x, p = _draw("rank_r_bilinear", seed, r=3)
     A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
@@ -806,8 +750,8 @@ def equiv_rank_r_as_bilinear(seed=0):
 def equiv_static_query_as_mlp(seed=0):
     """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
 
-    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys. Returns the
-    largest rel_error over all activations. Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
+    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
     """
     x, p = _draw("static_query_mlp", seed)
     K_prime = p["K"] @ p["Q"].T                           # (m, d)
@@ -819,8 +763,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
     """mlp(K, V)(x) = rank1_bilinear(Q', K', V)(x'), every sigma, where x' = [1, x],
     q'_j = e_0 (a static query) and k'_j = [0, k_j].
 
-    (x' . e_0)(x' . k'_j) = 1 * (x . k_j): the key-value MLP is a bilinear unit whose
-    query ignores the input. Returns the largest rel_error over all activations.
+    (x' . e_0)(x' . k'_j) = x . k_j: a bilinear unit whose query ignores the input.
     Source: derivations.md, section 5.7.
     """
     x, p = _draw("mlp", seed)
@@ -836,8 +779,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 def equiv_bilinear_glu_as_rank1(seed=0):
     """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
 
-    Returns rel_error of the two outputs. Source: Breslow (arXiv 2606.22172);
-    derivations.md, section 2.6.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.6.
     """
     x, p = _draw("gated_mlp", seed)
     return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
@@ -847,8 +789,7 @@ def equiv_bilinear_glu_as_rank1(seed=0):
 def equiv_double_gated_identity_as_rank1(seed=0):
     """double_gated_mlp with identity = rank1_bilinear with identity (no sigma anywhere).
 
-    Returns rel_error of the two outputs. Source: this project's ablation form;
-    derivations.md, section 2.8.
+    Source: derivations.md, section 2.8.
     """
     x, p = _draw("double_gated_mlp", seed)
     return rel_error(double_gated_mlp_forward(x, **p, act="identity")[0],
@@ -858,8 +799,7 @@ def equiv_double_gated_identity_as_rank1(seed=0):
 def equiv_squared_relu_as_tied_reglu(seed=0):
     """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
 
-    relu(a) * a = relu(a)^2. Returns rel_error of the two outputs.
-    Source: So et al. 2021 (Primer, arXiv 2109.08668); derivations.md, section 5.6.
+    relu(a) * a = relu(a)^2. Source: So et al. (Primer, arXiv 2109.08668); derivations.md, 5.6.
     """
     x, p = _draw("gated_mlp", seed)
     squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
@@ -869,8 +809,7 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
 def equiv_gated_rank_r_at_r1(seed=0):
     """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    section 2.7.
+    Source: derivations.md, section 2.7.
     """
     x, p = _draw("gated_mlp", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -881,8 +820,7 @@ def equiv_gated_rank_r_at_r1(seed=0):
 def equiv_rank_r_at_r1(seed=0):
     """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    sections 2.4 and 2.5.
+    Source: derivations.md, sections 2.4 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -895,8 +833,7 @@ def equiv_bilinear_symmetric_part(seed=0):
     """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
     only the symmetric part of each A_j matters.
 
-    Returns the largest rel_error over all activations. Source: Breslow (arXiv 2606.22172);
-    derivations.md, section 4.2.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.2.
     """
     x, p = _draw("bilinear", seed)
     A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
@@ -929,8 +866,7 @@ def eigen_factors(A):
 def equiv_bilinear_as_rank_d(seed=0):
     """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
 
-    Returns the largest rel_error over all activations. Source: Pearce et al.
-    (arXiv 2410.08417); derivations.md, section 6.2.
+    Source: Pearce et al. (arXiv 2410.08417); derivations.md, section 6.2.
     """
     x, p = _draw("bilinear", seed)
     Q, K, _ = eigen_factors(p["A"])
@@ -1048,8 +984,7 @@ def transform_params(formulation, params, symmetry, alpha):
     form = get_formulation(formulation)
     if set(params) != set(form.param_names):
         raise ValueError(f"params: expected keys {list(form.param_names)}, got {list(params)}")
-    axes = {n: " ".join(s) for n, s in form.shapes("d", "m", "d_out", "r").items()}  # "m d"...
-    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # as the forward
+    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, form.axes)  # as forward
     m = params["V"].shape[0]
     alpha = np.asarray(alpha, dtype=params["V"].dtype)
     if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
@@ -1492,19 +1427,16 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
                          f"m={m}, {n} parameters, more than {tol:.0%} away; raise the budget")
     return m
 
+
 # =============================================================================
 # 6. Fast paths: the same pairs, written for speed
 # =============================================================================
-# Nothing here is new mathematics: each function equals a plain function of sections 1
-# and 2 (tests/test_fast_paths.py checks values and every gradient, both dtypes, every
-# activation, sizes that cross every block boundary). What changes:
-# - sigma and sigma' are computed together (SiLU's sigmoid once for both), in place, and
-#   block by block (_blocks), so that one block's temporaries stay in the CPU cache;
-# - the forward caches sigma'(...) already multiplied by what the backward needs;
-# - bilinear takes its tokens in blocks (never all N d^2 outer products at once);
-# - rank-r lays Q and K out as (d, r m) matrices, so each projection is one BLAS product,
-#   and da, db take turns in one (N, m, r) buffer.
-# FORMULATIONS (end of this section) runs these pairs.
+# No new mathematics: each function gives the numbers of a plain one (tests/test_fast_paths.py).
+# sigma and sigma' together (SiLU's sigmoid once for both), in place, block by block, so a
+# block's temporaries stay in the CPU cache; gated forms cache sigma' already multiplied by
+# what the backward needs; bilinear takes tokens in blocks (never all N d^2 outer products);
+# rank-r lays Q, K out as (d, r m) matrices (one BLAS product per projection), da and db
+# taking turns in one buffer. mlp, static_query_mlp, rank1_bilinear: one version (section 2).
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
@@ -1517,14 +1449,10 @@ def _blocks(n, width, size):
 
 
 # ----- activations: value and slope in one pass, accurate tails as in section 1 -----
-
-
 def _sigmoid_value_and_slope(z):
     # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place;
     # max(e, z >= 0) is where(z >= 0, 1, e) without a new mask of floats.
-    e = np.abs(z)
-    np.negative(e, out=e)
-    np.exp(e, out=e)                              # e^-|z|, never overflows
+    e = np.exp(-np.abs(z))                        # e^-|z|, never overflows
     r = e + 1
     np.reciprocal(r, out=r)                       # 1 / (1 + e)
     s = np.maximum(e, z >= 0, dtype=z.dtype)      # 1 for z >= 0, e below
@@ -1554,15 +1482,8 @@ def _gelu_value_and_slope(z):
 def _gelu_tanh_value_and_slope(z):
     # The operations of _gelu_tanh and _gelu_tanh_grad, in the same order, in place.
     zc = np.clip(z, -50, 50)
-    two_u = zc * _GELU_A
-    two_u *= zc
-    two_u *= zc
-    two_u += zc
-    two_u *= 2 * _GELU_C                          # 2u = 2c (z + a z^3)
-    two_du = zc * (3 * _GELU_A)
-    two_du *= zc
-    two_du += 1
-    two_du *= 2 * _GELU_C                         # 2u' = 2c (1 + 3 a z^2)
+    two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
+    two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
     s, ds = _sigmoid_value_and_slope(two_u)
     two_du *= zc
     two_du *= ds
@@ -1582,9 +1503,7 @@ _FAST_VALUE_AND_SLOPE = {                          # keyed by the plain (f, df) 
 def _value_and_slope_blocked(act, z):
     # (act.f(z), act.df(z)) as new arrays of z's shape and dtype, a deliberate loop over
     # blocks of rows (first axis); identity, relu and unknown activations: f and df.
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:
-        return act.f(z), act.df(z)
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df), lambda z: (act.f(z), act.df(z)))
     z = np.asarray(z)
     if z.ndim == 0:                               # one number: as a 1-element array
         return tuple(v.reshape(()) for v in value_and_slope(z.reshape(1)))
@@ -1596,10 +1515,7 @@ def _value_and_slope_blocked(act, z):
 
 def _gate_blocked(act, a, b):
     # The gated step, block by block: (sigma(a), h = sigma(a) * b, b * sigma'(a)).
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:
-        sigma_a = act.f(a)
-        return sigma_a, sigma_a * b, act.df(a) * b
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df), lambda z: (act.f(z), act.df(z)))
     sigma_a, h, b_dsigma = (np.empty_like(a) for _ in range(3))
     for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
         sigma_a[rows], dsigma = value_and_slope(a[rows])
@@ -1609,8 +1525,6 @@ def _gate_blocked(act, a, b):
 
 
 # ----- the fast pairs -----------------------------------------------------------
-
-
 def _bilinear_forward_fast(x, A, V, act="identity"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
@@ -1655,9 +1569,8 @@ def _as_columns(W):
 
 
 def _columns_as_units(P, m, r):
-    # An (N, r m) array as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]. With j fastest
-    # in memory, broadcasts and sums over rho run along rows of length m (several times
-    # faster in NumPy than rows of length r).
+    # An (N, r m) array as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]: j fastest in
+    # memory, so sums over rho run along rows of length m (several times faster than r).
     return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
@@ -1739,7 +1652,7 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     m = p["Q"].shape[0]
     ab = X @ np.concatenate([p["Q"], p["K"]]).T   # (N, 2m)  [a | b]: one product
     h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
-    dh_dab = np.empty_like(ab)                    # (N, 2m)  [sigma'(a) sigma(b) | sigma(a) sigma'(b)]
+    dh_dab = np.empty_like(ab)                    # (N, 2m)  [dh/da | dh/db]
     # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
     # while still in the CPU cache, and never stored whole.
     for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
@@ -1785,27 +1698,19 @@ def _gated_rank_r_backward_fast(dy, cache):
 
 
 # ----- The registry: every formulation, run by its fast pair ----------------------
-
-
 @dataclass(frozen=True)
 class Formulation:
-    """One formulation: its equation, its (fast) forward/backward pair, its parameters.
+    """One formulation: its equation, the forward/backward pair that FORMULATIONS runs,
+    its parameters, and what the symmetry code needs to know.
 
-    Attributes:
-        name: key in FORMULATIONS.
-        equation: the equation as text.
-        forward: (x, **params, act) -> (y, cache): the fast pair of section 6.
-        backward: (dy, cache) -> dict of gradients keyed by argument name.
-        param_names: the parameter names in order, e.g. ("Q", "K", "V").
-        shapes: (d, m, d_out, r) -> dict name -> shape.
-        cost: multiply-adds per token of the forward pass, as text.
-        init_scales: (d, m, r) -> dict name -> standard deviation used by init.
-        family: what the symmetry code needs to know: "key-value" (sigma(x K^T) V),
-            "static-query" (sigma(x Q K^T) V), "full-bilinear" (A_j), "symmetric"
-            (sigma of a product of a query and a key), "gated" (sigma on the query
-            factor only), "double-gated" (sigma on both factors).
-        sigma_args: the cache keys that hold sigma's arguments (gradcheck keeps them away
-            from a kink).
+    Attributes: name (key in FORMULATIONS); equation (text); forward: (x, **params, act)
+    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; axes: parameter name
+    -> its axes, e.g. {"K": "m d", "V": "m d_out"}; cost: multiply-adds per token of the
+    forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
+    family: "key-value" (sigma(x K^T) V), "static-query" (sigma(x Q K^T) V),
+    "full-bilinear" (A_j), "symmetric" (sigma of a query times a key), "gated" (sigma on
+    the query factor only) or "double-gated" (sigma on both); sigma_args: the cache keys
+    that hold sigma's arguments (gradcheck keeps them away from a kink).
     Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
     """
 
@@ -1813,12 +1718,21 @@ class Formulation:
     equation: str
     forward: Callable
     backward: Callable
-    param_names: tuple
-    shapes: Callable = field(repr=False)
+    axes: dict = field(repr=False)
     cost: str
     init_scales: Callable = field(repr=False)
-    family: str = "key-value"
-    sigma_args: tuple = ("z",)
+    family: str
+    sigma_args: tuple
+
+    @property
+    def param_names(self):
+        """The parameter names in order, e.g. ("Q", "K", "V")."""
+        return tuple(self.axes)
+
+    def shapes(self, d, m, d_out, r):
+        """{name: shape} with the sizes put in for the axes' symbols (no checks)."""
+        sizes = {"d": d, "m": m, "d_out": d_out, "r": r}
+        return {name: tuple(sizes[s] for s in axes.split()) for name, axes in self.axes.items()}
 
     def param_shapes(self, d, m, d_out=None, r=1):
         """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
@@ -1851,51 +1765,39 @@ class Formulation:
         return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
 
 
-def _rank1_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d), "K": (m, d), "V": (m, d_out)}
-
-
-def _rank_r_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
-
-
-def _rank1_scales(d, m, r):
-    # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I); the values scaled by 1/sqrt(m).
+def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I)
     return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
 
 
 # Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
 # is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
 FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
-    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
-                lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
+    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward,
+                {"K": "m d", "V": "m d_out"}, "m d + m d_out",
                 lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
     Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
-                static_query_mlp_backward, ("Q", "K", "V"),
-                lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
-                "d^2 + m d + m d_out", _rank1_scales, "static-query", ("z",)),
+                static_query_mlp_backward, _STATIC_QUERY_AXES, "d^2 + m d + m d_out",
+                _rank1_scales, "static-query", ("z",)),
     Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
-                _bilinear_backward_fast, ("A", "V"),
-                lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)}, "m d^2 + d^2 + m d_out",
+                _bilinear_backward_fast, {"A": "m d d", "V": "m d_out"}, "m d^2 + d^2 + m d_out",
                 lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
     Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, ("Q", "K", "V"),
-                _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, _RANK_R_AXES,
+                "2 m d r + m r + m d_out",
                 lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
                                  "V": m ** -0.5}, "symmetric", ("s",)),
     Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V", rank1_bilinear_forward,
-                rank1_bilinear_backward, ("Q", "K", "V"), _rank1_param_shapes,
-                "2 m d + m + m d_out", _rank1_scales, "symmetric", ("s",)),
+                rank1_bilinear_backward, _RANK1_AXES, "2 m d + m + m d_out", _rank1_scales,
+                "symmetric", ("s",)),
     Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
-                _gated_mlp_backward_fast, ("Q", "K", "V"), _rank1_param_shapes,
-                "2 m d + m + m d_out", _rank1_scales, "gated", ("a",)),
+                _gated_mlp_backward_fast, _RANK1_AXES, "2 m d + m + m d_out", _rank1_scales,
+                "gated", ("a",)),
     Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast,
-                ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out", _rank1_scales,
-                "double-gated", ("a", "b")),
+                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast, _RANK1_AXES,
+                "2 m d + m + m d_out", _rank1_scales, "double-gated", ("a", "b")),
     Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
-                _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, _RANK_R_AXES,
+                "2 m d r + m r + m d_out",
                 lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
                 "gated", ("a",)),
 ]}
@@ -1922,8 +1824,8 @@ def get_formulation(name: str) -> Formulation:
 # =============================================================================
 # 7. Plumbing: input checks, cache freezing, cache checks
 # =============================================================================
-# The rules these enforce are stated once, in the module docstring. Every error names the
-# tensor and says what was expected and what came.
+# The rules are stated once, in the module docstring; every error names the tensor, the
+# expected and what came.
 
 
 def _check_positive(**sizes):
@@ -1945,8 +1847,7 @@ def _check_shape(name, a, expected, symbols):
 
 
 def _check_grad(name, a, shape, symbols, dtype):
-    # An upstream gradient must have the forward output's shape (symbols, e.g. "(N, d)")
-    # and dtype; returned as an array.
+    # An upstream gradient: the forward output's shape (symbols, e.g. "(N, d)") and dtype.
     a = _as_float(name, a)
     _check_shape(name, a, shape, symbols)
     if a.dtype != dtype:
@@ -1979,23 +1880,14 @@ def _check_ids(name, ids, n_rows):
     return ids
 
 
-def _agreed_sizes(readings):
-    # {symbol: size} if the (symbol, size) readings give every symbol one size, else None.
-    sizes = {}
-    for pairs in readings:
-        for symbol, size in pairs:
-            if sizes.setdefault(symbol, size) != size:
-                return None
-    return sizes
-
-
 def _sizes_of_largest_agreeing_group(readings, names):
-    # The sizes agreed by the largest group of tensors; between groups of one size, the
-    # group that leaves out the tensors that come first in `names`.
+    # {symbol: size} agreed by the largest group of tensors (each reading a list of
+    # (symbol, size)); between groups of one size, the one leaving out the first in `names`.
     for n_out in range(len(names) + 1):           # leave out 0, 1, 2, ... tensors
         for left_out in itertools.combinations(names, n_out):
-            sizes = _agreed_sizes(readings[n] for n in names if n not in left_out)
-            if sizes is not None:
+            sizes = {}
+            pairs = [pair for n in names if n not in left_out for pair in readings[n]]
+            if all(sizes.setdefault(symbol, size) == size for symbol, size in pairs):
                 return sizes
 
 
@@ -2007,12 +1899,10 @@ def _check_sizes(x, params, axes):
     """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
     {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
 
-    A vote among the tensors: the sizes d, m, d_out, r are those of the largest group of
-    tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
-    Between groups of one size (mlp's K and V are one against one), x is named first,
-    then V, then the others. A tensor with the wrong number of axes has no say.
-    Raises ValueError naming the tensor ("Q: expected shape (m, d) = (3, 4), got (4, 3)"),
-    or for a size d, m, d_out, r of 0. With x None, the parameters alone are checked.
+    A vote: the sizes d, m, d_out, r are those of the largest group of tensors that agree,
+    so a wrong Q is blamed on Q, not on the K checked against it. Between groups of one
+    size, x is named first, then V, then the others; a tensor with the wrong number of
+    axes has no say. A size of 0 is refused too. With x None, the parameters alone.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, p in params.items():
@@ -2036,9 +1926,8 @@ def _check_sizes(x, params, axes):
 
 
 def _checked_copies(x, params, axes):
-    """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
-    x as an array (not copied), X = a private copy of x as (N, d) rows, and private
-    copies of the parameters."""
+    # Check x and the parameters (float, one dtype, shapes by _check_sizes); return x as an
+    # array, X = a private copy of x as (N, d) rows, and private copies of the parameters.
     x = _as_float("x", x)
     params = {name: _as_float(name, p) for name, p in params.items()}
     _check_sizes(x, params, axes)
@@ -2049,9 +1938,8 @@ def _checked_copies(x, params, axes):
 
 
 def _output_and_frozen_cache(forward, y, x, act, **cache):
-    # y (N, d_out) as (..., d_out), and the cache, its arrays made read-only (an edit by
-    # hand before backward is refused), with what every backward checks: which forward
-    # made it, x's shape, d_out, the dtype, the activation.
+    # y (N, d_out) as (..., d_out); the cache, read-only (an edit by hand is refused), plus
+    # what every backward checks: which forward made it, x's shape, d_out, dtype, act.
     d_out = y.shape[1]
     for value in cache.values():
         value.flags.writeable = False
