@@ -33,8 +33,8 @@ import bilinear_numpy as bn
 from experiments import train
 
 # name -> (formulation, activation, exchange kept, inverse scaling (alpha > 0) kept).
-# The two booleans are the table; tests/test_ablation.py checks them against
-# bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
+# The two booleans are what theory says (derivations.md, 4.6); tests/test_ablation.py
+# checks them against bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
 CELLS = {
     "rank1-silu": ("rank1_bilinear", "silu", True, True),
     "rank1-gelu": ("rank1_bilinear", "gelu", True, True),

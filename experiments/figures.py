@@ -114,7 +114,7 @@ def teacher_task(seed=0, d=8, d_out=4, n_tokens=256, teacher="rank1_bilinear", m
         X: (n_tokens, d) float64; T: (n_tokens, d_out) float64; the teacher's parameters (dict).
     Raises:
         ValueError for a non-positive size or an unknown formulation.
-    Source: a standard teacher-student setup; paper.md, formulations 3 and 5.
+    Source: a standard teacher-student setup; derivations.md, sections 2.3 and 2.5.
     """
     _positive("n_tokens", n_tokens, integer=True)
     form = bn.get_formulation(teacher)
@@ -183,7 +183,7 @@ def exchange_data(seed=0, z_max=4.0, n_z=201):
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive z_max or n_z.
-    Source: paper.md, "The symmetries" (exchange).
+    Source: Breslow (arXiv 2606.22172), exchange symmetry; derivations.md, section 4.2.
     """
     _positive("z_max", z_max)
     _positive("n_z", n_z, integer=True)
@@ -214,7 +214,7 @@ def inverse_scaling_data(seed=0, n_alpha=25, d=6, m=5, d_out=3, n_tokens=7):
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size.
-    Source: paper.md, "The symmetries" (inverse scaling).
+    Source: Breslow (arXiv 2606.22172), inverse-scaling symmetry; derivations.md, 4.3.
     """
     _positive("n_alpha", n_alpha, integer=True)
     magnitudes = np.geomspace(1 / 8, 8, n_alpha)
@@ -243,7 +243,7 @@ def qk_norm_gap(params):
 
     Args: params: dict with Q and K of shape (m, d), float. Returns: (m,) array.
     Raises: KeyError if Q or K is missing.
-    Source: paper.md, "Symmetry => conservation law".
+    Source: Kunin et al. (arXiv 2012.04728); derivations.md, sections 5.1 and 5.2.
     """
     return np.sum(params["Q"] ** 2, axis=1) - np.sum(params["K"] ** 2, axis=1)   # (m,)
 
@@ -274,7 +274,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size or units > m.
-    Source: Kunin et al. 2021; Du, Hu, Lee 2018; paper.md, "Symmetry => conservation law";
+    Source: Kunin et al. (arXiv 2012.04728); Du, Hu, Lee (arXiv 1806.00900);
     derivations.md, section 5.
     """
     _positive("units", units, integer=True)
@@ -323,7 +323,7 @@ def tied_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=400, ever
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size.
-    Source: paper.md, "Exchange => tied factors stay tied"; derivations.md, section 5.5.
+    Source: derivations.md, section 5.5 (exchange keeps tied factors tied).
     """
     _positive("every", every, integer=True)
     X, T, _ = teacher_task(seed, d, d_out, n_tokens)
@@ -401,8 +401,8 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
         list of rows {panel, series, x, y}.
     Raises:
         ValueError for a non-positive size.
-    Source: Pearce et al. 2024 (eigendecomposition of bilinear layers); paper.md, "Facts
-    that follow"; derivations.md, section 6.
+    Source: Pearce et al. (arXiv 2410.08417), eigendecomposition of bilinear layers;
+    derivations.md, section 6.
     """
     _positive("init_scale", init_scale)
     n = n_tokens

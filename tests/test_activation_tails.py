@@ -74,7 +74,7 @@ def test_f_and_df_within_their_ulp_bounds(name, dtype):
     assert too_far == [], too_far
 
 
-def test_the_sigmoid_tail_values_of_the_issue():
+def test_sigmoid_and_silu_tail_values():
     # float32 sigmoid(-20) = 2.0612e-9 (not 0), float64 sigmoid(-40) = 4.2484e-18 (not 0),
     # float32 sigmoid(-17) = 4.14e-8 (not 5.96e-8); silu(-10), silu(-12) in float32 to a
     # float32 rounding step.

@@ -161,7 +161,7 @@ def test_eigen_factors_best_rank_r_truncation_error_decreases():
     assert errors[0] ** 2 == pytest.approx(np.sum(lam[:, 1:] ** 2), rel=1e-10)
 
 
-# The 2x2 ablation's table (issue "Which broken symmetry matters?"): which form keeps what.
+# The 2x2 ablation's table ("which broken symmetry matters?"): which form keeps what.
 @pytest.mark.parametrize("form, act, exchange_kept, scaling_kept", [
     ("rank1_bilinear", "silu", True, True),
     ("rank1_bilinear", "gelu", True, True),
