@@ -962,9 +962,9 @@ def symmetry_expected(formulation, act, symmetry):
     return act.linear if gated else True                 # inverse_scaling_neg
 
 
-def _scale_units(P, alpha):
-    # Multiply unit j of P (leading axis m) by alpha[j].
-    return P * alpha.reshape((-1,) + (1,) * (P.ndim - 1))
+def _scale_units(W, alpha):
+    # Multiply unit j of the parameter W (leading axis m) by alpha[j].
+    return W * alpha.reshape((-1,) + (1,) * (W.ndim - 1))
 
 
 def transform_params(formulation, params, symmetry, alpha):
@@ -1392,11 +1392,11 @@ def model_backward(dout, cache):
     dout = _check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
-    g_ffn = form.backward(dh2, ffn)
-    grads |= {"ffn." + n: g_ffn[n] for n in form.param_names}
-    g_norm = rmsnorm_backward(g_ffn["x"], norm)
-    dh = dh2 + g_norm["x"]                                         # residual: both paths
-    grads |= {"g": g_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
+    grads_ffn = form.backward(dh2, ffn)
+    grads |= {"ffn." + n: grads_ffn[n] for n in form.param_names}
+    grads_norm = rmsnorm_backward(grads_ffn["x"], norm)
+    dh = dh2 + grads_norm["x"]                                     # residual: both paths
+    grads |= {"g": grads_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
     if emb is not None:
         dX = dh @ W_in.T                                           # (N, k e)
         grads["E"] = embedding_backward(dX.reshape(emb["ids"].shape + (-1,)), emb)
