@@ -563,7 +563,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
     Args: f: function of an array of x's shape, returning an array of dy's shape.
         x: float64 array of any shape.
         dy: float64 array, the upstream gradient (use random values, not ones).
-        h: float > 0, the step.
+        h: a real number > 0 (Python or NumPy), the step.
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
         by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
@@ -576,8 +576,10 @@ def numerical_gradient(f, x, dy, h=1e-6):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
                             "in lower precision, rounding divided by h leaves no correct digit")
-    if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h < math.inf:
+    real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
+    if not (real and 0 < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
+    h = _real("h", h)                             # a Python float, also from np.float32
     xp = x.copy()
     grad = np.zeros_like(xp)
 
@@ -633,8 +635,8 @@ class GradcheckReport:
 
     @property
     def passed(self) -> bool:
-        """True if every tensor's relative error is at most tol."""
-        return self.worst <= self.tol
+        """True if every tensor's relative error is at most tol (a bool for any kind of tol)."""
+        return bool(self.worst <= self.tol)
 
     def __str__(self):
         lines = [f"gradcheck {self.formulation} / {self.activation} (tol {self.tol:.0e})",
@@ -661,11 +663,13 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
         shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
         np.random.default_rng; h: the probe step; tol: the relative error a tensor may
-        have; kink_margin: see above; max_draws: how many draws to try before giving up.
+        have; kink_margin: see above (h, tol, kink_margin: Python or NumPy real numbers);
+        max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
-        integers >= 1, or if no draw avoids the kink (use fewer tokens or units: each
-        pre-activation must miss a band of 2 * kink_margin).
+        integers >= 1, an h that is not a finite number > 0, or if no draw avoids the kink (use
+        fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin);
+        TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
     form, act = get_formulation(name), get_activation(act)
@@ -675,6 +679,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                          f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
     _check_positive(max_draws=max_draws)
+    tol, kink_margin = _real("tol", tol), _real("kink_margin", kink_margin)   # Python floats
     rng = np.random.default_rng(seed)
     d = x_shape[-1]
     for draw in range(1, max_draws + 1):
@@ -1227,7 +1232,8 @@ def embedding_backward(dout, cache):
 def rmsnorm_forward(x, g, eps=1e-6):
     """RMSNorm: y = g * x / rms(x), rms(x) = sqrt(mean_i x_i^2 + eps), over the last axis.
 
-    Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
+    Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: a real number > 0
+        (Python or NumPy; it never changes the dtype).
     Returns: y: (N, d), x's dtype; cache for rmsnorm_backward.
     Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype or a non-number eps.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
@@ -1236,7 +1242,8 @@ def rmsnorm_forward(x, g, eps=1e-6):
     _check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
     if g.dtype != x.dtype:
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
-    if not _real("eps", eps) > 0:
+    eps = _real("eps", eps)                       # a Python float keeps float32 work float32
+    if not eps > 0:
         raise ValueError(f"eps: expected a number > 0, got {eps}")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
@@ -1273,13 +1280,18 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
         p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
-    Args: params, grads: dicts name -> array with the same keys and shapes;
-        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0.
-    Returns: (new_params, new_state).
+    Args: params, grads: dicts name -> float array with the same keys, shapes and dtypes;
+        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (each a
+        Python or NumPy real number).
+    Returns: (new_params, new_state), every array in its parameter's dtype (float32 stays
+        float32 whatever the kind of the numbers).
     Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
-        or state whose keys or shapes differ from the parameters'.
+        or state whose keys or shapes differ from the parameters'; TypeError for a number
+        that is not real, or a gradient or moment of another dtype than its parameter.
     Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
     """
+    lr, eps = _real("lr", lr), _real("eps", eps)      # Python floats: no upcast (see _real)
+    beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
     if not lr > 0 or not eps > 0:
         raise ValueError(f"lr and eps: expected positive numbers, got lr={lr}, eps={eps}")
     if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
@@ -1289,8 +1301,13 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     t = state["t"] + 1
     new_params, m, v = {}, {}, {}
     for k, p in params.items():
-        _check_shape(f"grads[{k!r}]", np.asarray(grads[k]), p.shape, f"params[{k!r}].shape")
-        _check_shape(f"state['m'][{k!r}]", state["m"][k], p.shape, f"params[{k!r}].shape")
+        for name, a in ((f"grads[{k!r}]", grads[k]), (f"state['m'][{k!r}]", state["m"][k]),
+                        (f"state['v'][{k!r}]", state["v"][k])):   # no broadcasting, no upcast
+            a = np.asarray(a)
+            _check_shape(name, a, p.shape, f"params[{k!r}].shape")
+            if a.dtype != p.dtype:
+                raise TypeError(f"{name}: expected dtype {p.dtype} (params[{k!r}]'s), "
+                                f"got {a.dtype}")
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
@@ -1410,14 +1427,16 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
     mlp 2 m d, gated_mlp 3 m d: Shazeer's 2/3 rule), so m = round((budget - fixed) / per_unit).
 
     Args: formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
-        tol: the relative mismatch allowed.
+        tol: a real number, the relative mismatch allowed.
     Returns: int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
     Raises: ValueError for an unknown formulation, a non-positive budget or size, or a budget
-        that no m meets within tol (too small for this d and r).
+        that no m meets within tol (too small for this d and r); TypeError for a tol that is
+        not a real number.
     Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
     """
     form = get_formulation(formulation)
     _check_positive(budget=budget, d=d, r=r)
+    tol = _real("tol", tol)
     n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)
     per_unit, fixed = n2 - n1, n1 - (n2 - n1)
     m = max(1, round((budget - fixed) / per_unit))
@@ -1865,7 +1884,10 @@ def _check_ndim(name, a, what):
 
 
 def _real(name, value):
-    # A real number (Python or NumPy scalar) as a float: an array here would broadcast.
+    # A real number (Python or NumPy scalar) as a Python float: an array here would broadcast,
+    # and a NumPy float64 scalar would promote float32 arrays to float64 under NumPy 2's
+    # rules (NEP 50), where a Python float takes the array's dtype. Every public function
+    # that takes a number (eps, lr, betas, h, tol, ...) passes it through here first.
     if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     return float(value)
@@ -2055,6 +2077,8 @@ def _run_training(task, mode, **options):
             ablation.run_ablation(mode=mode, **options)
         else:
             train.run_task(task, mode=mode, **options)
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
+        raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -2080,6 +2104,18 @@ def _cmd_bench(args):
     return bench.main(args)
 
 
+def _cmd_inspect(args):
+    from experiments import inspect_model   # here, so that `import bilinear_numpy` needs NumPy alone
+    try:
+        inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
+        raise
+    except (ValueError, OSError) as exc:     # a bad file or layout: the message, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser():
     """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
 
@@ -2103,7 +2139,8 @@ def build_parser():
 
     figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
                                           "files, with the numbers as CSV beside them")
-    figs.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    figs.add_argument("--out", default="figures",
+                      help="output directory (default: figures/ in the working folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
     figs.set_defaults(func=_cmd_figures)
@@ -2126,15 +2163,17 @@ def build_parser():
                                           "formulation:activation[:r]; for ablation, names "
                                           "of its cells (default: the mode's)")
     train.add_argument("--out", help="output folder for results/ and figures/ (default: "
-                                     "the repository for --full, runs/<mode>/ otherwise)")
+                                     "the working folder for --full, runs/<mode>/ in it "
+                                     "otherwise)")
     train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
     train.set_defaults(func=_cmd_train, mode="default")
 
     bench = sub.add_parser("bench", help="time forward and backward of every formulation "
                                          "against its GEMM floor; print and save a table")
     bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", help="CSV path (default: results/bench.csv for the complete "
-                                     "run, runs/quick/ or runs/part/results/bench.csv otherwise)")
+    bench.add_argument("--out", help="CSV path (default, in the working folder: "
+                                     "results/bench.csv for the complete run, "
+                                     "runs/quick/ or runs/part/results/bench.csv otherwise)")
     bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
                        help="run only this dtype (repeatable)")
     bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),
@@ -2144,14 +2183,37 @@ def build_parser():
     bench.add_argument("--tokens", type=int, help="number of tokens N (overrides the size)")
     bench.add_argument("--repeats", type=int, help="timed repeats per measurement")
     bench.set_defaults(func=_cmd_bench)
+
+    inspect = sub.add_parser("inspect", help="measure the SwiGLU feed-forwards of a trained "
+                                             "LLaMA-style checkpoint (docs/real-model.md)")
+    inspect.add_argument("path", help="model.safetensors, model.safetensors.index.json, or "
+                                      "their folder")
+    inspect.add_argument("--layers", help="layers to measure, e.g. 0,10,20-29 (default: all)")
+    inspect.add_argument("--out", default=os.path.join("runs", "inspect"),
+                         help="output folder (default: runs/inspect under the current folder)")
+    inspect.add_argument("--tokens", type=int, default=1024,
+                         help="random tokens per layer (default 1024)")
+    inspect.add_argument("--seed", type=int, default=argparse.SUPPRESS,
+                         help="seed of the random tokens (default 0)")
+    inspect.set_defaults(func=_cmd_inspect)
     return parser
+
+
+def _console_prints_anything():
+    # A console that cannot show a character ("±", "−", "Δ" of the tables; PYTHONIOENCODING=ascii,
+    # a Windows cp1252 console) shows "?" instead of raising UnicodeEncodeError after the work.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):        # a replaced stream (e.g. StringIO) has none
+            stream.reconfigure(errors="replace")
 
 
 def main(argv=None):
     """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
 
+    Output the console cannot encode is printed as "?" (never an error).
     Returns the process exit status: 0 when everything agrees with theory.
     """
+    _console_prints_anything()
     args = build_parser().parse_args(argv)
     return args.func(args)
 

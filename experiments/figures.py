@@ -10,7 +10,9 @@ each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
   fig5_rank               spectrum of a trained bilinear layer, rank-r truncation, students
 
 Each figure has a data function (NumPy only; it returns rows, and the tests call it with
-small sizes) and a drawing function (matplotlib is imported inside it, Agg backend).
+small sizes) and a drawing function (matplotlib is imported inside it; it draws on a
+matplotlib.figure.Figure and saves it, without pyplot, so the caller's backend and open
+figures are left alone, and no display is needed).
 Training is plain gradient descent on the mean squared error of a synthetic regression
 task: tokens x ~ N(0, I_d), targets from a random teacher network (teacher_task).
 """
@@ -49,10 +51,14 @@ def _row(panel, series, x, y):
 
 
 def _positive(name, value, integer=False):
+    # A positive int, or a positive real number returned as a Python float (bn._real: a
+    # NumPy float32 z_max would make a float32 grid, a float64 one upcast float32 work).
+    value = value if integer else bn._real(name, value)
     ok = value > 0 and (not integer or isinstance(value, (int, np.integer)))
     if isinstance(value, bool) or not ok:
         kind = "a positive integer" if integer else "a positive number"
         raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return value
 
 
 def pick(rows, panel, series=None):
@@ -145,7 +151,7 @@ def train_gd(name, act, params, X, T, eta, steps, watch=None):
     Source: gradient descent; the backward passes of bilinear_numpy (derivations.md, section 3).
     """
     form = bn.get_formulation(name)
-    _positive("eta", eta)
+    eta = _positive("eta", eta)
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps: expected an integer >= 0, got {steps!r}")
     p = {k: np.array(v, dtype=np.float64) for k, v in params.items()}   # private copies
@@ -185,7 +191,7 @@ def exchange_data(seed=0, z_max=4.0, n_z=201):
         ValueError for a non-positive z_max or n_z.
     Source: Breslow (arXiv 2606.22172), exchange symmetry; derivations.md, section 4.2.
     """
-    _positive("z_max", z_max)
+    z_max = _positive("z_max", z_max)
     _positive("n_z", n_z, integer=True)
     rows = []
     for name in FORM_LABELS:
@@ -279,7 +285,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     """
     _positive("units", units, integer=True)
     _positive("every", every, integer=True)
-    _positive("total_time", total_time)
+    total_time = _positive("total_time", total_time)
     if units > m:
         raise ValueError(f"units: expected at most m = {m}, got {units}")
     X, T, _ = teacher_task(seed, d, d_out, n_tokens)
@@ -404,7 +410,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     Source: Pearce et al. (arXiv 2410.08417), eigendecomposition of bilinear layers;
     derivations.md, section 6.
     """
-    _positive("init_scale", init_scale)
+    init_scale = _positive("init_scale", init_scale)
     n = n_tokens
     rows = []
     # (a), (b): a full bilinear layer trained on the teacher task
@@ -451,7 +457,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
 
 
 # =============================================================================
-# Drawing (matplotlib imported inside, Agg backend, PNG files)
+# Drawing (matplotlib imported inside; a Figure object saved as PNG, no pyplot)
 # =============================================================================
 
 _STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
@@ -462,11 +468,16 @@ ACT_COLORS = {"identity": "black", "relu": "tab:blue", "sigmoid": "tab:green",
 _ROUNDING = "below: kept (bn.CLAIM_TOL = 1e-10)"
 
 
-def _pyplot():
+def _figure(**kwargs):
+    # A Figure of matplotlib's object API: pyplot never sees it, so no backend is chosen or
+    # changed and nothing needs a display; fig.savefig renders the PNG (with Agg) by itself.
+    from matplotlib.figure import Figure
+    return Figure(**kwargs)
+
+
+def _style():
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return matplotlib.rc_context(_STYLE)          # _STYLE while drawing, then the caller's
 
 
 def _symlog_deviation_axis(ax):
@@ -482,17 +493,16 @@ def _eta_ticks(ax, eta):
     ax.set_xticks(eta, [f"{e:g}" for e in eta])
 
 
-def _save(plt, fig, path):
+def _save(fig, path):
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def draw_exchange(rows, path):
     """Draw figure 1 from exchange_data's rows into the PNG file `path` (str or Path)."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.6))
+    with _style():
+        fig = _figure(figsize=(10, 4.6))
+        ax1, ax2 = fig.subplots(1, 2)
         acts = list(bn.ACTIVATIONS)
         for name, color, marker, shift in (("rank1_bilinear", "tab:blue", "o", -0.12),
                                            ("gated_mlp", "tab:red", "s", 0.12)):
@@ -519,14 +529,14 @@ def draw_exchange(rows, path):
         ax2.legend(loc="upper left", ncol=2)
         fig.suptitle("Exchange symmetry Q ↔ K: the rank-1 form keeps it for every σ, "
                      "the gated form only for a linear σ", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_inverse_scaling(rows, path):
     """Draw figure 2 from inverse_scaling_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True)
+    with _style():
+        fig = _figure(figsize=(10, 4.8))
+        axes = fig.subplots(1, 2, sharey=True)
         for ax, panel, sign in ((axes[0], "alpha>0", "α > 0"), (axes[1], "alpha<0", "α < 0")):
             for act in bn.ACTIVATIONS:
                 alpha, dev = pick(rows, panel, f"rank1_bilinear {act}")
@@ -544,15 +554,14 @@ def draw_inverse_scaling(rows, path):
         axes[1].legend(loc="center right")
         fig.suptitle("Inverse scaling: the rank-1 form keeps it for every σ; gated ReLU only "
                      "for α > 0, gated identity for every α", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_conservation(rows, path):
     """Draw figure 3 from conservation_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c"],
-                                      ["d", "d", "d", "e", "e", "e"]], figsize=(11, 8.6))
+    with _style():
+        fig = _figure(figsize=(11, 8.6))
+        ax = fig.subplot_mosaic([["a", "a", "b", "b", "c", "c"], ["d", "d", "d", "e", "e", "e"]])
         colors = dict(zip(CONSERVATION_CASES, ("tab:blue", "tab:green", "tab:red")))
         verdict = ("conserved", "conserved", "not conserved")
         for key, case, word in zip("abc", CONSERVATION_CASES, verdict):
@@ -589,7 +598,7 @@ def draw_conservation(rows, path):
         fig.suptitle("Conservation law: where (q_j, k_j) → (αq_j, k_j/α) is a symmetry, "
                      "gradient flow conserves ‖q_j‖² − ‖k_j‖²;\ngradient descent changes it "
                      "by O(η²) per step, so by O(η) over a fixed time", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity"): "black",
@@ -599,9 +608,9 @@ TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity")
 
 def draw_tied(rows, path):
     """Draw figure 4 from tied_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(9, 4.9))
+    with _style():
+        fig = _figure(figsize=(9, 4.9))
+        ax = fig.subplots()
         styles = {("rank1_bilinear", "silu"): ("-", 6), ("gated_mlp", "identity"): ("--", 3.5),
                   ("gated_mlp", "relu"): (":", 3)}
         for case in TIED_CASES:
@@ -615,15 +624,15 @@ def draw_tied(rows, path):
         ax.legend(loc="upper left")
         ax.set_title("Tied start Q = K: the rank-1 form keeps Q = K exactly (any σ), and so do\n"
                      "gated forms with σ(a) = a·σ'(a) (identity, ReLU); SwiGLU, GEGLU, GLU untie")
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_rank(rows, path):
     """Draw figure 5 from rank_data's rows into the PNG file `path`."""
-    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(10, 8.8))
+    with _style():
+        fig = _figure(figsize=(10, 8.8))
+        ax = fig.subplot_mosaic([["a", "b"], ["c", "c"]])
         for k, unit in enumerate(series_names(rows, "spectrum trained")):
             i, lam = pick(rows, "spectrum init", unit)
             ax["a"].semilogy(i, lam, ":", color=f"C{k}", lw=1.3)
@@ -668,7 +677,7 @@ def draw_rank(rows, path):
         ax["c"].legend(loc="lower left")
         fig.suptitle("Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²",
                      fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 # =============================================================================

@@ -138,6 +138,8 @@ def test_tiny_run_writes_the_csv_and_the_grid(tmp_path, capsys, monkeypatch):
         assert r["params"] == "32832" and math.isfinite(float(r["metric"]))
     assert ablation.read_csv(tmp_path / "results" / "ablation.csv")[0]["exchange_kept"] is True
     assert "| SwiGLU | gated_mlp | silu | broken | broken | 32,832 |" in out
+    assert ("Note: this quick run is early training; the full run (--full) may rank the "
+            "variants differently. Its results: results/ablation.csv") in out
     assert "| SwiGLU − double-gated-silu | exchange |" in out        # a paired difference
     assert (tmp_path / "figures" / "ablation_grid.png").stat().st_size > 10_000
 
@@ -154,11 +156,11 @@ def test_bad_input_is_named(capsys):
         ablation.variant_of("gated_mlp", "sigmoid")
 
 
-def test_readme_tables_come_from_the_committed_runs():
-    # The README quotes results/ablation.csv (default run) line by line, and every number of
+def test_results_page_tables_come_from_the_committed_runs():
+    # docs/results.md quotes results/ablation.csv (default run) line by line, and every number of
     # results/ablation_full.csv (--full) that it shows.
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = (root / "docs" / "results.md").read_text(encoding="utf-8")
     variants, tasks = list(ablation.CELLS), ("text", "image")
     rows = ablation.read_csv(root / "results" / "ablation.csv")
     assert len(rows) == 2 * 8 * 5

@@ -1,0 +1,133 @@
+"""A console that cannot print every character loses no work and reports no false error.
+
+The tables print "±", "−" and "Δ". A console in ASCII (PYTHONIOENCODING=ascii) or cp1252
+(a Windows console) cannot show them: the command line then prints "?" in their place,
+the results are on disk before anything is printed about them, and an encoding error is
+never reported as bad input ("error: ..." with exit status 2).
+"""
+import csv
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bilinear_numpy as bn
+from experiments import ablation, inspect_model, train
+from safetensors_files import write_arrays
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Small tasks (d = 8, a few pixels or characters per batch) for the runs below; the code
+# paths are those of the full-size tasks.
+SMALL_TASKS = """
+from experiments import train
+
+class SmallText(train.TextTask):
+    def __init__(self):
+        super().__init__(d=8, budget_units=6, batch=16, curve_size=16)
+
+class SmallImage(train.ImageTask):
+    def __init__(self, path=None):
+        super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
+
+train.TASKS = {"text": SmallText, "image": SmallImage}
+"""
+
+
+def ascii_console(**extra):
+    """The environment of a console that encodes ASCII only, without a display."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
+    return env | {"PYTHONIOENCODING": "ascii", "PYTHONPATH": str(ROOT)} | extra
+
+
+def csv_rows(path):
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_main_job_and_train_under_an_ascii_console(tmp_path):
+    # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
+    # in their --quick form, here one variant, one seed, two steps of the small tasks),
+    # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
+    code = SMALL_TASKS + (
+        'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
+        '                        "steps": {"text": 2, "image": 2}}\n'
+        "import sys, bilinear_numpy\n"
+        "status = [bilinear_numpy.main(args.split()) for args in sys.argv[1:]]\n"
+        "print('exit statuses', status)\n"
+        "sys.exit(max(status))\n")
+    runs = ["", "train text --quick --steps 1 --seeds 1 --variants SwiGLU --out t",
+            "train ablation --quick --steps 1 --seeds 2 --variants ReGLU,SwiGLU --out a"]
+    proc = subprocess.run([sys.executable, "-c", code, *runs], cwd=tmp_path,
+                          env=ascii_console(), capture_output=True, timeout=120)
+    out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")   # ASCII only
+    assert proc.returncode == 0 and "exit statuses [0, 0, 0]" in out, out + err
+    assert "All checks agree with theory." in out
+    assert "mean ? std" in out and "breaks ? keeps" in out       # "±", "−" shown as "?"
+    assert "error:" not in err
+    for task in ("text", "image"):                 # the main job: under runs/quick/
+        rows = csv_rows(tmp_path / "runs" / "quick" / "results" / f"{task}.csv")
+        assert [r["variant"] for r in rows] == ["SwiGLU"]
+        assert (tmp_path / "runs" / "quick" / "figures" / f"{task}_curves.png").is_file()
+    assert [r["seed"] for r in csv_rows(tmp_path / "t" / "results" / "text.csv")] == ["0"]
+    assert len(csv_rows(tmp_path / "a" / "results" / "ablation.csv")) == 2 * 2 * 2
+
+
+@pytest.mark.parametrize("module,function,args", [
+    (train, "run_task", ["train", "text", "--quick"]),
+    (inspect_model, "run", ["inspect", "model.safetensors"])])
+def test_an_encoding_error_is_not_reported_as_bad_input(module, function, args, monkeypatch,
+                                                       capsys):
+    def fails_to_print(*args, **kwargs):
+        "±".encode("ascii")                        # what a print to an ASCII console raised
+
+    monkeypatch.setattr(module, function, fails_to_print)
+    with pytest.raises(UnicodeEncodeError):        # a bug to see, not "error: ..." and exit 2
+        bn.main(args)
+    assert "error:" not in capsys.readouterr().err
+
+
+def raise_on_non_ascii(line):
+    line.encode("ascii")                           # as print() to an ASCII console does
+
+
+class SmallImageTask(train.ImageTask):
+    def __init__(self, path=None):
+        super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
+
+
+def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
+    # Library use, where nothing replaces unprintable characters: printing the table fails,
+    # but the CSV files and figures were written before it.
+    monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
+    quiet = {"log": raise_on_non_ascii, "progress_stream": io.StringIO()}
+    with pytest.raises(UnicodeEncodeError):
+        train.run_task("image", mode="quick", seeds=1, steps=2, variants=["SwiGLU"],
+                       out=tmp_path / "task", **quiet)
+    assert len(csv_rows(tmp_path / "task" / "results" / "image.csv")) == 1
+    assert (tmp_path / "task" / "figures" / "image_curves.png").is_file()
+    with pytest.raises(UnicodeEncodeError):
+        ablation.run_ablation(mode="quick", seeds=2, steps=1, variants=["SwiGLU"],
+                              tasks=("image",), out=tmp_path / "ablation", **quiet)
+    assert len(csv_rows(tmp_path / "ablation" / "results" / "ablation.csv")) == 2
+    assert (tmp_path / "ablation" / "figures" / "ablation_grid.png").is_file()
+
+
+def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path):
+    rng = np.random.default_rng(0)
+    p = "model.layers.0."
+    weights = {p + "mlp.gate_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.up_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.down_proj.weight": rng.standard_normal((4, 3)),
+               p + "post_attention_layernorm.weight": np.ones(4)}
+    write_arrays(tmp_path / "model.safetensors", weights)
+    with pytest.raises(UnicodeEncodeError):        # the table's "‖q‖"
+        inspect_model.run(tmp_path / "model.safetensors", out_dir=tmp_path / "out", n_tokens=8,
+                          out=raise_on_non_ascii)
+    for name in ("inspect_units.csv", "inspect_layers.csv", "inspect_run.json", "inspect.png"):
+        assert (tmp_path / "out" / name).is_file(), name
+    assert len(csv_rows(tmp_path / "out" / "inspect_units.csv")) == 3
