@@ -686,7 +686,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
         y, cache = form.forward(x, **params, act=act)
-        if not act.kink or min(np.min(np.abs(cache[k])) for k in form.sigma_args) > kink_margin:
+        if not act.kink or all(np.min(np.abs(cache[k])) > kink_margin for k in form.sigma_args):
             break
     else:
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
@@ -944,6 +944,9 @@ def symmetry_expected(formulation, act, symmetry):
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
     """
     family = get_formulation(formulation).family      # see Formulation
+    if family not in ("key-value", "static-query", "full-bilinear", "symmetric", "gated",
+                      "double-gated"):
+        raise ValueError(f"{formulation}: no theory for family {family!r} (see Formulation)")
     act = get_activation(act)
     if symmetry not in SYMMETRIES:
         raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
@@ -989,7 +992,8 @@ def transform_params(formulation, params, symmetry, alpha):
     form = get_formulation(formulation)
     if set(params) != set(form.param_names):
         raise ValueError(f"params: expected keys {list(form.param_names)}, got {list(params)}")
-    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, form.axes)  # as forward
+    axes = {n: " ".join(s) for n, s in form.shapes("d", "m", "d_out", "r").items()}  # "m d"...
+    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # as the forward
     m = params["V"].shape[0]
     alpha = np.asarray(alpha, dtype=params["V"].dtype)
     if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
@@ -1723,13 +1727,14 @@ class Formulation:
     its parameters, and what the symmetry code needs to know.
 
     Attributes: name (key in FORMULATIONS); equation (text); forward: (x, **params, act)
-    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; axes: parameter name
-    -> its axes, e.g. {"K": "m d", "V": "m d_out"}; cost: multiply-adds per token of the
-    forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
+    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; param_names, e.g.
+    ("Q", "K", "V"); shapes: (d, m, d_out, r) -> name -> shape; cost: multiply-adds per token
+    of the forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
     family: "key-value" (sigma(x K^T) V), "static-query" (sigma(x Q K^T) V),
     "full-bilinear" (A_j), "symmetric" (sigma of a query times a key), "gated" (sigma on
-    the query factor only) or "double-gated" (sigma on both); sigma_args: the cache keys
-    that hold sigma's arguments (gradcheck keeps them away from a kink).
+    the query factor only), "double-gated" (sigma on both), or "" (another form: the
+    symmetry code does not know it); sigma_args: the cache keys that hold sigma's
+    arguments (gradcheck keeps them away from a kink; none: not checked).
     Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
     """
 
@@ -1737,21 +1742,12 @@ class Formulation:
     equation: str
     forward: Callable
     backward: Callable
-    axes: dict = field(repr=False)
+    param_names: tuple
+    shapes: Callable = field(repr=False)
     cost: str
     init_scales: Callable = field(repr=False)
-    family: str
-    sigma_args: tuple
-
-    @property
-    def param_names(self):
-        """The parameter names in order, e.g. ("Q", "K", "V")."""
-        return tuple(self.axes)
-
-    def shapes(self, d, m, d_out, r):
-        """{name: shape} with the sizes put in for the axes' symbols (no checks)."""
-        sizes = {"d": d, "m": m, "d_out": d_out, "r": r}
-        return {name: tuple(sizes[s] for s in axes.split()) for name, axes in self.axes.items()}
+    family: str = ""
+    sigma_args: tuple = ()
 
     def param_shapes(self, d, m, d_out=None, r=1):
         """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
@@ -1784,6 +1780,13 @@ class Formulation:
         return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
 
 
+def _shapes_from(axes):
+    # (d, m, d_out, r) -> {name: shape}, for axes such as {"K": "m d", "V": "m d_out"}.
+    return lambda d, m, d_out, r: {name: tuple({"d": d, "m": m, "d_out": d_out, "r": r}[s]
+                                               for s in names.split())
+                                   for name, names in axes.items()}
+
+
 def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I)
     return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
 
@@ -1791,32 +1794,37 @@ def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for 
 # Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
 # is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
 FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
-    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward,
-                {"K": "m d", "V": "m d_out"}, "m d + m d_out",
+    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+                _shapes_from({"K": "m d", "V": "m d_out"}), "m d + m d_out",
                 lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
     Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
-                static_query_mlp_backward, _STATIC_QUERY_AXES, "d^2 + m d + m d_out",
+                static_query_mlp_backward, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
+                "d^2 + m d + m d_out",
                 _rank1_scales, "static-query", ("z",)),
     Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
-                _bilinear_backward_fast, {"A": "m d d", "V": "m d_out"}, "m d^2 + d^2 + m d_out",
+                _bilinear_backward_fast, ("A", "V"), _shapes_from({"A": "m d d", "V": "m d_out"}),
+                "m d^2 + d^2 + m d_out",
                 lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
     Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, _RANK_R_AXES,
-                "2 m d r + m r + m d_out",
+                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
                 lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
                                  "V": m ** -0.5}, "symmetric", ("s",)),
     Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V", rank1_bilinear_forward,
-                rank1_bilinear_backward, _RANK1_AXES, "2 m d + m + m d_out", _rank1_scales,
+                rank1_bilinear_backward, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
+                "2 m d + m + m d_out", _rank1_scales,
                 "symmetric", ("s",)),
     Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
-                _gated_mlp_backward_fast, _RANK1_AXES, "2 m d + m + m d_out", _rank1_scales,
+                _gated_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
+                "2 m d + m + m d_out", _rank1_scales,
                 "gated", ("a",)),
     Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast, _RANK1_AXES,
-                "2 m d + m + m d_out", _rank1_scales, "double-gated", ("a", "b")),
+                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "double-gated",
+                ("a", "b")),
     Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, _RANK_R_AXES,
-                "2 m d r + m r + m d_out",
+                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
                 lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
                 "gated", ("a",)),
 ]}
