@@ -1526,7 +1526,9 @@ _FAST_VALUE_AND_SLOPE = {                          # keyed by the plain (f, df) 
 def _value_and_slope_blocked(act, z):
     # (act.f(z), act.df(z)) as new arrays of z's shape and dtype, a deliberate loop over
     # blocks of rows (first axis); identity, relu and unknown activations: f and df.
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df), lambda z: (act.f(z), act.df(z)))
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
+    if value_and_slope is None:                   # one step each: no blocks needed
+        return act.f(z), act.df(z)
     z = np.asarray(z)
     if z.ndim == 0:                               # one number: as a 1-element array
         return tuple(v.reshape(()) for v in value_and_slope(z.reshape(1)))
