@@ -114,7 +114,7 @@ def _relu_grad(z):
 
 def _sigmoid(z):
     e = np.exp(-np.abs(z))                        # e^-|z| in (0, 1]: never overflows
-    return np.where(z >= 0, 1, e) * (1 / (1 + e)) # 1/(1 + e^-z) for z >= 0, e^z/(1 + e^z) below
+    return np.where(z >= 0, 1, e) * (1 / (1 + e))   # 1/(1+e^-z) (z >= 0); e^z/(1+e^z) (z < 0)
 
 
 def _sigmoid_grad(z):
@@ -162,7 +162,7 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigma(2u) is exactly 0 or 1 beyond; z^3 finite
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z (1 + tanh u)/2
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z(1+tanh u)/2 = z sigma(2u)
 
 
 def _gelu_tanh_grad(z):
@@ -213,7 +213,7 @@ def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
     Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
-    Returns: y (..., d_out); cache {X (N, d), K, V, z (N, m), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, dsigma = sigma'(z) (each (N, m)), act}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
     """
@@ -249,7 +249,7 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z (N, m), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z, h, dsigma (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     act = get_activation(act)
@@ -284,7 +284,7 @@ def bilinear_forward(x, A, V, act="identity"):
     product of the flattened outer products x^T x with the flattened A_j.
 
     Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), A, V, s (N, m), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, dsigma = sigma'(s) (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
     act = get_activation(act)
@@ -325,7 +325,7 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
         one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s (N, m), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, dsigma (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
     """
@@ -367,7 +367,7 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     Pearce et al., arXiv 2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
     Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, dsigma (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
     act = get_activation(act)
@@ -407,7 +407,8 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
         V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, h (each
+        (N, m)), act}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
@@ -445,7 +446,8 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     only for a positively homogeneous sigma: it separates what the gated MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, sigma_b,
+        dsigma_b, h (each (N, m)), act}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
     """
@@ -485,7 +487,8 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a (N, m, r), h (N, m),
+        act}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
     """
