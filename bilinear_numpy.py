@@ -1916,10 +1916,10 @@ def best_rank_r_function(A, r):
 
     The error is 2 ||S_j - B||_F^2 + (tr(S_j - B))^2 (function_error). B can share S_j's
     eigenvectors (the trace term sees eigenvalues only), so B = sum_i beta_i u_i^T u_i with at
-    most r positive and r negative beta_i. For each choice of the r indices allowed to be
-    positive, the r allowed to be negative, and which of them sit at 0 (a deliberate
-    enumeration: small d only), the free beta_i = lam_i + T / (2 + s) (s free indices, T the
-    sum of the other lam_i) minimise the error; the best choice that respects the signs wins.
+    most r positive and r negative beta_i. On a support F of s non-zero beta_i the error is
+    least for beta_i = lam_i + T / (2 + s), T the sum of the lam_i outside F; a deliberate
+    enumeration of the supports (2^d of them: small d only) keeps the best whose beta has at
+    most r entries of each sign.
 
     Args: A (m, d, d) float; r, an int >= 1.
     Returns: Q, K (m, d, r) float64 (unused columns are zero).
@@ -1932,22 +1932,108 @@ def best_rank_r_function(A, r):
     Q, K = np.zeros((m, d, r)), np.zeros((m, d, r))
     for j in range(m):
         best, best_beta = math.inf, np.zeros(d)
-        for pos in itertools.combinations(range(d), min(r, d)):
-            rest = [i for i in range(d) if i not in pos]
-            for neg in itertools.combinations(rest, min(r, len(rest))):
-                signs = dict([(i, 1) for i in pos] + [(i, -1) for i in neg])
-                for pinned in itertools.product((False, True), repeat=len(signs)):
-                    free = [i for i, at_zero in zip(signs, pinned) if not at_zero]
-                    beta = np.zeros(d)
-                    total_out = lam[j].sum() - lam[j][free].sum()
-                    beta[free] = lam[j][free] + total_out / (2 + len(free))
-                    if any(beta[i] * signs[i] < 0 for i in free):
-                        continue                          # a sign it may not have
-                    err = 2 * np.sum((lam[j] - beta) ** 2) + np.sum(lam[j] - beta) ** 2
-                    if err < best:
-                        best, best_beta = err, beta
+        for s in range(min(2 * r, d) + 1):
+            for support in itertools.combinations(range(d), s):
+                support = list(support)
+                beta = np.zeros(d)
+                outside = lam[j].sum() - lam[j][support].sum()          # T
+                beta[support] = lam[j][support] + outside / (2 + s)
+                if np.sum(beta > 0) > r or np.sum(beta < 0) > r:
+                    continue                              # not a rank-r unit's score
+                err = 2 * np.sum((lam[j] - beta) ** 2) + np.sum(lam[j] - beta) ** 2
+                if err < best:
+                    best, best_beta = err, beta
         Q[j], K[j] = _unit_from_spectrum(best_beta, U[j], r)
     return Q, K
+
+
+# ----- The same count in the loss landscape: zero modes of the Hessian at a minimum ------
+
+
+def _flat_loss_grad(form, act, x, target, names, shapes):
+    # theta (flat) -> (loss, flat gradient) of L = mean((y - target)^2), by the module's
+    # forward, mse and backward passes.
+    sizes = [math.prod(shapes[n]) for n in names]
+
+    def loss_grad(theta):
+        parts = np.split(theta, np.cumsum(sizes)[:-1])
+        params = {n: part.reshape(shapes[n]) for n, part in zip(names, parts)}
+        y, cache = form.forward(x, **params, act=act)
+        loss, loss_cache = mse_forward(y, target)
+        grads = form.backward(mse_backward(1.0, loss_cache), cache)
+        return loss, np.concatenate([grads[n].ravel() for n in names])
+    return loss_grad
+
+
+def _hessian(grad, theta, step):
+    # Central differences of the gradient, column by column, then symmetrised:
+    # H[:, i] = (g(theta + step e_i) - g(theta - step e_i)) / (2 step).
+    H = np.empty((theta.size, theta.size))
+    for i in range(theta.size):                          # a deliberate loop over coordinates
+        e = np.zeros_like(theta)
+        e[i] = step
+        H[:, i] = (grad(theta + e) - grad(theta - e)) / (2 * step)
+    return 0.5 * (H + H.T)
+
+
+def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, noise=0.1,
+                       seed=0, step=1e-5, max_iter=100, kink_margin=0.25):
+    """Eigenvalues of the Hessian of a small regression loss at a minimum.
+
+    Data: x ~ N(0, I) (n_tokens, d); targets = a teacher of the same formulation (random
+    parameters) plus Gaussian noise of standard deviation `noise`, so the student cannot fit
+    exactly and its minimum is isolated up to the symmetries. With a kink (relu), inputs
+    whose teacher puts an argument of sigma within kink_margin of 0 are redrawn, so that
+    near the minimum no argument crosses the kink and the loss is smooth there. The student starts at the
+    teacher and moves by damped Newton steps (Hessian by central differences of the
+    module's own gradients, eigen-directions with |lambda| < 1e-9 max |lambda| left alone,
+    |lambda| used where lambda < 0) until the gradient is below 1e-12. At a minimum every
+    continuous symmetry is a flat direction, so the Hessian has symmetry_dimension zero
+    eigenvalues, and generically no others (derivations.md, 5.8).
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; n_tokens: int;
+        noise: float >= 0; seed: int; step: the finite-difference step; max_iter: Newton steps.
+    Returns: dict with "eigenvalues" (P,) float64 ascending, "grad_norm" (float, at the end),
+        "loss" (float), "iterations" (int).
+    Raises: ValueError for an unknown name or a bad size; RuntimeError if the gradient does
+        not fall below 1e-9 (no minimum found).
+    Source: derivations.md, section 5.8.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    rng = np.random.default_rng(seed)
+    names, shapes = form.param_names, form.param_shapes(d, m, d_out, r)
+    teacher = form.init(rng, d, m, d_out, r)
+    x = rng.standard_normal((n_tokens, d))
+    for _ in range(1000):                                 # redraw the inputs near the kink
+        z = form.forward(x, **teacher, act=act)[1]["z"].reshape(n_tokens, -1)
+        near = np.any(np.abs(z) < kink_margin, axis=1) if act.kink else np.zeros(n_tokens, bool)
+        if not near.any():
+            break
+        x[near] = rng.standard_normal((int(near.sum()), d))
+    target = form.forward(x, **teacher, act=act)[0] + noise * rng.standard_normal((n_tokens, d_out))
+    loss_grad = _flat_loss_grad(form, act, x, target, names, shapes)
+    grad = lambda theta: loss_grad(theta)[1]              # noqa: E731 (a one-line view)
+    theta = np.concatenate([teacher[n].ravel() for n in names])
+    for iteration in range(1, max_iter + 1):
+        loss, g = loss_grad(theta)
+        if np.linalg.norm(g) < 1e-12:
+            break
+        lam, U = np.linalg.eigh(_hessian(grad, theta, step))
+        keep = np.abs(lam) > 1e-9 * np.abs(lam).max()    # leave the flat directions alone
+        coeff = (U.T @ g)[keep] / np.abs(lam[keep])       # Newton (saddle-free) in the others
+        move = U[:, keep] @ coeff
+        for _ in range(30):                               # halve the step until the loss falls
+            if loss_grad(theta - move)[0] <= loss:
+                break
+            move = move / 2
+        theta = theta - move
+    loss, g = loss_grad(theta)
+    if np.linalg.norm(g) > 1e-9:
+        raise RuntimeError(f"hessian_at_minimum: gradient {np.linalg.norm(g):.1e} after "
+                           f"{max_iter} Newton steps; no minimum found")
+    eigenvalues = np.linalg.eigvalsh(_hessian(grad, theta, step))
+    return {"eigenvalues": eigenvalues, "grad_norm": float(np.linalg.norm(g)), "loss": loss,
+            "iterations": iteration}
 
 
 # =============================================================================

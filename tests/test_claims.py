@@ -245,3 +245,13 @@ def test_output_jacobian_rows_are_gradients_of_single_outputs():
         numeric = np.array([(outputs(theta + 1e-6 * e)[n, k] - outputs(theta - 1e-6 * e)[n, k]) / 2e-6
                             for e in np.eye(theta.size)])
         assert bn.rel_error(J[row], numeric) < 1e-8
+
+
+@pytest.mark.parametrize("name, act", [("mlp", "relu"), ("rank1_bilinear", "identity"),
+                                       ("gated_rank_r", "silu")])
+def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
+    result = bn.hessian_at_minimum(name, act, d=4, m=2, d_out=2, n_tokens=40, seed=1)
+    size = np.sort(np.abs(result["eigenvalues"]))
+    zeros = bn.symmetry_dimension(name, act, d=4, m=2, d_out=2)
+    assert result["grad_norm"] < 1e-9
+    assert np.all(size[:zeros] < 1e-9 * size[-1]) and size[zeros] > 1e-6 * size[-1]

@@ -642,6 +642,72 @@ def test_tied_reglu_step_is_a_squared_relu_step():
     assert bn.rel_error(tied["V"], halved["V"]) > 1e-3
 
 
+def _loss_gradients(name, params, x, target, act):
+    # Gradients of mean((y - target)^2) with respect to the parameters only.
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, **params, act=act)
+    _, loss_cache = bn.mse_forward(y, target)
+    grads = form.backward(bn.mse_backward(1.0, loss_cache), cache)
+    return {k: grads[k] for k in params}
+
+
+def test_adam_keeps_the_rate_weight_decay_doubles_on_the_keys():
+    # 5.9: with Adam, a tied ReGLU follows the squared-ReLU MLP at the same rate (not half);
+    # with L2 weight decay lambda and gradient descent, at step eta / 2 and decay 2 lambda on the keys.
+    x, p, target = draw("gated_mlp", n=8)
+    squared_relu = _activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
+                               lambda z: 2 * np.maximum(z, 0))
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    same, half = {"K": p["Q"].copy(), "V": p["V"]}, {"K": p["Q"].copy(), "V": p["V"]}
+    s_tied, s_same, s_half = bn.adam_init(tied), bn.adam_init(same), bn.adam_init(half)
+    for _ in range(30):
+        tied, s_tied = bn.adam_step(tied, _loss_gradients("gated_mlp", tied, x, target, "relu"), s_tied, lr=1e-2)
+        same, s_same = bn.adam_step(same, _loss_gradients("mlp", same, x, target, squared_relu), s_same, lr=1e-2)
+        stepped, s_half = bn.adam_step(half, _loss_gradients("mlp", half, x, target, squared_relu), s_half, lr=1e-2)
+        half = {"K": half["K"] + 0.5 * (stepped["K"] - half["K"]), "V": stepped["V"]}   # lr / 2 on keys
+    assert np.array_equal(tied["Q"], tied["K"])
+    assert bn.rel_error(tied["Q"], same["K"]) < 1e-6            # only Adam's epsilon differs
+    assert bn.rel_error(tied["Q"], half["K"]) > 1e-2
+    lam, eta = 0.3, 0.05
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    double, single = {"K": p["Q"].copy(), "V": p["V"]}, {"K": p["Q"].copy(), "V": p["V"]}
+    for _ in range(30):
+        g = _loss_gradients("gated_mlp", tied, x, target, "relu")
+        tied = {k: v - eta * (g[k] + lam * v) for k, v in tied.items()}
+        for net, decay in ((double, 2 * lam), (single, lam)):
+            g = _loss_gradients("mlp", net, x, target, squared_relu)
+            net["K"] = net["K"] - eta / 2 * (g["K"] + decay * net["K"])
+            net["V"] = net["V"] - eta * (g["V"] + lam * net["V"])
+    assert bn.rel_error(tied["Q"], double["K"]) < TOL and bn.rel_error(tied["V"], double["V"]) < TOL
+    assert bn.rel_error(tied["Q"], single["K"]) > 1e-2
+
+
+@pytest.mark.parametrize("name, act", [("gated_mlp", "relu"), ("rank1_bilinear", "silu")])
+def test_tied_factors_are_invariant_not_stable(name, act):
+    # 5.9: from Q = K gradient descent keeps Q = K exactly; from an untie of 1e-6 it grows
+    # by more than a factor 1000 in 2000 steps. For rank-1 the growth needs dA_j with a
+    # positive eigenvalue, which holds at the start.
+    rng = np.random.default_rng(0)
+    x, target = rng.standard_normal((64, 6)), rng.standard_normal((64, 2))
+    p = bn.FORMULATIONS[name].init(rng, 6, 4, 2)
+    form = bn.FORMULATIONS[name]
+    exact = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    near = {"Q": p["Q"], "K": p["Q"] + 1e-6 * rng.standard_normal(p["Q"].shape), "V": p["V"]}
+    start = np.linalg.norm(near["Q"] - near["K"])
+    if name == "rank1_bilinear":
+        y, cache = form.forward(x, **exact, act=act)
+        ds = cache["dsigma"] * ((y - target) @ exact["V"].T)          # (N, m)
+        dA = np.einsum("nj,na,nb->jab", ds, x, x)                     # dA_j = sum_n ds_nj x_n^T x_n
+        assert np.linalg.eigvalsh(dA).max() > 0
+    for _ in range(2000):
+        for params in (exact, near):
+            y, cache = form.forward(x, **params, act=act)
+            g = form.backward((y - target) / len(x), cache)
+            params.update({k: params[k] - 0.05 * g[k] for k in ("Q", "K", "V")})
+    assert np.array_equal(exact["Q"], exact["K"])         # invariant
+    assert np.linalg.norm(near["Q"] - near["K"]) > 1e3 * start   # not stable
+
+
 @pytest.mark.parametrize("act", ACTS)
 def test_static_query_with_biases(act):
     # 5.7: x~ = (1, x), q~_j = e_0, k~_j = (beta_j, k_j): rank-1 = key-value MLP with biases.
