@@ -728,7 +728,7 @@ def draw_rank(rows, path):
                                        "positive + r most negative eigen-terms)",
                   "teacher best function": "teacher's best rank-r score as a function "
                                            "(eigenvalues shifted, derivations 6.4)"}
-        for series, style in (("teacher truncated", "k--"), ("teacher best function", "k:"),
+        for series, style in (("teacher truncated", "k--"), ("teacher best function", "g^:"),
                               ("rank_r_bilinear identity", "o-"), ("gated_rank_r silu", "s-")):
             r, err = pick(rows, "students", series)
             ax["c"].semilogy(r, np.maximum(err, 1e-17), style, lw=2,
