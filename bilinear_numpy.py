@@ -1,29 +1,39 @@
 """bilinear_numpy: gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy.
 
 A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Bilinear
-Attention" (arXiv 2606.22172). Read it top to bottom:
+Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
-1. Activations          sigma and its derivative, numerically stable, dtype-preserving.
-2. Formulations         forward/backward pairs with an explicit cache (CS231n style):
-                        key-value memory MLP, static global query, full bilinear attention,
-                        rank-r and rank-1 bilinear, gated MLP (GLU family), and this
-                        project's double-gated MLP and gated rank-r.
+1. Activations          sigma and sigma', one or two lines each, accurate in both tails.
+2. Formulations         one plain forward/backward pair per formulation (CS231n style):
+                        each line one step of derivations.md sections 2 and 3, its shape
+                        beside it. Numbered (1)-(7) by this project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
-4. The paper's claims   equivalences, the symmetry table, the conservation identity,
-                        each returning measured numbers.
-5. Training substrate   cross-entropy and squared error, embedding, RMSNorm, Adam, a
-                        one-block model around any formulation, parameter matching.
-6. Command line         `python bilinear_numpy.py` prints the verification report, then
-                        runs both training experiments in their --quick form.
-                        `python bilinear_numpy.py figures` draws the results
-                        (experiments/figures.py); `train` runs the training
-                        experiments (experiments/train.py) and `train ablation`
-                        the 2 x 2 ablation of the symmetries (experiments/ablation.py).
+4. The paper's claims   equivalences, the symmetry table, the conservation identity.
+5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
+6. Fast paths           the same pairs written for speed (blocked activations, token
+                        blocks, rank-r layouts). FORMULATIONS[name].forward / .backward
+                        run these; tests/test_fast_paths.py proves they equal the plain pairs.
+7. Plumbing             input checks, cache freezing, cache checks.
+8. Command line         `python bilinear_numpy.py [verify | figures | train | bench]`.
+
+Which is which: the public NAME_forward / NAME_backward (mlp_forward, gated_mlp_backward,
+...) are the plain pairs of section 2, the ones to read and call. FORMULATIONS[NAME]
+runs the fast pair of section 6 (training, figures, ablation and benchmark use it). A
+cache from one path is read by its own path's backward.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
-(..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r));
-V has shape (m, d_out); A has shape (m, d, d). Gradients are named dx, dQ, dK, dV, dA.
-The mathematics of every function is derived in derivations.md.
+(..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
+shape (m, d_out); A has shape (m, d, d). a = x Q^T and b = x K^T are the two projections,
+s the score of a bilinear unit, h the hidden layer, y the output. Gradients are dx, dQ, ...
+
+Input checks, the same for every pair (section 7 does them): x, the parameters and the
+upstream gradient dy are float32 or float64 arrays of one dtype (TypeError otherwise);
+their shapes agree, or a ValueError names the tensor that disagrees with the others
+("Q: expected shape (m, d) = (3, 4), got (4, 3)"); nothing is broadcast; act is a name in
+ACTIVATIONS or an Activation (ValueError / TypeError otherwise). Outputs keep x's dtype.
+A forward keeps private, read-only copies in its cache, so nothing done later to x or the
+parameters changes the gradients; a backward refuses a cache from another forward. Inputs
+are never modified. The parameter gradients are summed over every leading axis of x.
 """
 
 from __future__ import annotations
@@ -46,12 +56,23 @@ if __name__ == "__main__":
 
 import numpy as np
 
+try:                                   # optional: SciPy's vectorized erfc, for exact GELU's speed
+    from scipy.special import erfc as _erfc_scipy
+except ImportError:
+    _erfc_scipy = None
+
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # =============================================================================
 # 1. Activations
 # =============================================================================
+# Accuracy (tests/test_activation_tails.py, against tests/data/activation_values.csv):
+# f and df within 4 ulp of the true value in float32 and float64, for every finite z,
+# except where the true value is 0 or near a zero of df (silu, gelu and gelu_tanh: there
+# the error is at most a few eps absolute) and exact GELU in float64 for |z| > 3: rounding
+# z / sqrt 2 moves erfc's argument by eps/2 relative, which moves Phi by z^2 eps / 2
+# relative (about 1e-13 at z = -30). No overflow, no NaN, no warning for any finite z.
 
 
 @dataclass(frozen=True)
@@ -63,14 +84,11 @@ class Activation:
         f: z -> sigma(z), elementwise; same shape and dtype (float32 or float64) as z.
         df: z -> sigma'(z), elementwise; same shape and dtype as z.
         linear: True if sigma(z) = c * z for a constant c (only `identity` here).
-        positively_homogeneous: True if sigma(alpha * z) = alpha * sigma(z) for every
-            alpha > 0 (identity and relu).
-        kink: True if sigma' jumps somewhere (relu at 0): finite differences across the
-            jump are wrong by construction, so gradcheck keeps its probe points away.
-        f_df: optional z -> (sigma(z), sigma'(z)), equal to (f(z), df(z)) but doing the
-            shared work once (SiLU's sigmoid, GELU's Phi); None: f and df are called.
+        positively_homogeneous: True if sigma(alpha z) = alpha sigma(z) for every alpha > 0.
+        kink: True if sigma' jumps somewhere (relu at 0): gradcheck keeps its probes away.
 
-    Source: paper.md, "The symmetries" (which activations keep which symmetry).
+    Source: Breslow (arXiv 2606.22172), "symmetries" (which sigma keeps which symmetry);
+    derivations.md, section 3.10.
     """
 
     name: str
@@ -79,210 +97,95 @@ class Activation:
     linear: bool
     positively_homogeneous: bool
     kink: bool = False
-    f_df: Callable | None = field(default=None, repr=False)
 
     def value_and_grad(self, z):
-        """(sigma(z), sigma'(z)) in one call, equal to (f(z), df(z)); every forward but
-        gated_mlp_forward (which calls gate) uses it.
+        """(f(z), df(z)), computed together and block by block (section 6, for speed)."""
+        return _value_and_slope_blocked(self, z)
 
-        With f_df, a deliberate loop over blocks of about _CACHE_BLOCK elements (slices of
-        the first axis), for speed only: one block's temporaries (SiLU makes three) stay in
-        the CPU cache, so each elementwise step costs its arithmetic, not a trip through
-        memory. Without f_df (identity, relu: one step each), f and df are simply called.
-
-        Args: z, a float32 or float64 array of any shape (need not be contiguous).
-        Returns: (f, df), two new arrays of z's shape and dtype.
-        Source: issue 7 (speed); the values are those of f and df.
-        """
-        if self.f_df is None:
-            return self.f(z), self.df(z)
-        z = np.asarray(z)
-        if z.ndim == 0:                           # a single number: nothing to split
-            return tuple(np.asarray(v) for v in self.f_df(z))
-        f, df = np.empty_like(z), np.empty_like(z)     # same memory layout as z
-        for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
-            f[rows], df[rows] = self.f_df(z[rows])
-        return f, df
-
-    def gate(self, a, b):
-        """The gated MLP's elementwise step: (sigma(a), sigma(a) * b, b * sigma'(a)).
-
-        sigma(a) * b is the hidden layer h; sigma(a) and b * sigma'(a) are what the
-        backward pass needs (db = dh * sigma(a), da = dh * b * sigma'(a)). With f_df,
-        computed block by block like value_and_grad, so that each block of sigma(a) and
-        sigma'(a) is multiplied by b while still in the CPU cache.
-
-        Args: a, b, float32 or float64 arrays of one shape (at least 1-D) and dtype.
-        Returns: (g, h, b_dsigma), three new arrays of a's shape and dtype.
-        Raises: ValueError if the shapes differ.
-        Source: paper eq. (6); derivations.md, section 3.6.
-        """
-        if a.shape != b.shape or a.ndim == 0:
-            raise ValueError(f"gate: expected a and b of one shape (at least 1-D), "
-                             f"got {a.shape} and {b.shape}")
-        if self.f_df is None:
-            g, b_dsigma = self.f(a), self.df(a)
-            b_dsigma *= b
-            return g, g * b, b_dsigma
-        g, h, b_dsigma = (np.empty_like(a) for _ in range(3))   # same memory layout as a
-        for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
-            g[rows], dsigma = self.f_df(a[rows])
-            np.multiply(g[rows], b[rows], out=h[rows])            # h = sigma(a) * b
-            np.multiply(dsigma, b[rows], out=b_dsigma[rows])      # b * sigma'(a)
-        return g, h, b_dsigma
-
-
-_CACHE_BLOCK = 2 ** 15  # elements per block of value_and_grad and gate: 256 KiB of float64
-
-
-def _blocks(n, width, size):
-    # Slices covering range(n), each of about size / width rows (a row has width elements).
-    step = max(1, size // max(1, width))
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
-
-
-# The functions below make few new arrays and update them in place (`out=`, `*=`): they
-# run on every (N, m) pre-activation, where each temporary costs time. np.empty_like(z)
-# is a 0-d array, not a scalar, for a 0-d z, so `out=` works there too.
 
 def _identity(z):
-    return np.array(z, copy=True)
+    return np.array(z, copy=True)                 # sigma(z) = z
 
 
 def _identity_grad(z):
-    return np.ones_like(z)
+    return np.ones_like(z)                        # sigma'(z) = 1
 
 
 def _relu(z):
-    return np.maximum(z, 0)
+    return np.maximum(z, 0)                       # max(z, 0)
 
 
 def _relu_grad(z):
-    return np.greater(z, 0, out=np.empty_like(z))  # 1.0 where z > 0; relu'(0) is taken as 0
+    return (z > 0).astype(z.dtype)                # 1 where z > 0, else 0 (relu'(0) taken as 0)
 
 
 def _sigmoid(z):
-    # 1 / (1 + e^-z) = (1 + tanh(z/2)) / 2: tanh never overflows, so no exp(+large).
-    # One new array, then updated in place: the same operations as 0.5 * (1 + tanh(0.5 z)).
-    s = np.multiply(z, 0.5, out=np.empty_like(z))
-    np.tanh(s, out=s)
-    s += 1
-    s *= 0.5
-    return s
-
-
-def _sigmoid_f_df(z):
-    s = _sigmoid(z)
-    ds = 1 - s
-    ds *= s                                       # sigma' = s (1 - s): bounded, never inf/inf
-    return s, ds
+    e = np.exp(-np.abs(z))                        # e^-|z| in (0, 1]: never overflows
+    return np.where(z >= 0, 1, e) / (1 + e)       # 1/(1 + e^-z) for z >= 0, e^z/(1 + e^z) below
 
 
 def _sigmoid_grad(z):
-    return _sigmoid_f_df(z)[1]
+    e = np.exp(-np.abs(z))
+    return e / ((1 + e) * (1 + e))                # sigma(z) sigma(-z), even in z: no 1 - s
 
 
 def _silu(z):
-    s = _sigmoid(z)
-    s *= z
-    return s                                      # Swish_1(z) = z * sigmoid(z)
-
-
-def _silu_f_df(z):
-    s = _sigmoid(z)                               # computed once, used by f and df
-    f = z * s                                     # Swish_1(z) = z s
-    df = 1 - s
-    df *= z
-    df += 1
-    df *= s                                       # d/dz [z s] = s + z s (1 - s) = s (1 + z (1 - s))
-    return f, df
+    return z * _sigmoid(z)                        # Swish_1(z) = z sigma(z)
 
 
 def _silu_grad(z):
-    return _silu_f_df(z)[1]
+    return _sigmoid(z) + z * _sigmoid_grad(z)     # product rule: sigma(z) + z sigma'(z)
 
 
-_SQRT2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-# NumPy has no erfc: a deliberate element-by-element call of the standard library's.
-_erfc = np.frompyfunc(math.erfc, 1, 1)
+def _normal_cdf(z64):
+    # Phi(z) = erfc(-z / sqrt 2) / 2 in float64: erfc keeps relative accuracy for z << 0,
+    # where 1 + erf(z / sqrt 2) would cancel. SciPy's erfc if installed, else math.erfc.
+    u = -z64 / math.sqrt(2)
+    return 0.5 * (_erfc_scipy(u) if _erfc_scipy is not None else _erfc_stdlib(u))
 
 
-def _normal_cdf(z):
-    # Phi(z) = erfc(-z / sqrt 2) / 2; erfc avoids the cancellation of 1 + erf(z) for z << 0.
-    z64 = np.asarray(z, dtype=np.float64)
-    return (0.5 * np.asarray(_erfc(-z64 / _SQRT2), dtype=np.float64)).astype(z.dtype)
+def _erfc_stdlib(u):
+    # NumPy has no erfc: a deliberate element-by-element call of the standard library's.
+    return np.asarray(np.frompyfunc(math.erfc, 1, 1)(u), dtype=np.float64)
 
 
-def _normal_pdf(z):
-    zc = np.clip(z, -40, 40)  # phi(40) underflows to 0 anyway; clipping avoids z*z overflow
-    return _INV_SQRT_2PI * np.exp(-0.5 * zc * zc)
+def _normal_pdf(z64):
+    z64 = np.clip(z64, -40, 40)                   # phi(40) = 0 in float64 already; z^2 stays finite
+    return np.exp(-0.5 * z64 * z64) / math.sqrt(2 * math.pi)
 
 
 def _gelu(z):
-    return z * _normal_cdf(z)  # GELU(z) = z Phi(z)  (Hendrycks & Gimpel 2016)
+    z64 = np.asarray(z, dtype=np.float64)         # float64 inside, then z's dtype
+    return (z64 * _normal_cdf(z64)).astype(z.dtype)   # GELU(z) = z Phi(z)
 
 
 def _gelu_grad(z):
-    return _normal_cdf(z) + z * _normal_pdf(z)  # Phi(z) + z phi(z)
+    z64 = np.asarray(z, dtype=np.float64)
+    return (_normal_cdf(z64) + z64 * _normal_pdf(z64)).astype(z.dtype)   # Phi(z) + z phi(z)
 
 
-def _gelu_f_df(z):
-    cdf = _normal_cdf(z)                          # Phi(z), the costly part, computed once
-    df = z * _normal_pdf(z)
-    df += cdf                                     # Phi(z) + z phi(z)
-    return z * cdf, df
-
-
-_GELU_C = math.sqrt(2.0 / math.pi)
-_GELU_A = 0.044715
-
-
-def _gelu_tanh_parts(z):
-    # Returns (clipped z, z^2, t = tanh(u)) with u = c (z + a z^3).
-    zc = np.clip(z, -50, 50)      # for |z| >= 50, t is exactly +-1 already; clipping keeps z^3 finite
-    z2 = zc * zc                                  # z^2 (x*x, not x**2: one multiplication)
-    t = np.multiply(z2, _GELU_C * _GELU_A, out=np.empty_like(z2))
-    t += _GELU_C
-    t *= zc                                       # u = c (z + a z^3)
-    return zc, z2, np.tanh(t, out=t)
+_GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 
 def _gelu_tanh(z):
-    t = _gelu_tanh_parts(z)[2]
-    t += 1
-    t *= 0.5
-    return z * t                                  # z (1 + tanh(c (z + a z^3))) / 2
-
-
-def _gelu_tanh_f_df(z):
-    zc, z2, t = _gelu_tanh_parts(z)
-    half = t + 1
-    half *= 0.5                                   # (1 + t) / 2
-    f = z * half                                  # z (1 + t) / 2
-    # d/dz = (1 + t) / 2 + z (1 - t^2) u' / 2, with u' / 2 = c (1 + 3 a z^2) / 2:
-    z2 *= 1.5 * _GELU_C * _GELU_A
-    z2 += 0.5 * _GELU_C
-    z2 *= zc                                      # z u' / 2
-    t *= t
-    np.subtract(1, t, out=t)                      # 1 - t^2
-    t *= z2
-    t += half
-    return f, t
+    zc = np.clip(z, -50, 50)                      # sigma(2u) is exactly 0 or 1 beyond; z^3 finite
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z (1 + tanh u)/2 = z sigma(2u)
 
 
 def _gelu_tanh_grad(z):
-    return _gelu_tanh_f_df(z)[1]
+    zc = np.clip(z, -50, 50)
+    two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
+    two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
+    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)    # sigma(2u) + z 2u' sigma'(2u)
 
 
 ACTIVATIONS: dict[str, Activation] = {
     "identity": Activation("identity", _identity, _identity_grad, True, True),
     "relu": Activation("relu", _relu, _relu_grad, False, True, kink=True),
-    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False, f_df=_sigmoid_f_df),
-    "silu": Activation("silu", _silu, _silu_grad, False, False, f_df=_silu_f_df),
-    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False, f_df=_gelu_f_df),
-    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False,
-                            f_df=_gelu_tanh_f_df),
+    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False),
+    "silu": Activation("silu", _silu, _silu_grad, False, False),
+    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False),
+    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False),
 }
 
 
@@ -293,7 +196,7 @@ def get_activation(act: str | Activation) -> Activation:
     Returns: Activation.
     Raises: ValueError for an unknown name (the message lists the valid names);
         TypeError if act is neither a str nor an Activation.
-    Source: paper.md, formulation 6 (the GLU family's activations).
+    Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202).
     """
     if isinstance(act, Activation):
         return act
@@ -305,150 +208,13 @@ def get_activation(act: str | Activation) -> Activation:
 
 
 # =============================================================================
-# 2. Formulations: forward/backward pairs
+# 2. Formulations: plain forward/backward pairs
 # =============================================================================
-# Every forward checks x (..., d) and the parameters against one another (_prepare names
-# the tensor that disagrees with the rest), flattens the leading axes into N rows once,
-# and returns y (..., d_out) with a cache dict. The cache holds private copies, so later
-# changes to x or a parameter cannot change the gradients; its arrays are read-only, so
-# neither backward nor a hand edit writes into it. cache["forward"] names the forward
-# that made it (every backward checks it); cache["z"] is the activation's argument
-# (gradcheck keeps it away from ReLU's kink).
-
-
-def _check_positive(**sizes):
-    for name, size in sizes.items():
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {size!r}")
-
-
-def _as_float(name, a):
-    a = np.asarray(a)
-    if a.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: expected a float32 or float64 array, got dtype {a.dtype}")
-    return a
-
-
-def _check_shape(name, a, expected, symbols):
-    if a.shape != tuple(expected):
-        raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
-
-
-def _like(name, a, shape, symbols, dtype):
-    # An upstream gradient of the forward's shape (symbols, e.g. "(N, d)") and dtype.
-    a = _as_float(name, a)
-    _check_shape(name, a, shape, symbols)
-    if a.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
-    return a
-
-
-def _agreed_sizes(readings):
-    # {symbol: size} if the (symbol, size) readings give every symbol one size, else None.
-    sizes = {}
-    for pairs in readings:
-        for symbol, size in pairs:
-            if sizes.setdefault(symbol, size) != size:
-                return None
-    return sizes
-
-
-def _vote(readings, names):
-    # The sizes agreed by the largest group of tensors; between groups of one size, the
-    # group that leaves out the tensors that come first in `names`.
-    for n_out in range(len(names) + 1):           # leave out 0, 1, 2, ... tensors
-        for left_out in itertools.combinations(names, n_out):
-            sizes = _agreed_sizes(readings[n] for n in names if n not in left_out)
-            if sizes is not None:
-                return sizes
-
-
-def _text(shape):
-    return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
-
-
-def _check_sizes(x, params, axes):
-    """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
-    {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
-
-    A vote among the tensors: the sizes d, m, d_out, r are those of the largest group of
-    tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
-    Between groups of one size (mlp's K and V are one against one), x is named first,
-    then V, then the others. A tensor with the wrong number of axes has no say.
-    Raises ValueError naming the tensor ("Q: expected shape (m, d) = (3, 4), got (4, 3)"),
-    or for a size d, m, d_out, r of 0. With x None, the parameters alone are checked.
-    """
-    readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
-    for name, p in params.items():
-        symbols = axes[name].split()
-        readings[name] = list(zip(symbols, p.shape)) if p.ndim == len(symbols) else []
-    order = sorted(params, key=lambda n: n != "V")            # V, then the others
-    names = order if x is None else ["x", *order]             # x, V, the others: named first
-    sizes = _vote(readings, names)
-    d = sizes.get("d", "d")
-    if x is not None and (x.ndim == 0 or x.shape[-1] != d):
-        raise ValueError(f"x: expected shape (..., d) = (..., {d}), got {x.shape}")
-    for name in order:
-        symbols, own = axes[name].split(), dict(readings[name])   # own: d_out, seen in V only
-        expected = tuple(sizes.get(s, own.get(s, s)) for s in symbols)
-        if params[name].shape != expected:        # as text, e.g. (m, d) = (5, 4)
-            raise ValueError(f"{name}: expected shape {_text(symbols)} = {_text(expected)}, "
-                             f"got {params[name].shape}")
-    empty = [f"{s} = 0" for s in ("d", "m", "d_out", "r") if sizes.get(s) == 0]
-    if empty:                                     # as Formulation.init: no empty sum or width
-        raise ValueError(f"{', '.join(names)}: expected sizes d, m, d_out, r >= 1, got {empty}")
-
-
-def _prepare(x, params, axes):
-    """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
-    x as an array (not copied), X = a private copy of x as (N, d) rows, and private
-    copies of the parameters."""
-    x = _as_float("x", x)
-    params = {name: _as_float(name, p) for name, p in params.items()}
-    _check_sizes(x, params, axes)
-    for name, p in params.items():
-        if p.dtype != x.dtype:
-            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
-    return x, x.reshape(-1, x.shape[-1]).copy(), {name: p.copy() for name, p in params.items()}
-
-
-def _from_cache(cache, forward, *keys):
-    # cache[key] for each key, once it is clear that `forward` made the cache.
-    if not isinstance(cache, dict):
-        raise TypeError(f"cache: expected the dict returned by {forward}, "
-                        f"got {type(cache).__name__}")
-    if cache.get("forward", forward) != forward:
-        raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
-    missing = [key for key in ("forward", *keys) if key not in cache]
-    if missing:
-        raise ValueError(f"cache: expected the cache returned by {forward}, missing keys {missing}")
-    return [cache[key] for key in keys]
-
-
-def _unpack(dy, cache, forward, *keys):
-    # Check the cache (see _from_cache) and dy against it; return dy as (N, d_out) rows,
-    # then cache[key] for each key.
-    x_shape, d_out, dtype, *values = _from_cache(cache, forward, "x_shape", "d_out", "dtype", *keys)
-    dy = _like("dy", dy, x_shape[:-1] + (d_out,), "(..., d_out)", dtype)
-    return [dy.reshape(-1, d_out), *values]
-
-
-def _nd(name, a, what):
-    # what is the symbolic shape, e.g. "(m, d)"; its number of axes is checked here.
-    a = _as_float(name, a)
-    ndim = what.count(",") + 1
-    if a.ndim != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-D array of shape {what}, got shape {a.shape}")
-    return a
-
-
-def _output(forward, y, x, act, **cache):
-    # y (N, d_out) as (..., d_out), and the cache: what `forward` keeps for its backward.
-    d_out = y.shape[1]
-    for value in cache.values():
-        value.flags.writeable = False             # an edit by hand before backward is refused
-    return y.reshape(x.shape[:-1] + (d_out,)), cache | {
-        "forward": forward, "x_shape": x.shape, "d_out": d_out, "dtype": x.dtype, "act": act}
+# Each forward starts with _checked_copies (section 7): shapes checked with the wrong
+# tensor named, one float dtype; X is a private (N, d) copy of x's rows, p private copies
+# of the parameters. Each ends with _output_and_frozen_cache: y back to (..., d_out), the
+# cache made read-only. Each backward starts with _checked_dy_and_cache: dy like y, the
+# cache from the right forward; dY is dy as (N, d_out) rows.
 
 
 # ----- (1) key-value memory MLP ---------------------------------------------
@@ -457,36 +223,33 @@ def _output(forward, y, x, act, **cache):
 def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
-    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); all
-        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for mlp_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (1); Geva et al. 2021; derivations.md, section 2.1.
+    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one
+        float dtype. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), K, V, z (N, m), h (N, m), act}.
+    Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
+        (arXiv 2012.14913); derivations.md, section 2.1.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})   # X: (N, d)
-    z = X @ p["K"].T                              # (N, m)   z = x K^T
-    h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z) for backward
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("mlp_forward", y, x, act, X=X, **p, z=z, h=h, dsigma=dsigma)
+    x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
+    z = X @ p["K"].T                              # (N, m)       z = x K^T
+    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h)
 
 
 def mlp_backward(dy, cache):
-    """Backward pass of mlp_forward: dz = (dy V^T) * sigma'(z); dx = dz K, dK = dz^T x.
+    """Backward of mlp_forward (derivations.md, section 3.1).
 
-    Args: dy (..., d_out), the upstream gradient, in y's dtype; cache from mlp_forward.
-    Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}; the parameter gradients
-        are summed over every leading axis of x (so in every backward below).
-    Raises: ValueError / TypeError for a dy unlike y, or a cache not from mlp_forward.
-    Source: chain rule on paper eq. (1); derivations.md, section 3.1.
+    Args: dy (..., d_out), in y's dtype; cache from mlp_forward.
+    Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}.
     """
-    dY, X, K, V, h, dsigma = _unpack(dy, cache, "mlp_forward", "X", "K", "V", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)   dL/dh = dy V^T
-    dz *= dsigma                                  # (N, m)   dz = (dy V^T) * sigma'(z), in place
-    dK = dz.T @ X                                 # (m, d)
-    dX = dz @ K                                   # (N, d)
+    dY, X, K, V, z, h, act = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                   "X", "K", "V", "z", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    dz = dh * act.df(z)                           # (N, m)       R2 on h = sigma(z)
+    dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
+    dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
 
 
@@ -498,253 +261,173 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
 
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
-    Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); all float32 or
-        all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for static_query_mlp_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (2); derivations.md, section 2.2.
+    Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
+        act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z (N, m), h (N, m), act}.
+    Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V},
-                       {"Q": "d d", "K": "m d", "V": "m d_out"})   # X: (N, d)
-    P = X @ p["Q"]                                # (N, d)   p = x Q
-    z = P @ p["K"].T                              # (N, m)   z = x Q K^T
-    h, dsigma = act.value_and_grad(z)             # (N, m)   h = sigma(z); sigma'(z)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("static_query_mlp_forward", y, x, act, X=X, **p, P=P, z=z, h=h,
-                   dsigma=dsigma)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
+                              {"Q": "d d", "K": "m d", "V": "m d_out"})
+    xQ = X @ p["Q"]                               # (N, d)       the query x Q
+    z = xQ @ p["K"].T                             # (N, m)       z = x Q K^T
+    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
+                                    xQ=xQ, z=z, h=h)
 
 
 def static_query_mlp_backward(dy, cache):
-    """Backward pass of static_query_mlp_forward: with p = x Q, as mlp_backward for
-    (p, K, V), then dQ = x^T dp and dx = dp Q^T.
+    """Backward of static_query_mlp_forward (derivations.md, section 3.2).
 
     Args: dy (..., d_out), y's dtype; cache from static_query_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule on paper eq. (2); derivations.md, section 3.2.
     """
-    dY, X, Q, K, V, P, h, dsigma = _unpack(dy, cache, "static_query_mlp_forward",
-                                           "X", "Q", "K", "V", "P", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)
-    dz *= dsigma                                  # (N, m)   dz = (dy V^T) * sigma'(z), in place
-    dK = dz.T @ P                                 # (m, d)
-    dP = dz @ K                                   # (N, d)
-    dQ = X.T @ dP                                 # (d, d)
-    dX = dP @ Q.T                                 # (N, d)
+    dY, X, Q, K, V, xQ, z, h, act = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "z", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    dz = (dY @ V.T) * act.df(z)                   # (N, m)       R1, then R2
+    dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
+    dxQ = dz @ K                                  # (N, d)
+    dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
+    dX = dxQ @ Q.T                                # (N, d)
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (3) full bilinear attention ------------------------------------------
 
 
-# A block of outer products in bilinear holds as many numbers as the scores s (N m), but
-# at least _OUTER_BLOCK: memory stays in proportion, and the matrix products stay large.
-_OUTER_BLOCK = 2 ** 16
-
-
-def _outer_rows(X):
-    # Row n holds vec(x_n^T x_n): (N, d*d). Then x A_j x^T = vec(x^T x) . vec(A_j).
-    N, d = X.shape
-    return (X[:, :, None] * X[:, None, :]).reshape(N, d * d)
-
-
 def bilinear_forward(x, A, V, act="identity"):
-    """Full bilinear attention: y = sum_j sigma(x A_j x^T) v_j.
+    """Full bilinear attention: y = sum_j sigma(s_j) v_j, s_j = x A_j x^T.
 
-    Each unit's score is a quadratic form: query x Q_j and key x K_j with A_j = Q_j K_j^T.
-    Computed as vec(x^T x) . vec(A_j): a matrix product per block of tokens, no
-    (N, m, d, d) array and not even all N outer products (N d^2 floats) at once.
+    Query x Q_j and key x K_j with A_j = Q_j K_j^T; s_j = <x^T x, A_j> is one matrix
+    product of the flattened outer products x^T x with the flattened A_j.
 
-    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); all
-        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for bilinear_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (3); derivations.md, section 2.3.
+    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float
+        dtype. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), A, V, s (N, m), h (N, m), act}.
+    Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})   # X: (N, d)
-    m, d, _ = p["A"].shape
-    A_flat = p["A"].reshape(m, d * d)             # (m, d*d)  row j is vec(A_j)
-    N = X.shape[0]
-    s = np.empty((N, m), X.dtype)                 # (N, m)
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):   # a deliberate loop over token blocks
-        s[rows] = _outer_rows(X[rows]) @ A_flat.T # (B, m)   s_j = vec(x^T x) . vec(A_j)
-    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("bilinear_forward", y, x, act, X=X, **p, z=s, h=h, dsigma=dsigma)
+    x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
+    (N, d), m = X.shape, p["A"].shape[0]
+    xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
+    s = xx @ p["A"].reshape(m, d * d).T           # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
+    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h)
 
 
 def bilinear_backward(dy, cache):
-    """Backward pass of bilinear_forward: ds_j/dx = x (A_j + A_j^T), ds_j/dA_j = x^T x.
+    """Backward of bilinear_forward (derivations.md, section 3.3).
 
     Args: dy (..., d_out), y's dtype; cache from bilinear_forward.
     Returns: {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule on paper eq. (3); derivations.md, section 3.3.
     """
-    dY, X, A, V, h, dsigma = _unpack(dy, cache, "bilinear_forward", "X", "A", "V", "h", "dsigma")
+    dY, X, A, V, s, h, act = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                   "X", "A", "V", "s", "h", "act")
     (N, d), m = X.shape, A.shape[0]
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma                                  # (N, m)     ds = (dy V^T) * sigma'(s)
-    # dA_j = sum_n ds_nj x_n^T x_n. Its rows i need only the products x_ni x_n: a
-    # deliberate loop over blocks of rows i, each one matrix product over all tokens.
-    dA = np.empty_like(A)                         # (m, d, d)
-    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
-        XX_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # x_ni x_n
-        dA[:, i, :] = (ds.T @ XX_i).reshape(m, -1, d)   # rows i of every dA_j
-    # dx_n = x_n M_n with M_n = sum_j ds_nj (A_j + A_j^T); blocks of tokens as in the forward.
-    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
-    dX = np.empty_like(X)                         # (N, d)
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
-        dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]   # (B, d)  x_n M_n
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
+    dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
+    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
+    M = (ds @ A_sym).reshape(N, d, d)             # (N, d, d)    M_n = sum_j ds_nj (A_j + A_j^T)
+    dX = np.einsum("ni,nik->nk", X, M)            # (N, d)       dx_n = x_n M_n
     return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
 
 
 # ----- (4) rank-r bilinear ----------------------------------------------------
 
 
-_RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for _prepare
-
-
-def _columns(W):
-    # W (m, d, r) as the columns of a (d, r m) matrix: column rho m + j is W[j, :, rho]. The
-    # projections of x on all units are then one matrix product, unit index j fastest.
-    m, d, r = W.shape
-    return W.transpose(1, 2, 0).reshape(d, r * m)
-
-
-def _as_units(P, m, r):
-    # An (N, r m) array as an (N, m, r) view: entry [n, j, rho] is P[n, rho m + j]. In memory
-    # j runs fastest, so that broadcasting an (N, m, 1) array over rho, and summing over rho,
-    # run along rows of length m (several times faster in NumPy than rows of length r).
-    return P.reshape(-1, r, m).transpose(0, 2, 1)
-
-
-def _columns_back(X, W_cols, dP):
-    # Gradients of P = _as_units(X W_cols) given dP (N, m, r), a view made by _as_units:
-    # dx = dP W_cols^T, and X^T dP rearranged to dW of shape (m, d, r).
-    N, m, r = dP.shape
-    dP_flat = dP.transpose(0, 2, 1).reshape(N, r * m)          # the (N, r m) array behind dP
-    dW = (X.T @ dP_flat).reshape(-1, r, m).transpose(2, 0, 1)  # (m, d, r)
-    return dP_flat @ W_cols.T, np.ascontiguousarray(dW)
-
-
-def _new_units(N, m, r, dtype):
-    # A new (N, m, r) array laid out like _as_units's views.
-    return _as_units(np.empty((N, r * m), dtype), m, r)
+_RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for the checks
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     """Rank-r bilinear: y = sum_j sigma(s_j) v_j, s_j = sum_rho (x . Q[j,:,rho]) (x . K[j,:,rho]).
 
-    This is full bilinear attention with A_j = Q_j K_j^T of rank at most r.
+    Full bilinear attention with A_j = Q_j K_j^T of rank at most r.
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
-        all float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for rank_r_bilinear_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (4) (the outlook; the exact form is this project's);
-    derivations.md, sections 2.4 and 6.1.
+        one float dtype. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s (N, m), h (N, m), act}.
+    Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
+        derivations.md, sections 2.4 and 6.1.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
-    m, d, r = p["Q"].shape
-    Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
-    a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  queries x Q_j
-    b = _as_units(X @ K_cols, m, r)               # (N, m, r)  keys    x K_j
-    # s_j = (x Q_j) . (x K_j): r products summed per entry. einsum does it in one pass
-    # without an (N, m, r) temporary (no BLAS here: this is not a matrix product).
-    s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)
-    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("rank_r_bilinear_forward", y, x, act, X=X, **p, Q_cols=Q_cols,
-                   K_cols=K_cols, a=a, b=b, z=s, h=h, dsigma=dsigma)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  queries x Q_j
+    b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  keys    x K_j
+    s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
+    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
+                                    a=a, b=b, s=s, h=h)
 
 
 def rank_r_bilinear_backward(dy, cache):
-    """Backward pass of rank_r_bilinear_forward: ds/da = b, ds/db = a (a = x Q_j, b = x K_j).
+    """Backward of rank_r_bilinear_forward (derivations.md, section 3.4).
 
     Args: dy (..., d_out), y's dtype; cache from rank_r_bilinear_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule on paper eq. (4); derivations.md, section 3.4.
     """
-    dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _unpack(
-        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma                                  # (N, m)     ds = (dy V^T) * sigma'(s)
-    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))   # (N, m, r)  ds/da = b
-    dX, dQ = _columns_back(X, Q_cols, da)
-    db = np.multiply(ds[:, :, None], a, out=da)   # (N, m, r)  ds/db = a, over da (used up)
-    dX_k, dK = _columns_back(X, K_cols, db)
-    dX += dX_k                                    # (N, d)     x feeds both a and b
+    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
+    db = ds[:, :, None] * a                       # (N, m, r)
+    dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
+    dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
+    dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
+          + np.einsum("nmr,mdr->nd", db, K, optimize=True))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
 
 
-_RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for _prepare
-
-
-def _project_both_back(X, Q, K, da, db):
-    # Gradients of a = x Q^T and b = x K^T given da, db (N, m): dx = da Q + db K (x feeds
-    # both), dQ = da^T X, dK = db^T X.
-    dX = da @ Q                                   # (N, d)
-    dX += db @ K
-    return dX, da.T @ X, db.T @ X
+_RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for the checks
 
 
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     """Rank-1 (symmetric) bilinear: y = sigma((x Q^T) * (x K^T)) V  (* elementwise).
 
-    With act="identity" this is Shazeer's (2020) "Bilinear" GLU variant, the bilinear
-    layer studied by Sharkey (2023) and Pearce et al. (2024). Q and K enter symmetrically:
-    exchanging them changes nothing, for every sigma.
+    With act="identity" this is Shazeer's "Bilinear" GLU variant (arXiv 2002.05202), the
+    bilinear layer studied by Sharkey (arXiv 2305.03452) and Pearce et al. (arXiv
+    2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
-    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); all
-        float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for rank1_bilinear_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (5); derivations.md, section 2.5.
+    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float
+        dtype. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h (each (N, m)), act}.
+    Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
-    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (queries)
-    b = X @ p["K"].T                              # (N, m)   b = x K^T  (keys)
-    s = a * b                                     # (N, m)   s = a * b
-    h, dsigma = act.value_and_grad(s)             # (N, m)   h = sigma(s); sigma'(s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("rank1_bilinear_forward", y, x, act, X=X, **p, a=a, b=b, z=s, h=h,
-                   dsigma=dsigma)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (queries)
+    b = X @ p["K"].T                              # (N, m)       b = x K^T  (keys)
+    s = a * b                                     # (N, m)       s = a * b
+    h = act.f(s)                                  # (N, m)       h = sigma(a * b)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
+                                    a=a, b=b, s=s, h=h)
 
 
 def rank1_bilinear_backward(dy, cache):
-    """Backward pass of rank1_bilinear_forward: ds = (dy V^T) * sigma'(s); da = ds b, db = ds a.
+    """Backward of rank1_bilinear_forward (derivations.md, section 3.5).
 
     Args: dy (..., d_out), y's dtype; cache from rank1_bilinear_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule on paper eq. (5); derivations.md, section 3.5.
     """
-    dY, X, Q, K, V, a, b, h, dsigma = _unpack(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma                                  # (N, m)   ds = (dy V^T) * sigma'(s), in place
-    da = ds * b                                   # (N, m)
-    db = np.multiply(ds, a, out=ds)               # (N, m)   db = ds * a, written over ds (ours)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
+    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    da = ds * b                                   # (N, m)       R3 on s = a * b
+    db = ds * a                                   # (N, m)       R3
+    dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
+    dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
+    dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -760,37 +443,35 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     projection (w2, down_proj).
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
-        V (m, d_out); all float32 or all float64. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for gated_mlp_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper eq. (6); Shazeer 2020; Dauphin et al. 2017; derivations.md, section 2.6.
+        V (m, d_out); one float dtype. act: a name in ACTIVATIONS, or an Activation.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+    Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
+        2017; derivations.md, section 2.6.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
-    a = X @ p["Q"].T                              # (N, m)   a = x Q^T  (gate)
-    b = X @ p["K"].T                              # (N, m)   b = x K^T  (linear)
-    g, h, b_dsigma = act.gate(a, b)               # (N, m)   g = sigma(a), h = g * b, b * sigma'(a)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("gated_mlp_forward", y, x, act, X=X, **p, b=b, g=g, z=a, h=h,
-                   b_dsigma=b_dsigma)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (gate)
+    b = X @ p["K"].T                              # (N, m)       b = x K^T  (linear)
+    h = act.f(a) * b                              # (N, m)       h = sigma(a) * b
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b, h=h)
 
 
 def gated_mlp_backward(dy, cache):
-    """Backward pass of gated_mlp_forward: with dh = dy V^T, da = dh b sigma'(a), db = dh sigma(a).
+    """Backward of gated_mlp_forward (derivations.md, section 3.6).
 
     Args: dy (..., d_out), y's dtype; cache from gated_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule on paper eq. (6); derivations.md, section 3.6.
     """
-    dY, X, Q, K, V, g, h, b_dsigma = _unpack(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "g", "h", "b_dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * b_dsigma                            # (N, m)   da = dh * b * sigma'(a)
-    db = np.multiply(dh, g, out=dh)               # (N, m)   db = dh * sigma(a), written over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
+    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    da = dh * b * act.df(a)                       # (N, m)       R3, then R2
+    db = dh * act.f(a)                            # (N, m)       R3
+    dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
+    dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
+    dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -800,55 +481,43 @@ def gated_mlp_backward(dy, cache):
 def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
 
-    Both factors go through sigma, so Q and K enter symmetrically again: exchange symmetry
-    holds for every sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma
-    that scales by a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would do);
-    among the six activations, identity and relu (alpha > 0). It separates the two
-    symmetries that the gated MLP breaks together (derivations.md, 4.6).
+    Both factors go through sigma, so exchanging Q and K changes nothing again, for every
+    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma that scales by
+    a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would do); among the six
+    activations, identity and relu (alpha > 0). It separates the two symmetries the gated
+    MLP breaks.
 
-    Args: x (..., d); Q, K (m, d); V (m, d_out); all float32 or all float64.
+    Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
         act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for double_gated_mlp_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: this project's ablation form (not in the paper); derivations.md, sections 2.8
-    and 4.6.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+    Source: this project's ablation form (not in the paper); derivations.md, sections
+        2.8 and 4.6.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)    # X: (N, d)
-    m = p["Q"].shape[0]
-    QK = np.concatenate([p["Q"], p["K"]])         # (2m, d)
-    z = X @ QK.T                                  # (N, 2m)  [a | b] = [x Q^T | x K^T]
-    h = np.empty((z.shape[0], m), z.dtype)        # (N, m)   h = sigma(a) * sigma(b)
-    dh_dz = np.empty_like(z)                      # (N, 2m)  [dh/da | dh/db], what backward needs
-    # A deliberate loop over blocks of tokens, for speed: sigma and sigma' of a block are
-    # multiplied while still in the CPU cache, and never stored whole.
-    for rows in _blocks(z.shape[0], 2 * m, _CACHE_BLOCK):
-        g, dsigma = act.value_and_grad(z[rows])   # (B, 2m)  [sigma(a) | sigma(b)], sigma'
-        np.multiply(g[:, :m], g[:, m:], out=h[rows])
-        np.multiply(dsigma[:, :m], g[:, m:], out=dh_dz[rows, :m])   # sigma'(a) sigma(b)
-        np.multiply(g[:, :m], dsigma[:, m:], out=dh_dz[rows, m:])   # sigma(a) sigma'(b)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("double_gated_mlp_forward", y, x, act, X=X, **p, z=z, h=h, dh_dz=dh_dz)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ p["Q"].T                              # (N, m)       a = x Q^T
+    b = X @ p["K"].T                              # (N, m)       b = x K^T
+    h = act.f(a) * act.f(b)                       # (N, m)       h = sigma(a) * sigma(b)
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
+                                    a=a, b=b, h=h)
 
 
 def double_gated_mlp_backward(dy, cache):
-    """Backward pass of double_gated_mlp_forward, with dh = dy V^T:
-    da = dh sigma'(a) sigma(b), db = dh sigma(a) sigma'(b).
+    """Backward of double_gated_mlp_forward (derivations.md, section 3.8).
 
     Args: dy (..., d_out), y's dtype; cache from double_gated_mlp_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule; derivations.md, section 3.8.
     """
-    dY, X, Q, K, V, h, dh_dz = _unpack(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_dz")
-    m = V.shape[0]
-    dV = h.T @ dY                                 # (m, d_out)
+    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)
-    da = dh * dh_dz[:, :m]                        # (N, m)   da = dh sigma'(a) sigma(b)
-    db = np.multiply(dh, dh_dz[:, m:], out=dh)    # (N, m)   db = dh sigma(a) sigma'(b), over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)   # (N, d), (m, d), (m, d)
+    da = dh * act.df(a) * act.f(b)                # (N, m)       R3, then R2
+    db = dh * act.f(a) * act.df(b)                # (N, m)       R3, then R2
+    dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
+    dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
+    dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -858,175 +527,41 @@ def double_gated_mlp_backward(dy, cache):
 def gated_rank_r_forward(x, Q, K, V, act="silu"):
     """Gated rank-r: y = sum_j (sum_rho sigma(x . Q[j,:,rho]) (x . K[j,:,rho])) v_j.
 
-    sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP. This generalization is
-    the project's, not the paper's.
+    sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
-    Args: x (..., d); Q, K (m, d, r); V (m, d_out); all float32 or all float64.
+    Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
         act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out) in x's dtype, and the cache for gated_rank_r_backward.
-    Raises: ValueError naming a tensor of the wrong shape, or for an unknown act;
-        TypeError for a non-float or mixed dtype.
-    Source: paper.md, formulation 6 (gated rank-r); derivations.md, sections 2.7 and 6.5.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), h (N, m), act}.
+    Source: this project's generalization (not the paper's); derivations.md, sections
+        2.7 and 6.5.
     """
     act = get_activation(act)
-    x, X, p = _prepare(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)   # X: (N, d)
-    m, d, r = p["Q"].shape
-    Q_cols, K_cols = _columns(p["Q"]), _columns(p["K"])   # (d, r m)
-    a = _as_units(X @ Q_cols, m, r)               # (N, m, r)  gates x Q_j
-    b = _as_units(X @ K_cols, m, r)               # (N, m, r)  linear parts x K_j
-    g, b_dsigma = act.value_and_grad(a)           # (N, m, r)  g = sigma(a), and sigma'(a)
-    h = np.einsum("nmr,nmr->nm", g, b)            # (N, m)     h_j = sum_rho sigma(a) b (one pass)
-    b_dsigma *= b                                 # (N, m, r)  b * sigma'(a): what backward needs
-    y = h @ p["V"]                                # (N, d_out)
-    return _output("gated_rank_r_forward", y, x, act, X=X, **p, Q_cols=Q_cols,
-                   K_cols=K_cols, b=b, g=g, z=a, h=h, b_dsigma=b_dsigma)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  gates x Q_j
+    b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  linear parts x K_j
+    h = np.einsum("nmr,nmr->nm", act.f(a), b)     # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
+    y = h @ p["V"]                                # (N, d_out)   y = h V
+    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
+                                    a=a, b=b, h=h)
 
 
 def gated_rank_r_backward(dy, cache):
-    """Backward pass of gated_rank_r_forward: da = dh b sigma'(a), db = dh sigma(a), per rho.
+    """Backward of gated_rank_r_forward (derivations.md, section 3.7).
 
     Args: dy (..., d_out), y's dtype; cache from gated_rank_r_forward.
     Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    Raises: ValueError / TypeError for a dy unlike y, or a cache from another forward.
-    Source: chain rule; derivations.md, section 3.7.
     """
-    dY, X, V, g, h, b_dsigma, Q_cols, K_cols = _unpack(
-        dy, cache, "gated_rank_r_forward", "X", "V", "g", "h", "b_dsigma", "Q_cols", "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
-    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(dh, b_dsigma, out=_new_units(*g.shape, g.dtype))   # dh b sigma'(a)
-    dX, dQ = _columns_back(X, Q_cols, da)
-    db = np.multiply(dh, g, out=da)               # dh sigma(a), over da (used up)
-    dX_k, dK = _columns_back(X, K_cols, db)
-    dX += dX_k                                    # (N, d)     x feeds both a and b
+    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
+    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
+    da = dh * b * act.df(a)                       # (N, m, r)    R3, then R2
+    db = dh * act.f(a)                            # (N, m, r)    R3
+    dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
+    dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
+    dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
+          + np.einsum("nmr,mdr->nd", db, K, optimize=True))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
-
-
-# ----- The registry ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Formulation:
-    """One formulation: its equation, its forward/backward pair, its parameter shapes.
-
-    Attributes:
-        name: key in FORMULATIONS.
-        equation: the equation as text.
-        forward: (x, **params, act) -> (y, cache).
-        backward: (dy, cache) -> dict of gradients keyed by argument name.
-        param_names: the parameter names in order, e.g. ("Q", "K", "V").
-        shapes: (d, m, d_out, r) -> dict name -> shape.
-        cost: multiply-adds per token of the forward pass, as text.
-        init_scales: (d, m, r) -> dict name -> standard deviation used by init.
-    Source: paper.md, "The formulations".
-    """
-
-    name: str
-    equation: str
-    forward: Callable
-    backward: Callable
-    param_names: tuple
-    shapes: Callable = field(repr=False)
-    cost: str
-    init_scales: Callable = field(repr=False)
-
-    def param_shapes(self, d, m, d_out=None, r=1):
-        """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
-
-        Raises ValueError if a size is not a positive integer.
-        """
-        d_out = d if d_out is None else d_out
-        _check_positive(d=d, m=m, d_out=d_out, r=r)
-        return self.shapes(int(d), int(m), int(d_out), int(r))
-
-    def n_params(self, d, m, d_out=None, r=1):
-        """Number of parameters for these sizes (see param_shapes)."""
-        return sum(math.prod(s) for s in self.param_shapes(d, m, d_out, r).values())
-
-    def init(self, rng, d, m, d_out=None, r=1, dtype=np.float64):
-        """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
-        pre-activations and the output are O(1).
-
-        Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
-        Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
-        Raises: ValueError for a non-positive size; TypeError for another dtype or a
-            non-Generator.
-        """
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
-        if np.dtype(dtype) not in FLOAT_DTYPES:
-            raise TypeError(f"dtype: expected float32 or float64, got {np.dtype(dtype)}")
-        shapes = self.param_shapes(d, m, d_out, r)
-        scales = self.init_scales(d, m, r)
-        return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
-
-
-def _rank1_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d), "K": (m, d), "V": (m, d_out)}
-
-
-def _rank_r_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
-
-
-# Standard deviations: x.k_j ~ N(0, 1) with std 1/sqrt(d); a product of two such is O(1);
-# a sum of r products is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
-FORMULATIONS: dict[str, Formulation] = {
-    f.name: f for f in [
-        Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
-                    lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
-                    lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}),
-        Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
-                    static_query_mlp_backward, ("Q", "K", "V"),
-                    lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
-                    "d^2 + m d + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
-        Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", bilinear_forward,
-                    bilinear_backward, ("A", "V"),
-                    lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)},
-                    "m d^2 + d^2 + m d_out", lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}),
-        Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                    rank_r_bilinear_forward, rank_r_bilinear_backward, ("Q", "K", "V"),
-                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
-                                     "V": m ** -0.5}),
-        Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                    rank1_bilinear_forward, rank1_bilinear_backward, ("Q", "K", "V"),
-                    _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
-        Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
-                    gated_mlp_forward, gated_mlp_backward, ("Q", "K", "V"),
-                    _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
-        Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                    double_gated_mlp_forward, double_gated_mlp_backward, ("Q", "K", "V"),
-                    _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}),
-        Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                    gated_rank_r_forward, gated_rank_r_backward, ("Q", "K", "V"),
-                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5}),
-    ]
-}
-
-# The GLU family (Shazeer 2020) as (formulation, activation).
-GLU_VARIANTS: dict[str, tuple[str, str]] = {
-    "GLU": ("gated_mlp", "sigmoid"),
-    "Bilinear": ("gated_mlp", "identity"),
-    "ReGLU": ("gated_mlp", "relu"),
-    "GEGLU": ("gated_mlp", "gelu"),
-    "SwiGLU": ("gated_mlp", "silu"),
-}
-
-
-def get_formulation(name: str) -> Formulation:
-    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
-    if not isinstance(name, str):
-        raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
-    if name not in FORMULATIONS:
-        raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
-    return FORMULATIONS[name]
 
 
 # =============================================================================
@@ -1076,7 +611,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
     Args: f: function of an array of x's shape, returning an array of dy's shape.
         x: float64 array of any shape.
         dy: float64 array, the upstream gradient (use random values, not ones).
-        h: float > 0, the step.
+        h: a real number > 0 (Python or NumPy), the step.
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
         by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
@@ -1089,8 +624,10 @@ def numerical_gradient(f, x, dy, h=1e-6):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
                             "in lower precision, rounding divided by h leaves no correct digit")
-    if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h < math.inf:
+    real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
+    if not (real and 0 < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
+    h = _real("h", h)                             # a Python float, also from np.float32
     xp = x.copy()
     grad = np.zeros_like(xp)
 
@@ -1146,8 +683,8 @@ class GradcheckReport:
 
     @property
     def passed(self) -> bool:
-        """True if every tensor's relative error is at most tol."""
-        return self.worst <= self.tol
+        """True if every tensor's relative error is at most tol (a bool for any kind of tol)."""
+        return bool(self.worst <= self.tol)
 
     def __str__(self):
         lines = [f"gradcheck {self.formulation} / {self.activation} (tol {self.tol:.0e})",
@@ -1174,11 +711,13 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
         shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
         np.random.default_rng; h: the probe step; tol: the relative error a tensor may
-        have; kink_margin: see above; max_draws: how many draws to try before giving up.
+        have; kink_margin: see above (h, tol, kink_margin: Python or NumPy real numbers);
+        max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
-        integers >= 1, or if no draw avoids the kink (use fewer tokens or units: each
-        pre-activation must miss a band of 2 * kink_margin).
+        integers >= 1, an h that is not a finite number > 0, or if no draw avoids the kink (use
+        fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin);
+        TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
     form, act = get_formulation(name), get_activation(act)
@@ -1188,13 +727,14 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                          f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
     _check_positive(max_draws=max_draws)
+    tol, kink_margin = _real("tol", tol), _real("kink_margin", kink_margin)   # Python floats
     rng = np.random.default_rng(seed)
     d = x_shape[-1]
     for draw in range(1, max_draws + 1):
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
         y, cache = form.forward(x, **params, act=act)
-        if not act.kink or np.min(np.abs(cache["z"])) > kink_margin:
+        if not act.kink or min(np.min(np.abs(cache[k])) for k in form.sigma_args) > kink_margin:
             break
     else:
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
@@ -1213,7 +753,6 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                                  tuple(int(i) for i in worst),
                                  rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
-
 
 # =============================================================================
 # 4. The paper's claims, as functions that return measured numbers
@@ -1243,7 +782,7 @@ def equiv_rank1_as_bilinear(seed=0):
 
     (x . q)(x . k) = x (q^T k) x^T: the rank-1 form is full bilinear attention whose
     interaction matrices are outer products. Returns the largest rel_error of the two
-    outputs over all activations (float). Source: paper eqs. (3), (5); derivations.md, section 2.5.
+    outputs over all activations (float). Source: derivations.md, sections 2.3 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
@@ -1254,8 +793,8 @@ def equiv_rank1_as_bilinear(seed=0):
 def equiv_rank_r_as_bilinear(seed=0):
     """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper eqs. (3), (4);
-    derivations.md, section 2.4.
+    Returns the largest rel_error over all activations. Source: derivations.md,
+    sections 2.3 and 2.4.
     """
     x, p = _draw("rank_r_bilinear", seed, r=3)
     A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
@@ -1267,7 +806,7 @@ def equiv_static_query_as_mlp(seed=0):
     """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
 
     x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys. Returns the
-    largest rel_error over all activations. Source: paper eq. (2); derivations.md, section 2.2.
+    largest rel_error over all activations. Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
     """
     x, p = _draw("static_query_mlp", seed)
     K_prime = p["K"] @ p["Q"].T                           # (m, d)
@@ -1281,7 +820,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 
     (x' . e_0)(x' . k'_j) = 1 * (x . k_j): the key-value MLP is a bilinear unit whose
     query ignores the input. Returns the largest rel_error over all activations.
-    Source: paper.md, "Facts that follow"; derivations.md, section 5.7.
+    Source: derivations.md, section 5.7.
     """
     x, p = _draw("mlp", seed)
     m, d = p["K"].shape
@@ -1296,8 +835,8 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 def equiv_bilinear_glu_as_rank1(seed=0):
     """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
 
-    Returns rel_error of the two outputs. Source: paper eqs. (5), (6); derivations.md,
-    section 2.6.
+    Returns rel_error of the two outputs. Source: Breslow (arXiv 2606.22172);
+    derivations.md, section 2.6.
     """
     x, p = _draw("gated_mlp", seed)
     return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
@@ -1319,8 +858,7 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
     """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
 
     relu(a) * a = relu(a)^2. Returns rel_error of the two outputs.
-    Source: So et al. 2021 (Primer); paper.md, "Facts that follow";
-    derivations.md, section 5.6.
+    Source: So et al. 2021 (Primer, arXiv 2109.08668); derivations.md, section 5.6.
     """
     x, p = _draw("gated_mlp", seed)
     squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
@@ -1330,8 +868,8 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
 def equiv_gated_rank_r_at_r1(seed=0):
     """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper.md, formulation 6;
-    derivations.md, section 2.7.
+    Returns the largest rel_error over all activations. Source: derivations.md,
+    section 2.7.
     """
     x, p = _draw("gated_mlp", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -1342,8 +880,8 @@ def equiv_gated_rank_r_at_r1(seed=0):
 def equiv_rank_r_at_r1(seed=0):
     """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: paper eqs. (4), (5);
-    derivations.md, section 2.5.
+    Returns the largest rel_error over all activations. Source: derivations.md,
+    sections 2.4 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -1356,7 +894,7 @@ def equiv_bilinear_symmetric_part(seed=0):
     """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
     only the symmetric part of each A_j matters.
 
-    Returns the largest rel_error over all activations. Source: paper.md, "The symmetries";
+    Returns the largest rel_error over all activations. Source: Breslow (arXiv 2606.22172);
     derivations.md, section 4.2.
     """
     x, p = _draw("bilinear", seed)
@@ -1377,9 +915,9 @@ def eigen_factors(A):
         As a rank-r *unit* it is not the best: a unit's score can hold r positive and r
         negative eigenvalues (best_rank_r_unit); lam (m, d), the sorted eigenvalues.
     Raises: ValueError if A is not of shape (m, d, d).
-    Source: Pearce et al. 2024; paper.md, "Facts that follow"; derivations.md, sections 6.2 and 6.3.
+    Source: Pearce et al. (arXiv 2410.08417); derivations.md, sections 6.2 and 6.3.
     """
-    A = _nd("A", A, "(m, d, d)")
+    A = _check_ndim("A", A, "(m, d, d)")
     if A.shape[1] != A.shape[2]:
         raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
     lam, U = np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
@@ -1392,8 +930,8 @@ def eigen_factors(A):
 def equiv_bilinear_as_rank_d(seed=0):
     """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
 
-    Returns the largest rel_error over all activations. Source: paper eq. (4) ("r = d
-    recovers (3)"); Pearce et al. 2024; derivations.md, section 6.2.
+    Returns the largest rel_error over all activations. Source: Pearce et al.
+    (arXiv 2410.08417); derivations.md, section 6.2.
     """
     x, p = _draw("bilinear", seed)
     Q, K, _ = eigen_factors(p["A"])
@@ -1429,7 +967,7 @@ def equivalences(seed=0):
     Args: seed, an int for the random inputs.
     Returns: list of dicts with keys name, statement, deviation (float) and holds
         (deviation <= CLAIM_TOL).
-    Source: paper.md, "The formulations" and "Facts that follow".
+    Source: Breslow (arXiv 2606.22172); derivations.md, sections 2, 5 and 6.
     """
     rows = []
     for name, (statement, measure) in EQUIVALENCES.items():
@@ -1443,8 +981,6 @@ def equivalences(seed=0):
 
 SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
               "key_value_rescaling", "permutation", "parity")
-_GATED = ("gated_mlp", "gated_rank_r")
-_SYMMETRIC = ("rank_r_bilinear", "rank1_bilinear")
 
 
 def symmetry_expected(formulation, act, symmetry):
@@ -1466,28 +1002,28 @@ def symmetry_expected(formulation, act, symmetry):
     Returns: True / False, or None where the symmetry does not apply (the form lacks the
         factors).
     Raises: ValueError for an unknown name.
-    Source: paper.md, "The symmetries" and "Other symmetries"; derivations.md, section 4.7.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
     """
-    get_formulation(formulation)
+    family = get_formulation(formulation).family      # see Formulation
     act = get_activation(act)
     if symmetry not in SYMMETRIES:
         raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
-    gated = formulation in _GATED
+    gated = family == "gated"
     if symmetry == "parity":
         return parity_expected(formulation, act)
     if symmetry == "permutation":
         return True
-    if formulation == "double_gated_mlp":                # sigma on both factors
+    if family == "double-gated":                         # sigma on both factors
         return {"exchange": True, "inverse_scaling_pos": act.positively_homogeneous,
                 "inverse_scaling_neg": act.linear,
                 "key_value_rescaling": act.positively_homogeneous}[symmetry]
     if symmetry == "key_value_rescaling":
         return True if gated else act.positively_homogeneous
     if symmetry == "exchange":
-        if formulation in ("mlp", "static_query_mlp"):
+        if family in ("key-value", "static-query"):      # no per-unit (Q, K) pair
             return None
         return act.linear if gated else True
-    if formulation in ("mlp", "bilinear"):               # no (Q, K) pair to rescale
+    if family in ("key-value", "full-bilinear"):        # no (Q, K) pair to rescale
         return None
     if symmetry == "inverse_scaling_pos":
         return act.positively_homogeneous if gated else True
@@ -1510,7 +1046,7 @@ def transform_params(formulation, params, symmetry, alpha):
         transformation), params are unlike the forward's, or alpha is
         not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
-    Source: paper.md, "The symmetries"; derivations.md, section 4.1.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
     if symmetry == "parity":
         raise ValueError("parity changes the input (x -> -x), not the parameters")
@@ -1531,21 +1067,21 @@ def transform_params(formulation, params, symmetry, alpha):
     if symmetry == "inverse_scaling_neg" and np.any(alpha > 0):
         raise ValueError(f"alpha: inverse_scaling_neg needs alpha < 0, got {alpha}")
     p = {k: v.copy() for k, v in params.items()}
-    key = "A" if formulation == "bilinear" else "K"
+    key = "A" if form.family == "full-bilinear" else "K"     # the key factor
     if symmetry == "exchange":
-        if formulation == "bilinear":
+        if form.family == "full-bilinear":
             p["A"] = params["A"].transpose(0, 2, 1).copy()
         else:
             p["Q"], p["K"] = params["K"].copy(), params["Q"].copy()
     elif symmetry in ("inverse_scaling_pos", "inverse_scaling_neg"):
-        if formulation == "static_query_mlp":
+        if form.family == "static-query":            # one global Q: one factor
             p["Q"], p["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
         else:
             p["Q"], p["K"] = _scale_units(params["Q"], alpha), _scale_units(params["K"], 1 / alpha)
     elif symmetry == "key_value_rescaling":
         p[key], p["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
     else:                                                # permutation: reverse the units
-        for name in (key, "V") + (("Q",) if "Q" in p and formulation != "static_query_mlp" else ()):
+        for name in (key, "V") + (("Q",) if "Q" in p and form.family != "static-query" else ()):
             p[name] = params[name][::-1].copy()
     return p
 
@@ -1559,7 +1095,7 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     Args: formulation, act, symmetry: as in symmetry_expected; seed: int.
     Returns: float, about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
     Raises: ValueError for an unknown name or a symmetry that does not apply.
-    Source: paper.md, "The symmetries"; derivations.md, section 4.1.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
     x, p = _draw(formulation, seed)
     m = p["V"].shape[0]
@@ -1579,7 +1115,7 @@ def symmetry_table(seed=0):
     Returns: list of dicts with keys formulation, activation, symmetry, deviation (float),
         holds (deviation <= CLAIM_TOL) and expected (symmetry_expected); cells where the
         symmetry does not apply are left out.
-    Source: paper.md, "The symmetries"; derivations.md, section 4.7.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
     """
     rows = []
     for formulation in FORMULATIONS:
@@ -1616,7 +1152,7 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
     Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
     form = get_formulation(formulation)
-    per_unit = [n for n in form.param_names if not (formulation == "static_query_mlp" and n == "Q")]
+    per_unit = [n for n in form.param_names if not (form.family == "static-query" and n == "Q")]
     if len(pair) != 2 or any(n not in per_unit for n in pair):
         raise ValueError(f"pair: expected two of {per_unit} for {formulation!r}, got {pair}")
     x, p = _draw(formulation, seed)
@@ -1643,9 +1179,9 @@ def conservation_table(seed=0):
     """
     rows = []
     for formulation, form in FORMULATIONS.items():
-        key = "A" if formulation == "bilinear" else "K"
+        key = "A" if form.family == "full-bilinear" else "K"
         pairs = [((key, "V"), "key_value_rescaling")]
-        if formulation in _GATED + _SYMMETRIC + ("double_gated_mlp",):
+        if form.family in ("symmetric", "gated", "double-gated"):   # a per-unit (Q, K) pair
             pairs.insert(0, (("Q", "K"), "inverse_scaling_pos"))
         for act in ACTIVATIONS:
             for pair, symmetry in pairs:
@@ -1663,9 +1199,6 @@ def conservation_table(seed=0):
 # ones (exchange, permutation, sign flips) are above; the continuous ones are counted here
 # as a dimension, from the rank of a Jacobian (derivations.md, 4.9). Parity is not a
 # parameter symmetry at all: it is a property of the functions a form computes (4.8).
-
-_SCORE_FORMS = ("bilinear", "rank_r_bilinear", "rank1_bilinear")   # sigma of a quadratic form
-
 
 def _odd_even(act):
     # (sigma is odd, sigma is even), read off sigma on a grid: exact for the six activations
@@ -1689,15 +1222,15 @@ def parity_expected(formulation, act):
     Raises: ValueError for an unknown name.
     Source: derivations.md, section 4.8.
     """
-    get_formulation(formulation)
+    family = get_formulation(formulation).family          # see Formulation
     odd, even = _odd_even(get_activation(act))
-    if formulation in _SCORE_FORMS:
+    if family in ("full-bilinear", "symmetric"):          # sigma of a quadratic form
         return True
-    if formulation in ("mlp", "static_query_mlp"):
+    if family in ("key-value", "static-query"):
         return even
-    if formulation == "double_gated_mlp":
+    if family == "double-gated":
         return odd or even
-    return odd                                            # gated_mlp, gated_rank_r
+    return odd                                            # gated: gated_mlp, gated_rank_r
 
 
 def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
@@ -1848,7 +1381,7 @@ def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
 
 def _sym_eigh(A):
     # Eigenvalues (ascending) and eigenvectors (columns) of each symmetric part (A_j + A_j^T)/2.
-    A = _nd("A", A, "(m, d, d)")
+    A = _check_ndim("A", A, "(m, d, d)")
     if A.shape[1] != A.shape[2]:
         raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
     return np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
@@ -2005,7 +1538,8 @@ def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, no
     teacher = form.init(rng, d, m, d_out, r)
     x = rng.standard_normal((n_tokens, d))
     for _ in range(1000):                                 # redraw the inputs near the kink
-        z = form.forward(x, **teacher, act=act)[1]["z"].reshape(n_tokens, -1)
+        cache = form.forward(x, **teacher, act=act)[1]
+        z = np.concatenate([cache[k].reshape(n_tokens, -1) for k in form.sigma_args], axis=1)
         near = np.any(np.abs(z) < kink_margin, axis=1) if act.kink else np.zeros(n_tokens, bool)
         if not near.any():
             break
@@ -2044,22 +1578,6 @@ def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, no
 # modified in place. The experiments (experiments/train.py) are built from these.
 
 
-def _real(name, value):
-    # A real number (Python or NumPy scalar) as a float: an array here would broadcast.
-    if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
-    return float(value)
-
-
-def _check_ids(name, ids, n_rows):
-    ids = np.asarray(ids)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected an integer array, got dtype {ids.dtype}")
-    if ids.size and (ids.min() < 0 or ids.max() >= n_rows):
-        raise ValueError(f"{name}: expected ids in [0, {n_rows}), got [{ids.min()}, {ids.max()}]")
-    return ids
-
-
 def cross_entropy_forward(logits, targets):
     """Mean softmax cross-entropy in nats: L = mean_n (logsumexp(z_n) - z_n[t_n]).
 
@@ -2071,7 +1589,7 @@ def cross_entropy_forward(logits, targets):
     Raises: ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
     Source: CS231n softmax_loss; Goodfellow et al., Deep Learning, section 6.2.2.
     """
-    z = _nd("logits", logits, "(N, C)")
+    z = _check_ndim("logits", logits, "(N, C)")
     t = _check_ids("targets", targets, z.shape[1])
     _check_shape("targets", t, (z.shape[0],), "(N,)")
     if len(t) == 0:
@@ -2091,7 +1609,7 @@ def cross_entropy_backward(dloss, cache):
     Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: CS231n softmax_loss.
     """
-    p, t = _from_cache(cache, "cross_entropy_forward", "p", "t")
+    p, t = _checked_cache(cache, "cross_entropy_forward", "p", "t")
     dz = p.copy()                                 # (N, C)
     dz[np.arange(len(t)), t] -= 1                 # p - onehot(t)
     return dz * (_real("dloss", dloss) / len(t))
@@ -2122,7 +1640,7 @@ def mse_backward(dloss, cache):
     Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: d/dpred of mean((pred - target)^2).
     """
-    diff = _from_cache(cache, "mse_forward", "diff")[0]
+    diff = _checked_cache(cache, "mse_forward", "diff")[0]
     return diff * (2.0 * _real("dloss", dloss) / diff.size)
 
 
@@ -2136,7 +1654,7 @@ def embedding_forward(ids, E):
         outside [0, vocab) or an E that is not 2-D.
     Source: CS231n word_embedding_forward.
     """
-    E = _nd("E", E, "(vocab, e)")
+    E = _check_ndim("E", E, "(vocab, e)")
     ids = _check_ids("ids", ids, E.shape[0])
     return E[ids], {"forward": "embedding_forward", "ids": ids.copy(), "E_shape": E.shape,
                     "dtype": E.dtype}
@@ -2151,8 +1669,8 @@ def embedding_backward(dout, cache):
         not E's; ValueError / TypeError if the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
-    ids, (vocab, e), dtype = _from_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
-    dout = _like("dout", dout, ids.shape + (e,), "ids.shape + (e,)", dtype)
+    ids, (vocab, e), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
+    dout = _check_grad("dout", dout, ids.shape + (e,), "ids.shape + (e,)", dtype)
     dE = np.zeros((vocab, e), dtype=dtype)
     np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
     return dE
@@ -2161,16 +1679,18 @@ def embedding_backward(dout, cache):
 def rmsnorm_forward(x, g, eps=1e-6):
     """RMSNorm: y = g * x / rms(x), rms(x) = sqrt(mean_i x_i^2 + eps), over the last axis.
 
-    Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: float > 0.
+    Args: x: (N, d) float32 or float64; g: (d,) same dtype, the gain; eps: a real number > 0
+        (Python or NumPy; it never changes the dtype).
     Returns: y: (N, d), x's dtype; cache for rmsnorm_backward.
     Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype or a non-number eps.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
-    x, g = _nd("x", x, "(N, d)"), _as_float("g", g)
+    x, g = _check_ndim("x", x, "(N, d)"), _as_float("g", g)
     _check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
     if g.dtype != x.dtype:
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
-    if not _real("eps", eps) > 0:
+    eps = _real("eps", eps)                       # a Python float keeps float32 work float32
+    if not eps > 0:
         raise ValueError(f"eps: expected a number > 0, got {eps}")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
@@ -2188,8 +1708,8 @@ def rmsnorm_backward(dy, cache):
         x's; ValueError / TypeError if the cache is not rmsnorm_forward's.
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
-    xhat, rms, g = _from_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
-    dy = _like("dy", dy, xhat.shape, "(N, d)", xhat.dtype)
+    xhat, rms, g = _checked_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
+    dy = _check_grad("dy", dy, xhat.shape, "(N, d)", xhat.dtype)
     dxhat = dy * g                                                 # (N, d)
     dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
     return {"x": dx, "g": np.sum(dy * xhat, axis=0)}
@@ -2207,13 +1727,18 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
         p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
-    Args: params, grads: dicts name -> array with the same keys and shapes;
-        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0.
-    Returns: (new_params, new_state).
+    Args: params, grads: dicts name -> float array with the same keys, shapes and dtypes;
+        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (each a
+        Python or NumPy real number).
+    Returns: (new_params, new_state), every array in its parameter's dtype (float32 stays
+        float32 whatever the kind of the numbers).
     Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
-        or state whose keys or shapes differ from the parameters'.
+        or state whose keys or shapes differ from the parameters'; TypeError for a number
+        that is not real, or a gradient or moment of another dtype than its parameter.
     Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
     """
+    lr, eps = _real("lr", lr), _real("eps", eps)      # Python floats: no upcast (see _real)
+    beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
     if not lr > 0 or not eps > 0:
         raise ValueError(f"lr and eps: expected positive numbers, got lr={lr}, eps={eps}")
     if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
@@ -2223,8 +1748,13 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     t = state["t"] + 1
     new_params, m, v = {}, {}, {}
     for k, p in params.items():
-        _check_shape(f"grads[{k!r}]", np.asarray(grads[k]), p.shape, f"params[{k!r}].shape")
-        _check_shape(f"state['m'][{k!r}]", state["m"][k], p.shape, f"params[{k!r}].shape")
+        for name, a in ((f"grads[{k!r}]", grads[k]), (f"state['m'][{k!r}]", state["m"][k]),
+                        (f"state['v'][{k!r}]", state["v"][k])):   # no broadcasting, no upcast
+            a = np.asarray(a)
+            _check_shape(name, a, p.shape, f"params[{k!r}].shape")
+            if a.dtype != p.dtype:
+                raise TypeError(f"{name}: expected dtype {p.dtype} (params[{k!r}]'s), "
+                                f"got {a.dtype}")
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
@@ -2277,17 +1807,18 @@ def model_forward(inputs, params, formulation, act):
         params: from model_init; formulation: key of FORMULATIONS; act: activation name.
     Returns: out: (N, d_out), the parameters' dtype (logits or predictions); cache.
     Raises: ValueError for unknown names, keys or mismatched shapes; TypeError on dtype.
-    Source: the FFN is paper eqs. (1)-(6); the block is pre-norm (Xiong et al. 2020).
+    Source: the FFN is any of FORMULATIONS (derivations.md, section 2); the block is
+        pre-norm (Xiong et al. 2020).
     """
     form = get_formulation(formulation)
     expected = {"W_in", "b_in", "g", "W_out", "b_out", *("ffn." + n for n in form.param_names)}
     if set(params) - {"E"} != expected:           # another formulation's: half of it unused
         raise ValueError(f"params: expected {formulation}'s model_init keys, got {sorted(params)}")
-    W_in = _nd("W_in", params["W_in"], "(d_in, d)")
+    W_in = _check_ndim("W_in", params["W_in"], "(d_in, d)")
     for name, value in params.items():
         if _as_float(name, value).dtype != W_in.dtype:
             raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
-    W_out = _nd("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
+    W_out = _check_ndim("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
     _check_shape("W_out", W_out, (W_in.shape[1], W_out.shape[1]), "(d, d_out)")
     _check_shape("b_in", np.asarray(params["b_in"]), W_in.shape[1:], "(d,)")
     _check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
@@ -2295,7 +1826,7 @@ def model_forward(inputs, params, formulation, act):
         emb, emb_cache = embedding_forward(inputs, params["E"])    # (N, k, e)
         X = emb.reshape(len(emb), -1)                              # (N, k e) concatenated
     else:
-        X, emb_cache = _nd("inputs", inputs, "(N, d_in)"), None
+        X, emb_cache = _check_ndim("inputs", inputs, "(N, d_in)"), None
         if X.dtype != W_in.dtype:
             raise TypeError(f"inputs: expected dtype {W_in.dtype} (the model's), got {X.dtype}")
     _check_shape("inputs (as features)", X, (len(X), W_in.shape[0]), "(N, d_in)")
@@ -2320,9 +1851,9 @@ def model_backward(dout, cache):
         differs; ValueError / TypeError if the cache is not model_forward's.
     Source: the chain rule through each forward line, in reverse order.
     """
-    form, X, emb, norm, ffn, h2, W_in, W_out = _from_cache(
+    form, X, emb, norm, ffn, h2, W_in, W_out = _checked_cache(
         cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
-    dout = _like("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
+    dout = _check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
     g_ffn = form.backward(dh2, ffn)
@@ -2343,14 +1874,16 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
     mlp 2 m d, gated_mlp 3 m d: Shazeer's 2/3 rule), so m = round((budget - fixed) / per_unit).
 
     Args: formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
-        tol: the relative mismatch allowed.
+        tol: a real number, the relative mismatch allowed.
     Returns: int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
     Raises: ValueError for an unknown formulation, a non-positive budget or size, or a budget
-        that no m meets within tol (too small for this d and r).
+        that no m meets within tol (too small for this d and r); TypeError for a tol that is
+        not a real number.
     Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
     """
     form = get_formulation(formulation)
     _check_positive(budget=budget, d=d, r=r)
+    tol = _real("tol", tol)
     n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)
     per_unit, fixed = n2 - n1, n1 - (n2 - n1)
     m = max(1, round((budget - fixed) / per_unit))
@@ -2360,9 +1893,705 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
                          f"m={m}, {n} parameters, more than {tol:.0%} away; raise the budget")
     return m
 
+# =============================================================================
+# 6. Fast paths: the same pairs, written for speed
+# =============================================================================
+# Nothing here is new mathematics: each function equals a plain function of sections 1
+# and 2 (tests/test_fast_paths.py checks values and every gradient, both dtypes, every
+# activation, sizes that cross every block boundary). What changes:
+# - sigma and sigma' are computed together (SiLU's sigmoid once for both), in place, and
+#   block by block (_blocks), so that one block's temporaries stay in the CPU cache;
+# - the forward caches sigma'(...) already multiplied by what the backward needs;
+# - bilinear takes its tokens in blocks (never all N d^2 outer products at once);
+# - rank-r lays Q and K out as (d, r m) matrices, so each projection is one BLAS product,
+#   and da, db take turns in one (N, m, r) buffer.
+# FORMULATIONS (end of this section) runs these pairs.
+
+_CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
+_OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
+
+
+def _blocks(n, width, size):
+    # Slices covering range(n), each of about size / width rows (a row has width elements).
+    step = max(1, size // max(1, width))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+# ----- activations: value and slope in one pass, accurate tails as in section 1 -----
+
+
+def _sigmoid_value_and_slope(z):
+    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place.
+    e = np.abs(z)
+    np.negative(e, out=e)
+    np.exp(e, out=e)                              # e^-|z|, never overflows
+    s = np.where(z >= 0, 1, e).astype(z.dtype, copy=False)
+    one_e = e + 1                                 # 1 + e
+    s /= one_e                                    # sigma(z)
+    one_e *= one_e
+    e /= one_e                                    # e / (1 + e)^2 = sigma'(z)
+    return s, e
+
+
+def _silu_value_and_slope(z):
+    s, ds = _sigmoid_value_and_slope(z)
+    ds *= z
+    ds += s                                       # (z s)' = s + z s'
+    s *= z                                        # z s
+    return s, ds
+
+
+def _gelu_value_and_slope(z):
+    z64 = np.asarray(z, dtype=np.float64)
+    cdf = _normal_cdf(z64)                        # Phi(z): the costly part, once
+    df = z64 * _normal_pdf(z64)
+    df += cdf                                     # Phi(z) + z phi(z)
+    cdf *= z64                                    # z Phi(z)
+    return cdf.astype(z.dtype, copy=False), df.astype(z.dtype, copy=False)
+
+
+def _gelu_tanh_value_and_slope(z):
+    # The operations of _gelu_tanh and _gelu_tanh_grad, in the same order, in place.
+    zc = np.clip(z, -50, 50)
+    two_u = zc * _GELU_A
+    two_u *= zc
+    two_u *= zc
+    two_u += zc
+    two_u *= 2 * _GELU_C                          # 2u = 2c (z + a z^3)
+    two_du = zc * (3 * _GELU_A)
+    two_du *= zc
+    two_du += 1
+    two_du *= 2 * _GELU_C                         # 2u' = 2c (1 + 3 a z^2)
+    s, ds = _sigmoid_value_and_slope(two_u)
+    two_du *= zc
+    two_du *= ds
+    two_du += s                                   # sigma(2u) + z 2u' sigma'(2u)
+    s *= z                                        # z sigma(2u)
+    return s, two_du
+
+
+_FAST_VALUE_AND_SLOPE = {                          # keyed by the plain (f, df) they equal
+    (_sigmoid, _sigmoid_grad): _sigmoid_value_and_slope,
+    (_silu, _silu_grad): _silu_value_and_slope,
+    (_gelu, _gelu_grad): _gelu_value_and_slope,
+    (_gelu_tanh, _gelu_tanh_grad): _gelu_tanh_value_and_slope,
+}
+
+
+def _value_and_slope_blocked(act, z):
+    # (act.f(z), act.df(z)) as new arrays of z's shape and dtype, a deliberate loop over
+    # blocks of rows (first axis); identity, relu and unknown activations: f and df.
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
+    if value_and_slope is None:
+        return act.f(z), act.df(z)
+    z = np.asarray(z)
+    if z.ndim == 0:                               # one number: as a 1-element array
+        return tuple(v.reshape(()) for v in value_and_slope(z.reshape(1)))
+    f, df = np.empty_like(z), np.empty_like(z)
+    for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
+        f[rows], df[rows] = value_and_slope(z[rows])
+    return f, df
+
+
+def _gate_blocked(act, a, b):
+    # The gated step, block by block: (sigma(a), h = sigma(a) * b, b * sigma'(a)).
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
+    if value_and_slope is None:
+        sigma_a = act.f(a)
+        return sigma_a, sigma_a * b, act.df(a) * b
+    sigma_a, h, b_dsigma = (np.empty_like(a) for _ in range(3))
+    for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
+        sigma_a[rows], dsigma = value_and_slope(a[rows])
+        np.multiply(sigma_a[rows], b[rows], out=h[rows])        # h = sigma(a) * b
+        np.multiply(dsigma, b[rows], out=b_dsigma[rows])        # b * sigma'(a)
+    return sigma_a, h, b_dsigma
+
+
+# ----- the fast pairs -----------------------------------------------------------
+
+
+def _mlp_forward_fast(x, K, V, act="relu"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
+    z = X @ p["K"].T                              # (N, m)
+    h, dsigma = _value_and_slope_blocked(act, z)  # (N, m)   sigma(z), sigma'(z)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
+                                    dsigma=dsigma)
+
+
+def _mlp_backward_fast(dy, cache):
+    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                   "X", "K", "V", "h", "dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
+    dz = dY @ V.T                                 # (N, m)
+    dz *= dsigma                                  # (N, m)   in place: dz is ours
+    return {"x": (dz @ K).reshape(cache["x_shape"]), "K": dz.T @ X, "V": dV}
+
+
+def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
+                              {"Q": "d d", "K": "m d", "V": "m d_out"})
+    xQ = X @ p["Q"]                               # (N, d)
+    z = xQ @ p["K"].T                             # (N, m)
+    h, dsigma = _value_and_slope_blocked(act, z)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
+                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
+
+
+def _static_query_mlp_backward_fast(dy, cache):
+    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
+    dz = dY @ V.T                                 # (N, m)
+    dz *= dsigma
+    dxQ = dz @ K                                  # (N, d)
+    dX = dxQ @ Q.T
+    return {"x": dX.reshape(cache["x_shape"]), "Q": X.T @ dxQ, "K": dz.T @ xQ, "V": dV}
+
+
+def _outer_rows(X):
+    # Row n holds vec(x_n^T x_n): (N, d*d).
+    N, d = X.shape
+    return (X[:, :, None] * X[:, None, :]).reshape(N, d * d)
+
+
+def _bilinear_forward_fast(x, A, V, act="identity"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
+    m, d, _ = p["A"].shape
+    A_flat = p["A"].reshape(m, d * d)             # (m, d*d)
+    N = X.shape[0]
+    s = np.empty((N, m), X.dtype)                 # (N, m)
+    # A deliberate loop over token blocks, each block of outer products about N m numbers:
+    # no (N, d^2) array at once when d^2 > m.
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
+        s[rows] = _outer_rows(X[rows]) @ A_flat.T
+    h, dsigma = _value_and_slope_blocked(act, s)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
+                                    dsigma=dsigma)
+
+
+def _bilinear_backward_fast(dy, cache):
+    dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                   "X", "A", "V", "h", "dsigma")
+    (N, d), m = X.shape, A.shape[0]
+    dV = h.T @ dY                                 # (m, d_out)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= dsigma
+    # dA_j row i = sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i, each one
+    # matrix product over all tokens.
+    dA = np.empty_like(A)                         # (m, d, d)
+    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
+        xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)
+        dA[:, i, :] = (ds.T @ xx_i).reshape(m, -1, d)
+    # dx_n = x_n M_n, M_n = sum_j ds_nj (A_j + A_j^T): token blocks as in the forward.
+    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
+    dX = np.empty_like(X)                         # (N, d)
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
+        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
+        dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]
+    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
+
+
+def _as_columns(W):
+    # W (m, d, r) as a (d, r m) matrix: column rho m + j is W[j, :, rho]. All projections
+    # of x are then one matrix product, unit index j fastest.
+    m, d, r = W.shape
+    return W.transpose(1, 2, 0).reshape(d, r * m)
+
+
+def _columns_as_units(P, m, r):
+    # An (N, r m) array as an (N, m, r) view: entry [n, j, rho] is P[n, rho m + j]. In memory
+    # j runs fastest, so broadcasts over rho and sums over rho run along rows of length m
+    # (several times faster in NumPy than rows of length r).
+    return P.reshape(-1, r, m).transpose(0, 2, 1)
+
+
+def _column_grads(X, W_cols, dP):
+    # For P = _columns_as_units(X W_cols) and dP (N, m, r) laid out like it:
+    # dx = dP W_cols^T, and X^T dP rearranged to dW of shape (m, d, r).
+    N, m, r = dP.shape
+    dP_flat = dP.transpose(0, 2, 1).reshape(N, r * m)          # the (N, r m) array behind dP
+    dW = (X.T @ dP_flat).reshape(-1, r, m).transpose(2, 0, 1)  # (m, d, r)
+    return dP_flat @ W_cols.T, np.ascontiguousarray(dW)
+
+
+def _new_units(N, m, r, dtype):
+    # A new (N, m, r) array laid out like _columns_as_units's views.
+    return _columns_as_units(np.empty((N, r * m), dtype), m, r)
+
+
+def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    m, d, r = p["Q"].shape
+    Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
+    a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
+    b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
+    h, dsigma = _value_and_slope_blocked(act, s)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
+                                    Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
+                                    dsigma=dsigma)
+
+
+def _rank_r_bilinear_backward_fast(dy, cache):
+    dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
+    dV = h.T @ dY                                 # (m, d_out)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= dsigma
+    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
+    da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))
+    dX, dQ = _column_grads(X, Q_cols, da)
+    db = np.multiply(ds[:, :, None], a, out=da)   # over da (used up)
+    dX_k, dK = _column_grads(X, K_cols, db)
+    dX += dX_k
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+def _project_both_back(X, Q, K, da, db):
+    # Gradients of a = x Q^T and b = x K^T: dx = da Q + db K, dQ = da^T X, dK = db^T X.
+    dX = da @ Q                                   # (N, d)
+    dX += db @ K
+    return dX, da.T @ X, db.T @ X
+
+
+def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ p["Q"].T                              # (N, m)
+    b = X @ p["K"].T                              # (N, m)
+    s = a * b                                     # (N, m)
+    h, dsigma = _value_and_slope_blocked(act, s)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
+                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
+
+
+def _rank1_bilinear_backward_fast(dy, cache):
+    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
+    ds = dY @ V.T                                 # (N, m)
+    ds *= dsigma
+    da = ds * b                                   # (N, m)
+    db = np.multiply(ds, a, out=ds)               # over ds (ours, used up)
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ p["Q"].T                              # (N, m)
+    b = X @ p["K"].T                              # (N, m)
+    sigma_a, h, b_dsigma = _gate_blocked(act, a, b)   # sigma(a), sigma(a) b, b sigma'(a)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
+
+
+def _gated_mlp_backward_fast(dy, cache):
+    dY, X, Q, K, V, sigma_a, h, b_dsigma = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_dsigma")
+    dV = h.T @ dY                                 # (m, d_out)
+    dh = dY @ V.T                                 # (N, m)
+    da = dh * b_dsigma                            # dh b sigma'(a)
+    db = np.multiply(dh, sigma_a, out=dh)         # dh sigma(a), over dh
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    m = p["Q"].shape[0]
+    ab = X @ np.concatenate([p["Q"], p["K"]]).T   # (N, 2m)  [a | b]: one product
+    h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
+    dh_dab = np.empty_like(ab)                    # (N, 2m)  [sigma'(a) sigma(b) | sigma(a) sigma'(b)]
+    # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
+    # while still in the CPU cache, and never stored whole.
+    for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
+        sig, dsig = _value_and_slope_blocked(act, ab[rows])
+        np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
+        np.multiply(dsig[:, :m], sig[:, m:], out=dh_dab[rows, :m])
+        np.multiply(sig[:, :m], dsig[:, m:], out=dh_dab[rows, m:])
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
+                                    a=ab[:, :m], b=ab[:, m:], h=h, dh_da=dh_dab[:, :m],
+                                    dh_db=dh_dab[:, m:])
+
+
+def _double_gated_mlp_backward_fast(dy, cache):
+    dY, X, Q, K, V, h, dh_da, dh_db = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_da", "dh_db")
+    dV = h.T @ dY                                 # (m, d_out)
+    dh = dY @ V.T                                 # (N, m)
+    da = dh * dh_da                               # dh sigma'(a) sigma(b)
+    db = np.multiply(dh, dh_db, out=dh)           # dh sigma(a) sigma'(b), over dh
+    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
+    act = get_activation(act)
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    m, d, r = p["Q"].shape
+    Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
+    a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
+    b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    sigma_a, b_dsigma = _value_and_slope_blocked(act, a)
+    h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
+    b_dsigma *= b                                 # b sigma'(a)
+    y = h @ p["V"]                                # (N, d_out)
+    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
+                                    Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
+                                    h=h, b_dsigma=b_dsigma)
+
+
+def _gated_rank_r_backward_fast(dy, cache):
+    dY, X, V, sigma_a, h, b_dsigma, Q_cols, K_cols = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_dsigma", "Q_cols",
+        "K_cols")
+    dV = h.T @ dY                                 # (m, d_out)
+    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
+    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
+    da = np.multiply(dh, b_dsigma, out=_new_units(*sigma_a.shape, sigma_a.dtype))
+    dX, dQ = _column_grads(X, Q_cols, da)
+    db = np.multiply(dh, sigma_a, out=da)         # over da (used up)
+    dX_k, dK = _column_grads(X, K_cols, db)
+    dX += dX_k
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- The registry: every formulation, run by its fast pair ----------------------
+
+
+@dataclass(frozen=True)
+class Formulation:
+    """One formulation: its equation, its (fast) forward/backward pair, its parameters.
+
+    Attributes:
+        name: key in FORMULATIONS.
+        equation: the equation as text.
+        forward: (x, **params, act) -> (y, cache): the fast pair of section 6.
+        backward: (dy, cache) -> dict of gradients keyed by argument name.
+        param_names: the parameter names in order, e.g. ("Q", "K", "V").
+        shapes: (d, m, d_out, r) -> dict name -> shape.
+        cost: multiply-adds per token of the forward pass, as text.
+        init_scales: (d, m, r) -> dict name -> standard deviation used by init.
+        family: what the symmetry code needs to know: "key-value" (sigma(x K^T) V),
+            "static-query" (sigma(x Q K^T) V), "full-bilinear" (A_j), "symmetric"
+            (sigma of a product of a query and a key), "gated" (sigma on the query
+            factor only), "double-gated" (sigma on both factors).
+        sigma_args: the cache keys that hold sigma's arguments (gradcheck keeps them away
+            from a kink).
+    Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
+    """
+
+    name: str
+    equation: str
+    forward: Callable
+    backward: Callable
+    param_names: tuple
+    shapes: Callable = field(repr=False)
+    cost: str
+    init_scales: Callable = field(repr=False)
+    family: str = "key-value"
+    sigma_args: tuple = ("z",)
+
+    def param_shapes(self, d, m, d_out=None, r=1):
+        """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
+
+        Raises ValueError if a size is not a positive integer.
+        """
+        d_out = d if d_out is None else d_out
+        _check_positive(d=d, m=m, d_out=d_out, r=r)
+        return self.shapes(int(d), int(m), int(d_out), int(r))
+
+    def n_params(self, d, m, d_out=None, r=1):
+        """Number of parameters for these sizes (see param_shapes)."""
+        return sum(math.prod(s) for s in self.param_shapes(d, m, d_out, r).values())
+
+    def init(self, rng, d, m, d_out=None, r=1, dtype=np.float64):
+        """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
+        pre-activations and the output are O(1).
+
+        Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
+        Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
+        Raises: ValueError for a non-positive size; TypeError for another dtype or a
+            non-Generator.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
+        if np.dtype(dtype) not in FLOAT_DTYPES:
+            raise TypeError(f"dtype: expected float32 or float64, got {np.dtype(dtype)}")
+        shapes = self.param_shapes(d, m, d_out, r)
+        scales = self.init_scales(d, m, r)
+        return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
+
+
+def _rank1_param_shapes(d, m, d_out, r):
+    return {"Q": (m, d), "K": (m, d), "V": (m, d_out)}
+
+
+def _rank_r_param_shapes(d, m, d_out, r):
+    return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
+
+
+# Standard deviations: x.k_j ~ N(0, 1) with std 1/sqrt(d); a product of two such is O(1);
+# a sum of r products is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
+FORMULATIONS: dict[str, Formulation] = {
+    f.name: f for f in [
+        Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, _mlp_backward_fast,
+                    ("K", "V"),
+                    lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
+                    lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5},
+                    family="key-value", sigma_args=("z",)),
+        Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
+                    _static_query_mlp_backward_fast, ("Q", "K", "V"),
+                    lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
+                    "d^2 + m d + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
+                    family="static-query", sigma_args=("z",)),
+        Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
+                    _bilinear_backward_fast, ("A", "V"),
+                    lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)},
+                    "m d^2 + d^2 + m d_out", lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5},
+                    family="full-bilinear", sigma_args=("s",)),
+        Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
+                    _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast,
+                    ("Q", "K", "V"), _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
+                                     "V": m ** -0.5},
+                    family="symmetric", sigma_args=("s",)),
+        Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
+                    _rank1_bilinear_forward_fast, _rank1_bilinear_backward_fast,
+                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
+                    family="symmetric", sigma_args=("s",)),
+        Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
+                    _gated_mlp_forward_fast, _gated_mlp_backward_fast, ("Q", "K", "V"),
+                    _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
+                    family="gated", sigma_args=("a",)),
+        Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
+                    _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast,
+                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
+                    family="double-gated", sigma_args=("a", "b")),
+        Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
+                    _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
+                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
+                    lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
+                    family="gated", sigma_args=("a",)),
+    ]
+}
+
+# The plain pair of each formulation (section 2), by name: what the fast pairs must equal.
+PLAIN_PAIRS: dict[str, tuple[Callable, Callable]] = {
+    "mlp": (mlp_forward, mlp_backward),
+    "static_query_mlp": (static_query_mlp_forward, static_query_mlp_backward),
+    "bilinear": (bilinear_forward, bilinear_backward),
+    "rank_r_bilinear": (rank_r_bilinear_forward, rank_r_bilinear_backward),
+    "rank1_bilinear": (rank1_bilinear_forward, rank1_bilinear_backward),
+    "gated_mlp": (gated_mlp_forward, gated_mlp_backward),
+    "double_gated_mlp": (double_gated_mlp_forward, double_gated_mlp_backward),
+    "gated_rank_r": (gated_rank_r_forward, gated_rank_r_backward),
+}
+
+# The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
+GLU_VARIANTS: dict[str, tuple[str, str]] = {
+    "GLU": ("gated_mlp", "sigmoid"),
+    "Bilinear": ("gated_mlp", "identity"),
+    "ReGLU": ("gated_mlp", "relu"),
+    "GEGLU": ("gated_mlp", "gelu"),
+    "SwiGLU": ("gated_mlp", "silu"),
+}
+
+
+def get_formulation(name: str) -> Formulation:
+    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
+    if not isinstance(name, str):
+        raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
+    if name not in FORMULATIONS:
+        raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
+    return FORMULATIONS[name]
+
 
 # =============================================================================
-# 6. The command line
+# 7. Plumbing: input checks, cache freezing, cache checks
+# =============================================================================
+# The rules these enforce are stated once, in the module docstring. Every error names the
+# tensor and says what was expected and what came.
+
+
+def _check_positive(**sizes):
+    for name, size in sizes.items():
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {size!r}")
+
+
+def _as_float(name, a):
+    a = np.asarray(a)
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected a float32 or float64 array, got dtype {a.dtype}")
+    return a
+
+
+def _check_shape(name, a, expected, symbols):
+    if a.shape != tuple(expected):
+        raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
+
+
+def _check_grad(name, a, shape, symbols, dtype):
+    # An upstream gradient must have the forward output's shape (symbols, e.g. "(N, d)")
+    # and dtype; returned as an array.
+    a = _as_float(name, a)
+    _check_shape(name, a, shape, symbols)
+    if a.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
+    return a
+
+
+def _check_ndim(name, a, what):
+    # A float array with as many axes as the symbolic shape `what`, e.g. "(m, d)".
+    a = _as_float(name, a)
+    ndim = what.count(",") + 1
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array of shape {what}, got shape {a.shape}")
+    return a
+
+
+def _real(name, value):
+    # A real number (Python or NumPy scalar) as a Python float: an array here would broadcast,
+    # and a NumPy float64 scalar would promote float32 arrays to float64 under NumPy 2's
+    # rules (NEP 50), where a Python float takes the array's dtype. Every public function
+    # that takes a number (eps, lr, betas, h, tol, ...) passes it through here first.
+    if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    return float(value)
+
+
+def _check_ids(name, ids, n_rows):
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected an integer array, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= n_rows):
+        raise ValueError(f"{name}: expected ids in [0, {n_rows}), got [{ids.min()}, {ids.max()}]")
+    return ids
+
+
+def _agreed_sizes(readings):
+    # {symbol: size} if the (symbol, size) readings give every symbol one size, else None.
+    sizes = {}
+    for pairs in readings:
+        for symbol, size in pairs:
+            if sizes.setdefault(symbol, size) != size:
+                return None
+    return sizes
+
+
+def _sizes_of_largest_agreeing_group(readings, names):
+    # The sizes agreed by the largest group of tensors; between groups of one size, the
+    # group that leaves out the tensors that come first in `names`.
+    for n_out in range(len(names) + 1):           # leave out 0, 1, 2, ... tensors
+        for left_out in itertools.combinations(names, n_out):
+            sizes = _agreed_sizes(readings[n] for n in names if n not in left_out)
+            if sizes is not None:
+                return sizes
+
+
+def _shape_text(shape):
+    return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
+
+
+def _check_sizes(x, params, axes):
+    """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
+    {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
+
+    A vote among the tensors: the sizes d, m, d_out, r are those of the largest group of
+    tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
+    Between groups of one size (mlp's K and V are one against one), x is named first,
+    then V, then the others. A tensor with the wrong number of axes has no say.
+    Raises ValueError naming the tensor ("Q: expected shape (m, d) = (3, 4), got (4, 3)"),
+    or for a size d, m, d_out, r of 0. With x None, the parameters alone are checked.
+    """
+    readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
+    for name, p in params.items():
+        symbols = axes[name].split()
+        readings[name] = list(zip(symbols, p.shape)) if p.ndim == len(symbols) else []
+    order = sorted(params, key=lambda n: n != "V")            # V, then the others
+    names = order if x is None else ["x", *order]             # x, V, the others: named first
+    sizes = _sizes_of_largest_agreeing_group(readings, names)
+    d = sizes.get("d", "d")
+    if x is not None and (x.ndim == 0 or x.shape[-1] != d):
+        raise ValueError(f"x: expected shape (..., d) = (..., {d}), got {x.shape}")
+    for name in order:
+        symbols, own = axes[name].split(), dict(readings[name])   # own: d_out, seen in V only
+        expected = tuple(sizes.get(s, own.get(s, s)) for s in symbols)
+        if params[name].shape != expected:        # as text, e.g. (m, d) = (5, 4)
+            raise ValueError(f"{name}: expected shape {_shape_text(symbols)} = "
+                             f"{_shape_text(expected)}, got {params[name].shape}")
+    empty = [f"{s} = 0" for s in ("d", "m", "d_out", "r") if sizes.get(s) == 0]
+    if empty:                                     # as Formulation.init: no empty sum or width
+        raise ValueError(f"{', '.join(names)}: expected sizes d, m, d_out, r >= 1, got {empty}")
+
+
+def _checked_copies(x, params, axes):
+    """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
+    x as an array (not copied), X = a private copy of x as (N, d) rows, and private
+    copies of the parameters."""
+    x = _as_float("x", x)
+    params = {name: _as_float(name, p) for name, p in params.items()}
+    _check_sizes(x, params, axes)
+    for name, p in params.items():
+        if p.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
+    return x, x.reshape(-1, x.shape[-1]).copy(), {name: p.copy() for name, p in params.items()}
+
+
+def _output_and_frozen_cache(forward, y, x, act, **cache):
+    # y (N, d_out) as (..., d_out), and the cache, its arrays made read-only (an edit by
+    # hand before backward is refused), with what every backward checks: which forward
+    # made it, x's shape, d_out, the dtype, the activation.
+    d_out = y.shape[1]
+    for value in cache.values():
+        value.flags.writeable = False
+    return y.reshape(x.shape[:-1] + (d_out,)), cache | {
+        "forward": forward, "x_shape": x.shape, "d_out": d_out, "dtype": x.dtype, "act": act}
+
+
+def _checked_cache(cache, forward, *keys):
+    # cache[key] for each key, once it is clear that `forward` made the cache.
+    if not isinstance(cache, dict):
+        raise TypeError(f"cache: expected the dict returned by {forward}, "
+                        f"got {type(cache).__name__}")
+    if cache.get("forward", forward) != forward:
+        raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
+    missing = [key for key in ("forward", *keys) if key not in cache]
+    if missing:
+        raise ValueError(f"cache: expected the cache returned by {forward}, missing keys {missing}")
+    return [cache[key] for key in keys]
+
+
+def _checked_dy_and_cache(dy, cache, forward, *keys):
+    # Check the cache (see _checked_cache) and dy against it (y's shape and dtype); return
+    # dy as (N, d_out) rows, then cache[key] for each key.
+    x_shape, d_out, dtype, *values = _checked_cache(cache, forward, "x_shape", "d_out", "dtype",
+                                                    *keys)
+    dy = _check_grad("dy", dy, x_shape[:-1] + (d_out,), "(..., d_out)", dtype)
+    return [dy.reshape(-1, d_out), *values]
+
+
+# =============================================================================
+# 8. The command line
 # =============================================================================
 
 
@@ -2375,7 +2604,7 @@ def verification_report(seed=0, out=print):
 
     Args: seed: int for every random draw; out: function that prints one line.
     Returns: int, the number of checks that disagree with theory (0 when all agree).
-    Source: paper.md; derivations.md.
+    Source: Breslow (arXiv 2606.22172); derivations.md.
     """
     failures = 0
     out("bilinear-numpy: the paper's claims, measured in float64 (deviation = rel_error)\n")
@@ -2464,6 +2693,8 @@ def _run_training(task, mode, **options):
             ablation.run_ablation(mode=mode, **options)
         else:
             train.run_task(task, mode=mode, **options)
+    except UnicodeError:                      # a ValueError, but never the user's input
+        raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -2512,7 +2743,8 @@ def build_parser():
 
     figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
                                           "files, with the numbers as CSV beside them")
-    figs.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    figs.add_argument("--out", default="figures",
+                      help="output directory (default: figures/ in the working folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
     figs.set_defaults(func=_cmd_figures)
@@ -2535,15 +2767,17 @@ def build_parser():
                                           "formulation:activation[:r]; for ablation, names "
                                           "of its cells (default: the mode's)")
     train.add_argument("--out", help="output folder for results/ and figures/ (default: "
-                                     "the repository for --full, runs/<mode>/ otherwise)")
+                                     "the working folder for --full, runs/<mode>/ in it "
+                                     "otherwise)")
     train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
     train.set_defaults(func=_cmd_train, mode="default")
 
     bench = sub.add_parser("bench", help="time forward and backward of every formulation "
                                          "against its GEMM floor; print and save a table")
     bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", help="CSV path (default: results/bench.csv for the complete "
-                                     "run, runs/quick/ or runs/part/results/bench.csv otherwise)")
+    bench.add_argument("--out", help="CSV path (default, in the working folder: "
+                                     "results/bench.csv for the complete run, "
+                                     "runs/quick/ or runs/part/results/bench.csv otherwise)")
     bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
                        help="run only this dtype (repeatable)")
     bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),
@@ -2556,11 +2790,21 @@ def build_parser():
     return parser
 
 
+def _console_prints_anything():
+    # A console that cannot show a character ("±", "−", "Δ" of the tables; PYTHONIOENCODING=ascii,
+    # a Windows cp1252 console) shows "?" instead of raising UnicodeEncodeError after the work.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):        # a replaced stream (e.g. StringIO) has none
+            stream.reconfigure(errors="replace")
+
+
 def main(argv=None):
     """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
 
+    Output the console cannot encode is printed as "?" (never an error).
     Returns the process exit status: 0 when everything agrees with theory.
     """
+    _console_prints_anything()
     args = build_parser().parse_args(argv)
     return args.func(args)
 

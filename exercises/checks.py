@@ -129,7 +129,7 @@ def full_bilinear(c):
     x, p = draw("bilinear", seed=3)
     A, V = p["A"], p["V"]
     c.close("bilinear_scores = x A_j x^T", "bilinear_scores",
-            bn.bilinear_forward(x, A, V, "identity")[1]["z"],
+            bn.bilinear_forward(x, A, V, "identity")[1]["s"],
             lambda: c.call("bilinear_scores", x, A))
     for act in ("identity", "silu"):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
@@ -392,7 +392,7 @@ def backprop_rank_r(c):
     x, p = draw("rank_r_bilinear", seed=9)
     dy = np.random.default_rng(90).standard_normal((N, D_OUT))
     c.close("rank_r_scores = sum_rho (xQ)(xK)", "rank_r_scores",
-            bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["z"],
+            bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["s"],
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"]))
     gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "identity", x, p, dy)
     gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "gelu", x, p, dy)

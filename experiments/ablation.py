@@ -246,14 +246,14 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         mode: "quick", "default" or "full" (MODES); seeds: number of seeds 0, 1, ... (at
         least 2, default the mode's); steps: Adam steps per run (default the mode's);
         variants: CELLS names (default the mode's); lr: Adam's rate (default the task's);
-        out: output folder (default train.default_out(mode): the repository for --full,
-        runs/<mode>/ otherwise); image: image file for the
+        out: output folder (default train.default_out(mode): the working folder for --full,
+        runs/<mode>/ in it otherwise); image: image file for the
         image task; tasks: names of train.TASKS; log: prints one line;
         progress_stream: stream of the progress line.
     Writes:
         out/results/ablation.csv and out/figures/ablation_grid.png; for --full,
         ablation_full.csv and ablation_full_grid.png, so that it never overwrites the
-        default run's files that the README quotes.
+        default run's files that docs/results.md quotes.
     Returns:
         list of the CSV rows (dicts with the keys of COLUMNS; metric rounded to 6 decimals,
         as written).
@@ -275,6 +275,7 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         raise ValueError(f"seeds: the paired comparison needs at least 2 seeds, got {seeds!r}")
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
     if lr is not None and not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     out = Path(out) if out is not None else train.default_out(mode)
@@ -298,14 +299,9 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
                              "seed": seed, "metric": value, "metric_name": task.metric})
                 progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
                                  f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
-    log(f"ablation: {time.perf_counter() - start:.1f} s of training\n")
-    log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
-    log(cells_table(rows, variants, tasks) + "\n")
-    if comparisons_in(variants):
-        log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
-        log(differences_table(rows, variants, tasks) + "\n")
+    seconds = time.perf_counter() - start
 
-    from experiments import train_figures
+    from experiments import train_figures         # results on disk first, then printed
     stem = "ablation_full" if mode == "full" else "ablation"   # --full keeps the default's files
     csv_path = out / "results" / f"{stem}.csv"
     write_csv(csv_path, rows)
@@ -313,5 +309,11 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
              "equal FFN parameters")
     figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
                                          out / "figures" / f"{stem}_grid.png")
+    log(f"ablation: {seconds:.1f} s of training\n")
+    log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
+    log(cells_table(rows, variants, tasks) + "\n")
+    if comparisons_in(variants):
+        log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
+        log(differences_table(rows, variants, tasks) + "\n")
     log(f"wrote {csv_path}, {figure}")
     return rows

@@ -34,7 +34,6 @@ import numpy as np
 
 import bilinear_numpy as bn
 
-ROOT = Path(__file__).resolve().parent.parent      # the repository
 
 # Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
 # The full sizes are the issue's: "realistic" widths of a small transformer.
@@ -286,7 +285,7 @@ def format_row(row):
 
 
 def markdown_table(path):
-    """The README's table of a saved run: one line per formulation, one cell per activation,
+    """docs/speed.md's table of a saved run: one line per formulation, one cell per activation,
     "float32 / float64" forward + backward / floor ratios, `*` on a missed time target; the
     median floor of each dtype (ms) and the largest memory ratio of the row.
 
@@ -377,16 +376,17 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
 
 
 def default_out(args):
-    """Where `bench` writes without --out: results/bench.csv (the README's numbers) only for
-    the complete run at full size; runs/quick/ or runs/part/ otherwise, so that a quick or
+    """Where `bench` writes without --out, under the current working folder (never beside
+    the code): results/bench.csv (from the clone's root: the numbers of docs/speed.md) only for the
+    complete run at full size; runs/quick/ or runs/part/ otherwise, so that a quick or
     partial run never replaces them."""
     partial = any(v is not None for v in (args.dtype, args.formulation, args.activation,
                                           args.tokens, args.repeats))
     if args.quick:
-        return ROOT / "runs" / "quick" / "results" / "bench.csv"
+        return Path.cwd() / "runs" / "quick" / "results" / "bench.csv"
     if partial:
-        return ROOT / "runs" / "part" / "results" / "bench.csv"
-    return ROOT / "results" / "bench.csv"
+        return Path.cwd() / "runs" / "part" / "results" / "bench.csv"
+    return Path.cwd() / "results" / "bench.csv"
 
 
 def main(args):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+import bilinear_numpy as bn
+
 
 # ----- text -------------------------------------------------------------------
 
@@ -49,8 +51,10 @@ def text_dataset(text: str, val_fraction: float = 0.1) -> TextData:
 
     Args: text: str; val_fraction: float in (0, 1).
     Returns: TextData (the vocabulary covers both parts).
-    Raises: ValueError for an empty text or a fraction outside (0, 1).
+    Raises: ValueError for an empty text or a fraction outside (0, 1); TypeError for a
+        fraction that is not a real number.
     """
+    val_fraction = bn._real("val_fraction", val_fraction)   # a Python float (see bn._real)
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction: expected a number in (0, 1), got {val_fraction}")
     if not text:

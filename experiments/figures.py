@@ -51,10 +51,14 @@ def _row(panel, series, x, y):
 
 
 def _positive(name, value, integer=False):
+    # A positive int, or a positive real number returned as a Python float (bn._real: a
+    # NumPy float32 z_max would make a float32 grid, a float64 one upcast float32 work).
+    value = value if integer else bn._real(name, value)
     ok = value > 0 and (not integer or isinstance(value, (int, np.integer)))
     if isinstance(value, bool) or not ok:
         kind = "a positive integer" if integer else "a positive number"
         raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return value
 
 
 def pick(rows, panel, series=None):
@@ -147,7 +151,7 @@ def train_gd(name, act, params, X, T, eta, steps, watch=None):
     Source: gradient descent; the backward passes of bilinear_numpy (derivations.md, section 3).
     """
     form = bn.get_formulation(name)
-    _positive("eta", eta)
+    eta = _positive("eta", eta)
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps: expected an integer >= 0, got {steps!r}")
     p = {k: np.array(v, dtype=np.float64) for k, v in params.items()}   # private copies
@@ -187,7 +191,7 @@ def exchange_data(seed=0, z_max=4.0, n_z=201):
         ValueError for a non-positive z_max or n_z.
     Source: paper.md, "The symmetries" (exchange).
     """
-    _positive("z_max", z_max)
+    z_max = _positive("z_max", z_max)
     _positive("n_z", n_z, integer=True)
     rows = []
     for name in FORM_LABELS:
@@ -297,7 +301,7 @@ def conservation_data(seed=0, d=8, m=8, d_out=4, n_tokens=256, eta=0.05, steps=4
     """
     _positive("units", units, integer=True)
     _positive("every", every, integer=True)
-    _positive("total_time", total_time)
+    total_time = _positive("total_time", total_time)
     if units > m:
         raise ValueError(f"units: expected at most m = {m}, got {units}")
     X, T, _ = teacher_task(seed, d, d_out, n_tokens)
@@ -424,7 +428,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     Source: Pearce et al. 2024 (eigendecomposition of bilinear layers); paper.md, "Facts
     that follow"; derivations.md, section 6.
     """
-    _positive("init_scale", init_scale)
+    init_scale = _positive("init_scale", init_scale)
     n = n_tokens
     rows = []
     # (a), (b): a full bilinear layer trained on the teacher task

@@ -28,8 +28,6 @@ import numpy as np
 import bilinear_numpy as bn
 from experiments import data
 
-ROOT = Path(__file__).resolve().parent.parent
-
 # name -> (formulation, activation, r). Every FFN gets the same parameter budget.
 VARIANTS = {
     "mlp-relu": ("mlp", "relu", 1),              # key-value memory MLP
@@ -96,7 +94,8 @@ class TextTask:
     def __init__(self, context=8, e=16, d=64, budget_units=256, batch=256, lr=1e-2,
                  curve_size=4096):
         corpus = data.text_dataset(data.load_text_corpus())
-        self.context, self.e, self.d, self.batch_size, self.lr = context, e, d, batch, lr
+        self.context, self.e, self.d, self.batch_size = context, e, d, batch
+        self.lr = bn._real("lr", lr)             # a Python float: float32 training stays float32
         self.budget = 2 * d * budget_units       # = a key-value MLP with budget_units units
         self.train_ids, self.val_ids, self.vocab = corpus.train, corpus.val, len(corpus.vocab)
         self.baseline = data.unigram_bpc(corpus.train, corpus.val, self.vocab)
@@ -141,7 +140,8 @@ class ImageTask:
     def __init__(self, path=None, stride=4, n_freq=64, sigma=10.0, d=64, budget_units=256,
                  batch=256, lr=1e-2, curve_size=4096):
         self.image = data.load_image(path, stride)                     # (H, W, 3)
-        self.d, self.batch_size, self.lr = d, batch, lr
+        self.d, self.batch_size = d, batch
+        self.lr, sigma = bn._real("lr", lr), bn._real("sigma", sigma)   # Python floats
         self.budget = 2 * d * budget_units
         H, W, _ = self.image.shape
         B = np.random.default_rng(0).normal(0.0, sigma, (2, n_freq))   # (2, F)
@@ -226,7 +226,8 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
 
     Args:
         task: a TASKS instance; variant: a VARIANTS name or "formulation:activation[:r]";
-        seed: int >= 0; steps: int > 0; lr: float > 0; n_evals: points on the curve.
+        seed: int >= 0; steps: int > 0; lr: a real number > 0 (Python or NumPy; the
+        parameters keep the task's dtype); n_evals: points on the curve.
     Returns:
         dict with "row" (the CSV row), "curve" ((n_evals + 1,) steps and metric values),
         "m", "params".
@@ -234,7 +235,7 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         ValueError for an unknown variant or a non-positive steps or lr.
     """
     formulation, act, r = resolve_variant(variant)
-    lr = task.lr if lr is None else lr
+    lr = task.lr if lr is None else bn._real("lr", lr)      # a Python float (see bn._real)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
     if not lr > 0:
@@ -306,9 +307,10 @@ def write_csv(path, task, rows):
 
 
 def default_out(mode):
-    """Where a mode writes: the repository itself for --full (the committed results),
-    runs/<mode>/ otherwise, so that a quick run never overwrites them."""
-    return ROOT if mode == "full" else ROOT / "runs" / mode
+    """Where a mode writes: under the current working folder, never beside the code. The
+    working folder itself for --full (run from the clone's root: the committed results/
+    and figures/), runs/<mode>/ in it otherwise, so that a quick run never overwrites them."""
+    return Path.cwd() if mode == "full" else Path.cwd() / "runs" / mode
 
 
 def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, lr=None,
@@ -340,6 +342,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
     for name, value in (("seeds", seeds), ("steps", steps)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
     if lr is not None and not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     for v in variants:
@@ -368,9 +371,10 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
                 recon[v] = task.predict(result["params"], *resolve_variant(v)[:2])
             progress.message(f"   {v:<18} seed {seed}: {task.metric} = "
                              f"{result['row'][task.metric]:.3f}  ({result['seconds']:.1f} s)")
-    log(f"{task_name}: {time.perf_counter() - start:.1f} s of training\n")
-    log(markdown_table(task, rows, m_of))
+    seconds = time.perf_counter() - start
 
+    # Results go to disk before anything is printed about them: a console that cannot
+    # print a character (PYTHONIOENCODING=ascii, a cp1252 console) must not lose them.
     from experiments import train_figures
     write_csv(out / "results" / f"{task_name}.csv", task, rows)
     title = f"{task_name}: {task.label} during training, mean ± std over {seeds} seeds"
@@ -382,5 +386,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
         psnr = {row["variant"]: row[task.metric] for row in rows if row["seed"] == 0}
         written.append(train_figures.reconstruction_grid(
             task.image, recon, psnr, out / "figures" / "image_reconstructions.png"))
+    log(f"{task_name}: {seconds:.1f} s of training\n")
+    log(markdown_table(task, rows, m_of))
     log("wrote " + ", ".join(str(p) for p in written))
     return rows

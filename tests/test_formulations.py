@@ -120,7 +120,7 @@ def test_init_is_fresh_independent_and_scaled(name):
         assert not np.allclose(p["Q"], p["K"])
     x = rng.standard_normal((256, d)).astype(np.float32)
     y, cache = form.forward(x, **p, act="identity")
-    assert 0.2 < np.std(cache["z"]) < 5     # pre-activations O(1)
+    assert 0.2 < np.std(cache[form.sigma_args[0]]) < 5     # pre-activations O(1)
     assert 0.1 < np.std(y) < 10             # outputs O(1)
     p2 = form.init(np.random.default_rng(0), d, m, r=2, dtype=np.float32)
     assert all(np.array_equal(p[k], p2[k]) for k in p)   # same seed, same draw

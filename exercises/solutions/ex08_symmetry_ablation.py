@@ -17,7 +17,7 @@
 # equal parameter count on two real tasks; the results are in `results/ablation.csv`.
 #
 # Read first: derivations.md, [4.6 The double-gated form](../../derivations.md#46-the-double-gated-form),
-# and the README section "Which broken symmetry matters?".
+# and the section "Which broken symmetry matters?" of docs/results.md.
 #
 # **What to do.** Predict, measure, then read the experiment: complete the functions marked
 # `TODO` and set the answers that are `None`. You may call anything in `bilinear_numpy`

@@ -89,7 +89,7 @@ if __name__ == "__main__":
     V = rng.standard_normal((3, 2))
     dy = rng.standard_normal((4, 2))
     print("scores agree with bn:", np.allclose(rank_r_scores(x, Q, K),
-                                               bn.rank_r_bilinear_forward(x, Q, K, V)[1]["z"]))
+                                               bn.rank_r_bilinear_forward(x, Q, K, V)[1]["s"]))
     mine = rank_r_bilinear_backward(dy, x, Q, K, V, "gelu")
     inputs = {"x": x, "Q": Q, "K": K, "V": V}
     for name, value in inputs.items():
