@@ -2417,7 +2417,11 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
+    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str.
+    A Formulation itself is returned as it is (an experiment's own variant, such as the
+    rank-1 form with a constant input coordinate of experiments/ablation.py)."""
+    if isinstance(name, Formulation):
+        return name
     if not isinstance(name, str):
         raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
     if name not in FORMULATIONS:
