@@ -993,9 +993,11 @@ def symmetry_expected(formulation, act, symmetry):
     key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
     A_j): always in the gated forms (k is the linear factor), else only for positively
     homogeneous sigma. permutation of units: always. double_gated_mlp (sigma on both
-    factors): exchange always; inverse_scaling_pos and key_value_rescaling for positively
-    homogeneous sigma; inverse_scaling_neg for linear sigma. parity (y(-x) = y(x), a
-    property of the function, not a parameter symmetry): see parity_expected.
+    factors): exchange always; inverse_scaling_pos for a sigma with sigma(alpha z) =
+    c(alpha) sigma(z), which among the six activations means positively homogeneous;
+    key_value_rescaling for positively homogeneous sigma; inverse_scaling_neg for linear
+    sigma. parity (y(-x) = y(x), a property of the function, not a parameter symmetry):
+    see parity_expected.
 
     Args: formulation: key of FORMULATIONS; act: activation name or Activation;
         symmetry: one of SYMMETRIES.
