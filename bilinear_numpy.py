@@ -1326,10 +1326,15 @@ def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
 
     Args: as symmetry_dimension (no seed).
     Returns: int.
-    Raises: ValueError for an unknown name or a size; for the identity with m > d_out.
+    Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
+        and for the identity with m > d_out.
     Source: derivations.md, section 4.9.
     """
     form, act = get_formulation(formulation), get_activation(act)
+    if FORMULATIONS.get(form.name) is not form:
+        raise ValueError(f"formulation: the theory is derived for the formulations of "
+                         f"FORMULATIONS, got {form.name!r}; measure it with symmetry_dimension")
+    formulation = form.name
     n_params = form.n_params(d, m, d_out, r)
     global_q = d * d if formulation == "static_query_mlp" else 0
     if act.linear:
