@@ -2704,7 +2704,7 @@ def _run_training(task, mode, **options):
             ablation.run_ablation(mode=mode, **options)
         else:
             train.run_task(task, mode=mode, **options)
-    except UnicodeError:                      # a ValueError, but never the user's input
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
         raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -2729,6 +2729,18 @@ def _cmd_default(args):
 def _cmd_bench(args):
     from experiments import bench   # here, so that `import bilinear_numpy` needs NumPy alone
     return bench.main(args)
+
+
+def _cmd_inspect(args):
+    from experiments import inspect_model   # here, so that `import bilinear_numpy` needs NumPy alone
+    try:
+        inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
+    except UnicodeEncodeError:                # a ValueError, but never the user's input
+        raise
+    except (ValueError, OSError) as exc:     # a bad file or layout: the message, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def build_parser():
@@ -2798,6 +2810,19 @@ def build_parser():
     bench.add_argument("--tokens", type=int, help="number of tokens N (overrides the size)")
     bench.add_argument("--repeats", type=int, help="timed repeats per measurement")
     bench.set_defaults(func=_cmd_bench)
+
+    inspect = sub.add_parser("inspect", help="measure the SwiGLU feed-forwards of a trained "
+                                             "LLaMA-style checkpoint (docs/real-model.md)")
+    inspect.add_argument("path", help="model.safetensors, model.safetensors.index.json, or "
+                                      "their folder")
+    inspect.add_argument("--layers", help="layers to measure, e.g. 0,10,20-29 (default: all)")
+    inspect.add_argument("--out", default=os.path.join("runs", "inspect"),
+                         help="output folder (default: runs/inspect under the current folder)")
+    inspect.add_argument("--tokens", type=int, default=1024,
+                         help="random tokens per layer (default 1024)")
+    inspect.add_argument("--seed", type=int, default=argparse.SUPPRESS,
+                         help="seed of the random tokens (default 0)")
+    inspect.set_defaults(func=_cmd_inspect)
     return parser
 
 

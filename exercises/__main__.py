@@ -1,7 +1,10 @@
 """Command line of the exercise checker.
 
     python -m exercises                 progress over every exercise
-    python -m exercises check N         the checks of exercise N, a row each, and a hint
+    python -m exercises check N         the checks of exercise N, a row each, what the
+                                        failing rows suggest, and a first hint
+    python -m exercises check N --hint 2   ... with hints up to level 2 (3: the formula)
+    python -m exercises hint N          hints of levels 1 and 2 (--level 3: the formula)
     python -m exercises --solutions     the same on exercises/solutions/
     python -m exercises --folder DIR    the same on DIR (e.g. a student's hand-in)
     --time-limit SECONDS                stop an exercise after this long (default 30; 0: none)
@@ -39,8 +42,7 @@ def find_exercise(key):
 
 
 def show_progress(folder, seconds):
-    results = [checker.run_exercise(n, ex, folder, seconds)
-               for n, ex in enumerate(COURSE, start=1)]
+    results = checker.run_exercises(list(enumerate(COURSE, start=1)), folder, seconds)
     print(f"{checker.progress_bar(results)}   ({shown(folder)})")
     width = max(len(exercise.title) for exercise in COURSE)
     for result in results:
@@ -53,27 +55,63 @@ def show_progress(folder, seconds):
     return checker.exit_status(results)
 
 
-def show_check(number, folder, seconds):
+def print_hints(result, level):
+    """Hint levels 1..level for the first row that is not ok, and how to ask for more."""
+    hints = checker.load_hints()
+    texts = checker.hints_for(result, hints, level)
+    topic = "general" if result.status == "not started" else checker.hint_topic(result)
+    names = {1: "where to look", 2: "the idea", 3: "the formula"}
+    for number, text in enumerate(texts, start=1):
+        print(f"Hint {number} of 3, {names.get(number, '')} ({topic}): {text}")
+    if len(texts) < 3:
+        print(f"More: python -m exercises check {result.number} --hint {len(texts) + 1}")
+
+
+def show_check(number, folder, seconds, level=1):
     exercise = COURSE[number - 1]
     result = checker.run_exercise(number, exercise, folder, seconds)
     print(f"Exercise {number}: {exercise.title}\nFile: {shown(result.path)}\n")
+    if result.note:
+        print(f"Note: {result.note}\n")
     if result.status == "missing":
         print(f"Result: missing: {shown(result.path)} does not exist.")
         return 0
     print(checker.format_rows(result.rows))
     n_ok = sum(row.verdict == "ok" for row in result.rows)
     print(f"\nResult: {result.status} ({n_ok} of {len(result.rows)} checks ok)")
-    hints = checker.load_hints()
+    if result.output.strip():
+        lines = result.output.strip().splitlines()
+        print("\nYour code printed:\n  " + "\n  ".join(lines[:20])
+              + (f"\n  ... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""))
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete the functions and answers marked TODO.")
-        print(f"Hint: {hints.get(exercise.slug, {}).get('general', '')}")
+        print_hints(result, level)
     elif result.status == "failing":
         row = result.first_failure
         print(f"First failing check: {row.check} ({row.verdict})")
-        print(f"Hint ({row.topic}): {checker.hint_for(result, hints)}")
+        for text in checker.diagnoses(result):
+            print(f"Look at: {text}")
+        print_hints(result, level)
     elif number < len(COURSE):
         print(f"Well done. Next: python -m exercises check {number + 1}")
     return checker.exit_status([result])
+
+
+def show_hint(number, folder, seconds, level):
+    """`hint N`: the hints for the first row that is not ok, levels 1..level."""
+    exercise = COURSE[number - 1]
+    result = checker.run_exercise(number, exercise, folder, seconds)
+    print(f"Exercise {number}: {exercise.title} ({result.status})")
+    if result.status == "done":
+        print("Every check passes: no hint needed.")
+        return 0
+    if result.status == "missing":
+        print(f"{shown(result.path)} does not exist.")
+        return 0
+    for text in checker.diagnoses(result):
+        print(f"Look at: {text}")
+    print_hints(result, level)
+    return 0
 
 
 def add_folder_options(parser, default):
@@ -86,8 +124,7 @@ def add_folder_options(parser, default):
     parser.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
                         help=f"stop an exercise (its import and its checks) that runs longer "
                              f"than this, with a TIMEOUT row, and go on with the next "
-                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit). Linux "
-                             f"and macOS only: on Windows there is no limit")
+                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit)")
 
 
 def build_parser():
@@ -99,7 +136,15 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     check = sub.add_parser("check", help="run the checks of one exercise, a row per check")
     check.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
+    check.add_argument("--hint", type=int, choices=(1, 2, 3), default=1, metavar="LEVEL",
+                       help="show hints up to this level: 1 where to look (default), 2 the "
+                            "idea, 3 the formula")
     add_folder_options(check, argparse.SUPPRESS)   # keep the values given before "check"
+    hint = sub.add_parser("hint", help="the hints for the first failing check of an exercise")
+    hint.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
+    hint.add_argument("--level", type=int, choices=(1, 2, 3), default=2,
+                      help="show hints up to this level (default 2; 3: the formula)")
+    add_folder_options(hint, argparse.SUPPRESS)
     return parser
 
 
@@ -119,20 +164,31 @@ def main(argv=None):
     if not folder.is_dir():
         print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
         return 2
-    if args.command == "check":
+    if args.command in ("check", "hint"):
         number = find_exercise(args.exercise)
         if number is None:
             names = ", ".join(f"{n} {ex.slug}" for n, ex in enumerate(COURSE, start=1))
             print(f"error: no exercise {args.exercise!r}; expected one of: {names}",
                   file=sys.stderr)
             return 2
-        return show_check(number, folder, seconds)
+        if args.command == "hint":
+            return show_hint(number, folder, seconds, args.level)
+        return show_check(number, folder, seconds, args.hint)
     return show_progress(folder, seconds)
 
 
-if __name__ == "__main__":
+def run():
+    """`python -m exercises`: main() with the exit status, quiet when the output's reader
+    stops early (e.g. `| head`)."""
     try:
         sys.exit(main())
+    except KeyboardInterrupt:   # Ctrl-C: the child process is already stopped (run_exercises)
+        print("\nstopped (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:     # the output went to a program that stopped reading (head)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

@@ -13,6 +13,7 @@ second.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -85,9 +86,14 @@ def key_value_memory(c):
     x, p = draw("mlp", seed=1)
     K, V = p["K"], p["V"]
     for act in ("relu", "gelu"):
+        mistakes = {"σ is missing: you returned (x Kᵀ) V": (x @ K.T) @ V,
+                    "σ is relu whatever act is: use bn.ACTIVATIONS[act]":
+                        sigma("relu", x @ K.T) @ V,
+                    "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V":
+                        sigma(act, (x @ K.T) @ V)}
         c.close(f"mlp_forward, {act}, x (N, d)", "mlp_forward",
                 bn.mlp_forward(x, K, V, act)[0],
-                lambda act=act: c.call("mlp_forward", x, K, V, act))
+                lambda act=act: c.call("mlp_forward", x, K, V, act), mistakes=mistakes)
     c.close("mlp_forward, one token x (d,)", "mlp_forward",
             bn.mlp_forward(x[0], K, V, "relu")[0],
             lambda: c.call("mlp_forward", x[0], K, V, "relu"))
@@ -112,9 +118,11 @@ def static_query(c):
     for act in ("relu", "silu"):
         c.close(f"static_query_forward, {act}", "static_query_forward",
                 bn.static_query_mlp_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("static_query_forward", x, Q, K, V, act))
+                lambda act=act: c.call("static_query_forward", x, Q, K, V, act),
+                mistakes={"the query is x Qᵀ: it should be x Q": sigma(act, x @ Q.T @ K.T) @ V})
     c.close("absorb_query(Q, K) = K Q^T", "absorb_query", K @ Q.T,
-            lambda: c.call("absorb_query", Q, K))
+            lambda: c.call("absorb_query", Q, K),
+            mistakes={"K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ": K @ Q})
     c.close("mlp(K') = static query, every act", "absorb_query",
             all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
             lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
@@ -130,7 +138,9 @@ def full_bilinear(c):
     A, V = p["A"], p["V"]
     c.close("bilinear_scores = x A_j x^T", "bilinear_scores",
             bn.bilinear_forward(x, A, V, "identity")[1]["s"],
-            lambda: c.call("bilinear_scores", x, A))
+            lambda: c.call("bilinear_scores", x, A),
+            mistakes={"one index for both copies of x: only the diagonal of A_j is used":
+                      np.einsum("nd,jdd,nd->nj", x, A, x)})
     for act in ("identity", "silu"):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
                 bn.bilinear_forward(x, A, V, act)[0],
@@ -162,7 +172,9 @@ def rank1(c):
     for act in ("identity", "relu"):
         c.close(f"rank1_forward, {act}", "rank1_forward",
                 bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("rank1_forward", x, Q, K, V, act))
+                lambda act=act: c.call("rank1_forward", x, Q, K, V, act),
+                mistakes={"σ on one factor only: that is the gated MLP of exercise 5":
+                          bn.gated_mlp_forward(x, Q, K, V, act)[0]})
     K_mlp, V_mlp = bn.FORMULATIONS["mlp"].init(np.random.default_rng(40), D, M, D_OUT).values()
     c.close("rank-1(mlp_as_rank1) = mlp, every act", "mlp_as_rank1",
             all_acts(lambda a: bn.mlp_forward(x, K_mlp, V_mlp, a)[0]),
@@ -185,9 +197,15 @@ def gated_mlp(c):
     x, p = draw("gated_mlp", seed=5)
     Q, K, V = p["Q"], p["K"], p["V"]
     for variant, (_, act) in bn.GLU_VARIANTS.items():
+        mistakes = {"σ on the whole product: that is the rank-1 layer of exercise 4":
+                    bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
+                    "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ":
+                    bn.gated_mlp_forward(x, K, Q, V, act)[0],
+                    "K in both factors: the gate is σ(x Qᵀ)":
+                    bn.gated_mlp_forward(x, K, K, V, act)[0]}
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
-                lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act))
+                lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act), mistakes=mistakes)
     c.answer_is("GLU_ACTIVATION", {variant: act for variant, (_, act) in bn.GLU_VARIANTS.items()})
     c.answer_is("ROLE", {"Q": "gate_proj", "K": "up_proj", "V": "down_proj"})
     rng = np.random.default_rng(50)
@@ -238,7 +256,9 @@ def inverse_scaling(c):
         scaled = bn.transform_params("gated_mlp", p, symmetry, alpha)
         c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
                 np.stack([scaled["Q"], scaled["K"]]),
-                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)))
+                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
+                mistakes={"K is multiplied by α: it is divided, K / α":
+                          np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
 
@@ -355,20 +375,93 @@ def fd_gradients(formulation, act, x, params, dy):
     return grads
 
 
-def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True):
-    """Rows: each gradient of the student's fn vs bn's backward and vs finite differences."""
-    form = bn.FORMULATIONS[formulation]
-    reference = form.backward(dy, form.forward(x, **params, act=act)[1])
-    numeric = fd_gradients(formulation, act, x, params, dy) if finite_differences else {}
-    for name in ("x",) + form.param_names:
+def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
+                  mistakes=None, reference=None, numeric=None):
+    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given)
+    and vs finite differences (of bn's forward, unless `numeric` is given).
+    mistakes: {description: the gradients dict that mistake gives}."""
+    form = bn.FORMULATIONS.get(formulation) if formulation else None
+    if reference is None:
+        reference = form.backward(dy, form.forward(x, **params, act=act)[1])
+    if numeric is None and finite_differences:
+        numeric = fd_gradients(formulation, act, x, params, dy)
+    for name in ("x",) + tuple(params):
         def got(name=name):
             grads = c.call(fn, dy, x, *params.values(), act)
-            if name not in grads:
-                raise KeyError(f"the returned dict has no key {name!r}; keys: {sorted(grads)}")
+            if not isinstance(grads, dict) or name not in grads:
+                raise KeyError(f"expected a dict with the key {name!r}; got "
+                               f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        c.close(f"d{name}, {act}: vs bn reference", fn, reference[name], got)
+        wrong = {text: g[name] for text, g in (mistakes or {}).items()
+                 if bn.rel_error(g[name], reference[name]) > 1e-8}
+        c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
         if finite_differences:
-            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7)
+            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
+                    mistakes=wrong)
+
+
+def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
+    """The gated MLP's gradients as a student might get them wrong (see GATED_MISTAKES)."""
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    a, b = x @ Q.T, x @ K.T                         # (N, m)
+    h = (a if mistake == "h without σ" else f(a)) * b
+    dh = dy @ V.T                                   # (N, m)
+    db = dh * f(a)
+    da = dh * b * (f(a) if mistake == "σ for σ′" else df(a))
+    if mistake == "b missing":
+        da = dh * df(a)
+    dx = da @ Q if mistake == "one branch" else da @ Q + db @ K
+    return {"x": dx, "Q": da.T @ x, "K": db.T @ x, "V": h.T @ dy}
+
+
+GATED_MISTAKES = {
+    "σ for σ′": "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)",
+    "b missing": "the factor b = x Kᵀ is missing from da",
+    "one branch": "dx has one branch only: x feeds both a and b",
+    "h without σ": "dV uses a ⊙ b: h is σ(a) ⊙ b",
+}
+
+# Which gradients are wrong together -> where the mistake is (the gated MLP, exercise 9).
+GATED_PATTERNS = {
+    frozenset("xQ"): "dK and dV are right but dx and dQ are not: the mistake is in the "
+                     "gradient reaching the gate a = x Qᵀ (da: σ′(a), and the factor b)",
+    frozenset("xK"): "dQ and dV are right but dx and dK are not: the mistake is in the "
+                     "gradient reaching the linear branch b = x Kᵀ (db = dh ⊙ σ(a))",
+    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums h ⊙ dy over the tokens; check h "
+                    "and the order of the product",
+    frozenset("x"): "dx alone is wrong: x feeds both branches, so dx has two terms",
+    frozenset("Q"): "dQ alone is wrong while dx is right: da is right; look at the product "
+                    "that turns da into dQ",
+    frozenset("K"): "dK alone is wrong while dx is right: db is right; look at the product "
+                    "that turns db into dK",
+    frozenset("xQK"): "dV is right and everything else is wrong: look at dh = dy Vᵀ, the "
+                      "gradient every other one starts from",
+}
+
+
+def wrong_tensors(rows, topic):
+    """The tensors whose gradient rows for `topic` are WRONG, as a set of names ('x', 'Q',
+    ...); None when a row of that topic raised or is not written (no pattern to read)."""
+    wrong = set()
+    for row in rows:
+        if row.topic != topic or not row.check.startswith("d"):
+            continue
+        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+            return None
+        if row.verdict == "WRONG":
+            wrong.add(row.check.split(",")[0][1:])
+    return wrong
+
+
+def pattern_diagnosis(rows, topic, patterns):
+    """[the text of `patterns` for the set of wrong gradients], or []."""
+    wrong = wrong_tensors(rows, topic)
+    text = patterns.get(frozenset(wrong)) if wrong else None
+    return [text] if text else []
+
+
+def diagnose_backprop_gated(rows):
+    return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
 
 
 def backprop_gated(c):
@@ -381,11 +474,51 @@ def backprop_gated(c):
             lambda: c.call("numerical_gradient", f, x.copy(), dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
               lambda: c.call("numerical_gradient", f, x, dy))
-    gradient_rows(c, "gated_mlp_backward", "gated_mlp", "silu", x, p, dy)
-    gradient_rows(c, "gated_mlp_backward", "gated_mlp", "relu", x, p, dy, finite_differences=False)
+    for act, fd in (("silu", True), ("relu", False)):
+        mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
+                    for key, text in GATED_MISTAKES.items()}
+        gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
+                      finite_differences=fd, mistakes=mistakes)
 
 
 # ----- Backprop II: rank-r bilinear -------------------------------------------------------
+
+
+def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
+    """The rank-r gradients as a student might get them wrong (see RANK_R_MISTAKES)."""
+    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+    a, b = np.einsum("nd,jdr->njr", x, Q), np.einsum("nd,jdr->njr", x, K)   # (N, m, r)
+    s = np.sum(a * b, axis=2)                                                # (N, m)
+    ds = (dy @ V.T) * (f(s) if mistake == "σ for σ′" else df(s))
+    da, db = ds[:, :, None] * b, ds[:, :, None] * a
+    if mistake == "a for b":
+        da, db = ds[:, :, None] * a, ds[:, :, None] * b
+    dx = np.einsum("njr,jdr->nd", da, Q)
+    if mistake != "one branch":
+        dx = dx + np.einsum("njr,jdr->nd", db, K)
+    return {"x": dx, "Q": np.einsum("njr,nd->jdr", da, x), "K": np.einsum("njr,nd->jdr", db, x),
+            "V": f(s).T @ dy}
+
+
+RANK_R_MISTAKES = {
+    "σ for σ′": "σ(s) in place of σ′(s) in ds",
+    "a for b": "the factors are swapped: the score's gradient with respect to a is b, and "
+               "with respect to b is a",
+    "one branch": "dx has one term only: x feeds both a and b",
+}
+
+RANK_R_PATTERNS = {
+    frozenset("xQK"): "dV is right and everything else is wrong: look at ds = (dy Vᵀ) ⊙ σ′(s), "
+                      "the gradient every other one starts from",
+    frozenset("xQ"): "dK and dV are right but dx and dQ are not: look at da",
+    frozenset("xK"): "dQ and dV are right but dx and dK are not: look at db",
+    frozenset("x"): "dx alone is wrong: x feeds both a and b, so dx has two terms",
+    frozenset("V"): "dV alone is wrong: dV = σ(s)ᵀ dy sums over the tokens",
+}
+
+
+def diagnose_backprop_rank_r(rows):
+    return pattern_diagnosis(rows, "rank_r_bilinear_backward", RANK_R_PATTERNS)
 
 
 def backprop_rank_r(c):
@@ -394,8 +527,11 @@ def backprop_rank_r(c):
     c.close("rank_r_scores = sum_rho (xQ)(xK)", "rank_r_scores",
             bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["s"],
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"]))
-    gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "identity", x, p, dy)
-    gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", "gelu", x, p, dy)
+    for act in ("identity", "gelu"):
+        mistakes = {text: rank_r_backward_mistaken(dy, x, *p.values(), act, key)
+                    for key, text in RANK_R_MISTAKES.items()}
+        gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", act, x, p, dy,
+                      mistakes=mistakes)
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
@@ -437,7 +573,9 @@ def tied_factors(c):
     K, V = p["K"], p["V"]
     c.close("squared_relu_forward = relu(xK^T)^2 V", "squared_relu_forward",
             bn.gated_mlp_forward(x, K, K, V, "relu")[0],
-            lambda: c.call("squared_relu_forward", x, K, V))
+            lambda: c.call("squared_relu_forward", x, K, V),
+            mistakes={"relu(x Kᵀ) is not squared": sigma("relu", x @ K.T) @ V,
+                      "the square is taken after V": (sigma("relu", x @ K.T) @ V) ** 2})
     rng = np.random.default_rng(15)
     x, T = rng.standard_normal((8, D)), rng.standard_normal((8, D_OUT))
     W = rng.standard_normal((M, D)) / np.sqrt(D)
@@ -472,7 +610,9 @@ def higher_rank(c):
     d = A.shape[1]
     Q_ref, K_ref, lam_ref = bn.eigen_factors(A)
     c.close("eigen_factors: lam, sorted by |lam|", "eigen_factors", lam_ref,
-            lambda: c.call("eigen_factors", A)[2])
+            lambda: c.call("eigen_factors", A)[2],
+            mistakes={"sorted by λ, not by |λ|": -np.sort(-lam_ref, axis=1),
+                      "smallest first: largest |λ| first": lam_ref[:, ::-1]})
     c.close("eigen_factors: sum_i Q_i K_i^T = sym(A)", "eigen_factors",
             0.5 * (A + A.transpose(0, 2, 1)),
             lambda: np.einsum("jdi,jei->jde", *c.call("eigen_factors", A)[:2]))
@@ -487,3 +627,281 @@ def higher_rank(c):
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
     c.answer_is("RANK_FOR_EXACT", 8)
+
+
+# ----- Backprop III: a gated unit with biases (a form derivations.md does not derive) ------
+# The references below are the checker's own: the library has no such form.
+
+
+def gated_bias_reference(x, Q, K, V, c, e, f, act):
+    """y = (σ(x Qᵀ + c) ⊙ (x Kᵀ + e)) V + f."""
+    return (sigma(act, x @ Q.T + c) * (x @ K.T + e)) @ V + f
+
+
+def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
+    """The gradients of gated_bias_reference; `mistake` makes one of BIAS_MISTAKES."""
+    s = bn.ACTIVATIONS[act]
+    a, b = x @ Q.T + c, x @ K.T + e                       # (N, m)
+    dh = dy @ V.T                                         # (N, m)
+    db = dh * s.f(a)
+    da = dh * b * s.df(x @ Q.T if mistake == "σ′ without c" else a)
+    grads = {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": (s.f(a) * b).T @ dy,
+             "c": da.sum(axis=0), "e": db.sum(axis=0), "f": dy.sum(axis=0)}
+    if mistake == "e missing":
+        db0 = dh * s.f(a)
+        da0 = dh * (x @ K.T) * s.df(a)
+        grads.update(x=da0 @ Q + db0 @ K, Q=da0.T @ x, c=da0.sum(axis=0))
+    return grads
+
+
+BIAS_MISTAKES = {
+    "σ′ without c": "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c",
+    "e missing": "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e",
+}
+
+BIAS_PATTERNS = {
+    frozenset("xQc"): "dK, dV, de and df are right but dx, dQ and dc are not: the mistake is "
+                      "in the gradient reaching the gate's input a = x Qᵀ + c",
+    frozenset("xKe"): "the gradients of the linear branch (dx, dK, de) are wrong: look at db",
+    frozenset("c"): "dc alone is wrong: c is added to every token, so its gradient adds up "
+                    "the gradient of a over the tokens",
+    frozenset("e"): "de alone is wrong: e is added to every token, so its gradient adds up "
+                    "the gradient of b over the tokens",
+    frozenset("f"): "df alone is wrong: f is added to every token, so its gradient adds up dy "
+                    "over the tokens",
+    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums over the tokens; h = σ(a) ⊙ b with both biases",
+}
+
+
+def diagnose_gated_biases(rows):
+    return pattern_diagnosis(rows, "gated_bias_backward", BIAS_PATTERNS)
+
+
+def gated_biases(c):
+    rng = np.random.default_rng(140)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "c": rng.standard_normal(M),
+         "e": rng.standard_normal(M), "f": rng.standard_normal(D_OUT)}
+    dy = rng.standard_normal((N, D_OUT))
+    for act in ("silu", "relu"):
+        c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
+                gated_bias_reference(x, **p, act=act),
+                lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
+                mistakes={"a bias is missing (c, e or f)":
+                          gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
+    zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
+    c.close("zero biases: the gated MLP", "gated_bias_forward",
+            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
+            lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
+    inputs = {"x": x} | p
+    numeric = {}
+    for name, value in inputs.items():
+        def forward(v, name=name):
+            return gated_bias_reference(**(inputs | {name: v}), act="silu")
+        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    for act, fd in (("silu", numeric), ("relu", None)):
+        reference = gated_bias_gradients(dy, x, *p.values(), act)
+        mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
+                    for key, text in BIAS_MISTAKES.items()}
+        gradient_rows(c, "gated_bias_backward", None, act, x, p, dy,
+                      finite_differences=fd is not None, mistakes=mistakes,
+                      reference=reference, numeric=fd)
+    c.answer_is("BIAS_FACTORS", {"c": 2.0, "e": 0.5, "f": 1.0})
+
+
+# ----- Backprop IV: a gate with a learnable temperature ------------------------------------
+
+
+def temperature_reference(x, Q, K, V, beta, act):
+    """y = (σ(β ⊙ (x Qᵀ)) ⊙ (x Kᵀ)) V."""
+    return (sigma(act, beta * (x @ Q.T)) * (x @ K.T)) @ V
+
+
+def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
+    """The gradients of temperature_reference; `mistake` makes one of TEMPERATURE_MISTAKES."""
+    s = bn.ACTIVATIONS[act]
+    a, b = x @ Q.T, x @ K.T
+    u = beta * a
+    dh = dy @ V.T
+    du = dh * b * s.df(u)
+    da = du if mistake == "no β in da" else du * beta
+    dbeta = (du if mistake == "no a in dβ" else du * a).sum(axis=0)
+    return {"x": da @ Q + (dh * s.f(u)) @ K, "Q": da.T @ x, "K": (dh * s.f(u)).T @ x,
+            "V": (s.f(u) * b).T @ dy, "beta": dbeta}
+
+
+TEMPERATURE_MISTAKES = {
+    "no β in da": "the chain rule through u = β ⊙ a is missing its factor β",
+    "no a in dβ": "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)",
+}
+
+TEMPERATURE_PATTERNS = {
+    frozenset("xQ"): "dK, dV and dβ are right but dx and dQ are not: the gradient reaching "
+                     "a = x Qᵀ goes through u = β ⊙ a",
+    frozenset(["beta"]): "dβ alone is wrong: β_j multiplies a_j for every token, so its "
+                         "gradient adds up, over the tokens, the gradient of u times a",
+}
+
+
+def diagnose_gate_temperature(rows):
+    return pattern_diagnosis(rows, "temperature_backward", TEMPERATURE_PATTERNS)
+
+
+def gate_temperature(c):
+    rng = np.random.default_rng(150)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "beta": rng.uniform(0.5, 2.0, M)}
+    dy = rng.standard_normal((N, D_OUT))
+    for act in ("silu", "sigmoid"):
+        c.close(f"temperature_forward, {act}", "temperature_forward",
+                temperature_reference(x, **p, act=act),
+                lambda act=act: c.call("temperature_forward", x, *p.values(), act))
+    c.close("β = 1: the gated MLP", "temperature_forward",
+            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
+            lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
+    inputs = {"x": x} | p
+    numeric = {}
+    for name, value in inputs.items():
+        def forward(v, name=name):
+            return temperature_reference(**(inputs | {name: v}), act="silu")
+        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    for act, fd in (("silu", numeric), ("sigmoid", None)):
+        mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
+                    for key, text in TEMPERATURE_MISTAKES.items()}
+        gradient_rows(c, "temperature_backward", None, act, x, p, dy,
+                      finite_differences=fd is not None, mistakes=mistakes,
+                      reference=temperature_gradients(dy, x, *p.values(), act), numeric=fd)
+    g = temperature_gradients(dy, x, *p.values(), "gelu")
+    c.close("temperature_residual", "temperature_residual",
+            np.sum(p["Q"] * g["Q"], axis=1) - p["beta"] * g["beta"],
+            lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
+            tol=1e-8)
+    c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
+
+
+# ----- Capstone: design a variant --------------------------------------------------------
+
+CAPSTONE_SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
+                       "key_value_rescaling", "permutation")
+NAMED = ("mlp", "static_query_mlp", "bilinear", "rank_r_bilinear", "rank1_bilinear",
+         "gated_mlp", "double_gated_mlp", "gated_rank_r")
+
+
+def transformed(Q, K, V, symmetry, alpha):
+    """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
+    col = alpha[:, None]                                   # (m, 1): scales whole rows
+    if symmetry == "exchange":
+        return K, Q, V
+    if symmetry == "inverse_scaling_pos":
+        return col * Q, K / col, V
+    if symmetry == "inverse_scaling_neg":
+        return -col * Q, K / -col, V
+    if symmetry == "key_value_rescaling":
+        return Q, col * K, V / col
+    return Q[::-1], K[::-1], V[::-1]                       # permutation: reverse the units
+
+
+def capstone_problem(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((7, 6))
+    Q, K = rng.standard_normal((5, 6)) / np.sqrt(6), rng.standard_normal((5, 6)) / np.sqrt(6)
+    return x, Q, K, rng.standard_normal((5, 3)) / np.sqrt(5)
+
+
+def capstone_deviation(forward, act, symmetry, seed=160):
+    """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
+    x, Q, K, V = capstone_problem(seed)
+    y = forward(x, Q, K, V, act)[0]
+    return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
+                                   act)[0])
+
+
+def short_training(forward, backward, act, steps=300, seed=161):
+    """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
+    (loss at the start, loss after `steps`)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 6))
+    T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
+    params = {"Q": rng.standard_normal((8, 6)) / np.sqrt(6),
+              "K": rng.standard_normal((8, 6)) / np.sqrt(6),
+              "V": rng.standard_normal((8, 3)) / np.sqrt(8)}
+    state, losses = bn.adam_init(params), []
+    for _ in range(steps + 1):
+        y, cache = forward(x, params["Q"], params["K"], params["V"], act)
+        losses.append(0.5 * np.sum((y - T) ** 2) / len(x))
+        grads = backward((y - T) / len(x), cache)
+        params, state = bn.adam_step(params, {k: grads[k] for k in params}, state, lr=1e-2)
+    return losses[0], losses[-1]
+
+
+def design_a_variant(c):
+    names_before = set(bn.FORMULATIONS)
+    name = lambda: c.answer("NAME")             # noqa: E731
+    act = lambda: c.answer("ACT")               # noqa: E731
+    c.holds("NAME: a new name, a str", "NAME", "a str not in FORMULATIONS", name,
+            lambda n: isinstance(n, str) and n and n not in names_before,
+            "a str that is not already a key of bn.FORMULATIONS")
+    c.holds("ACT: a key of bn.ACTIVATIONS", "ACT", "an activation name", act,
+            lambda a: isinstance(a, str) and a in bn.ACTIVATIONS)
+
+    def registered():
+        c.call("register")
+        form = bn.FORMULATIONS.get(name())
+        if not (isinstance(form, bn.Formulation) and form.param_names == ("Q", "K", "V")):
+            return False
+        # From here on the registry entry runs your file's forward and backward, each call
+        # checked as any other call of your code.
+        bn.FORMULATIONS[name()] = dataclasses.replace(
+            form, forward=lambda *args, **kwargs: c.call("forward", *args, **kwargs),
+            backward=lambda *args, **kwargs: c.call("backward", *args, **kwargs))
+        return True
+
+    try:
+        c.holds("register() adds NAME to bn.FORMULATIONS", "register",
+                "a Formulation of Q, K, V", registered, bool)
+        student = lambda *args: c.call("forward", *args)      # noqa: E731
+        for other in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
+            def gap(other=other):
+                x, Q, K, V = capstone_problem(162)
+                return bn.rel_error(student(x, Q, K, V, act())[0],
+                                    bn.FORMULATIONS[other].forward(x, Q, K, V, act=act())[0])
+            c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6", gap,
+                    lambda g: g > 1e-6, f"your forward computes {other}: design a new unit")
+        report = {}
+
+        def gradcheck_error(tensor):
+            if "report" not in report:
+                report["report"] = bn.gradcheck(name(), act(), x_shape=(3, 4))
+            return next(row.rel_error for row in report["report"].rows if row.tensor == tensor)
+
+        for tensor in ("x", "Q", "K", "V"):
+            c.holds(f"bn.gradcheck: d{tensor}", "backward", "rel error <= 1e-7",
+                    lambda t=tensor: gradcheck_error(t), lambda e: e <= 1e-7,
+                    "your backward disagrees with finite differences of your forward")
+        for symmetry in CAPSTONE_SYMMETRIES:
+            def claim_and_measure(symmetry=symmetry):
+                claim = c.answer("KEEPS")[symmetry]
+                return claim, capstone_deviation(student, act(), symmetry)
+            c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
+                    claim_and_measure,
+                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= 1e-10),
+                    "your claim (a bool) and the measured deviation disagree (kept when the "
+                    "deviation is at most 1e-10)")
+            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
+                    lambda s=symmetry: len(str(c.answer("WHY")[s]).split()), lambda n: n >= 8)
+        variants = {"your variant": (student, lambda *args: c.call("backward", *args), act),
+                    "SwiGLU": (bn.gated_mlp_forward, bn.gated_mlp_backward, lambda: "silu"),
+                    "rank1-silu": (bn.rank1_bilinear_forward, bn.rank1_bilinear_backward,
+                                   lambda: "silu")}
+        for label, (fwd, bwd, a) in variants.items():
+            def ratio(fwd=fwd, bwd=bwd, a=a):
+                name()                                   # beside your variant: once it is named
+                start, end = short_training(fwd, bwd, a())
+                return end / start
+            c.holds(f"300 Adam steps: {label}", "training", "loss ratio < 0.5", ratio,
+                    lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
+    finally:
+        for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was
+            del bn.FORMULATIONS[key]

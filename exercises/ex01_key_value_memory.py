@@ -20,6 +20,10 @@
 #
 # **Check your work** from the repository's folder: `python -m exercises check 1`.
 # Run this file (`python exercises/ex01_key_value_memory.py`) to see what it computes.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

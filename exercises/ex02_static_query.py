@@ -16,6 +16,11 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.static_query_mlp_forward`.
 # **Check:** `python -m exercises check 2`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.mlp_forward(x, K, V, act)` returns `(y, cache)`, y of shape (N, d_out).
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

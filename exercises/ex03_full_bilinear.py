@@ -23,6 +23,11 @@
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.bilinear_forward`.
 # **Check:** `python -m exercises check 3`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `np.einsum(spec, *arrays)`: sums of products over named indices.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys

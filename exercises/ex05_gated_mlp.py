@@ -26,6 +26,11 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.gated_mlp_forward`.
 # **Check:** `python -m exercises check 5`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.GLU_VARIANTS`: {variant name: (formulation name, activation name)}.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -50,7 +55,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def gated_mlp_forward(x, Q, K, V, act="silu"):
     """y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns (N, d_out)."""
-    # TODO: σ on the gate x Qᵀ only, times the linear part x Kᵀ, then V
+    # TODO: y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V, shape (N, d_out)
     raise NotImplementedError("gated_mlp_forward: not written yet (complete its TODO)")
 
 
@@ -85,7 +90,7 @@ def llama_ffn(x, w1, w2, w3):
 
 def from_common_code(w1, w2, w3):
     """(Q, K, V) of the gated MLP equal to llama_ffn with these weights."""
-    # TODO: nn.Linear computes x Wᵀ; compare llama_ffn with (σ(x Qᵀ) ⊙ (x Kᵀ)) V
+    # TODO: the tuple (Q (m, d), K (m, d), V (m, d)) of this project's notation
     raise NotImplementedError("from_common_code: not written yet (complete its TODO)")
 
 

@@ -19,6 +19,16 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
 # `bn.transform_params`. **Check:** `python -m exercises check 7`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.FORMULATIONS[name]` (the same object as `bn.get_formulation(name)`): `.forward(x,
+#   **params, act=act)` returns `(y, cache)`, y of shape (N, d_out); `.backward(dy, cache)`
+#   returns a dict of gradients keyed "x" and like the parameters; `.init(rng, d, m, d_out,
+#   r)` returns a dict of new parameters, {"Q": (m, d), "K": (m, d), "V": (m, d_out)} for
+#   the rank-1 forms ((m, d, r) at rank r); `.param_names` is their order.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -45,7 +55,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def inverse_scale(Q, K, alpha):
     """(alpha Q, K / alpha), alpha a number or an (m,) array of per-unit factors."""
-    # TODO: check for zeros; reshape an (m,) alpha to (m, 1) so it scales rows
+    # TODO: the pair (α Q, K / α), each (m, d), row j scaled by α_j; ValueError for a zero α
     raise NotImplementedError("inverse_scale: not written yet (complete its TODO)")
 
 
@@ -60,7 +70,7 @@ def inverse_scale(Q, K, alpha):
 # %%
 def scaling_deviations(forward, x, Q, K, V, act, alphas):
     """rel_error of the output after (aQ, K/a), for each a in alphas: shape (len(alphas),)."""
-    # TODO: y once, then a loop over alphas using inverse_scale
+    # TODO: one rel_error per α between the outputs before and after: an array (len(alphas),)
     raise NotImplementedError("scaling_deviations: not written yet (complete its TODO)")
 
 

@@ -23,6 +23,17 @@
 # `TODO` and set the answers that are `None`. You may call anything in `bilinear_numpy`
 # (`bn`) except `bn.symmetry_deviation` and `bn.transform_params`.
 # **Check:** `python -m exercises check 8`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.FORMULATIONS[name]` (the same object as `bn.get_formulation(name)`): `.forward(x,
+#   **params, act=act)` returns `(y, cache)`, y of shape (N, d_out); `.backward(dy, cache)`
+#   returns a dict of gradients keyed "x" and like the parameters; `.init(rng, d, m, d_out,
+#   r)` returns a dict of new parameters, {"Q": (m, d), "K": (m, d), "V": (m, d_out)} for
+#   the rank-1 forms ((m, d, r) at rank r); `.param_names` is their order.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
+# - `experiments.ablation.verdict` and the CSV columns are described in the cells below.
 
 # %% Setup: run this cell first (nothing to change here)
 import csv
@@ -79,14 +90,14 @@ PREDICTED = None  # TODO: a dict (formulation, activation) -> (exchange kept, sc
 # %%
 def deviations(forward, x, Q, K, V, act, alpha):
     """[exchange deviation, inverse-scaling deviation] of forward: shape (2,)."""
-    # TODO: y once; then (K, Q); then alpha[:, None] * Q and K / alpha[:, None]
+    # TODO: the array (2,) of deviations: exchange, then inverse scaling by the per-unit alpha
     raise NotImplementedError("deviations: not written yet (complete its TODO)")
 
 
 # %%
 def measured_cell(formulation, act, seed=0, tol=1e-10):
     """(exchange kept, scaling kept) as measured on a random problem: a pair of bools."""
-    # TODO: draw x, then the parameters, with one rng; deviations(...) <= tol
+    # TODO: the pair of bools (exchange kept, scaling kept), measured as described above
     raise NotImplementedError("measured_cell: not written yet (complete its TODO)")
 
 
@@ -108,7 +119,7 @@ def measured_cell(formulation, act, seed=0, tol=1e-10):
 # %%
 def paired_difference(rows, task, keeps, breaks):
     """Mean of metric(breaks) - metric(keeps) over seeds, and its 95% interval: shape (3,)."""
-    # TODO: {seed: metric} for each variant; differences over the common seeds
+    # TODO: the dict {"mean", "low", "high"} of the paired difference breaks − keeps
     raise NotImplementedError("paired_difference: not written yet (complete its TODO)")
 
 

@@ -10,20 +10,30 @@
 #     s[n, j]    = Σ_ρ a[n, j, ρ] b[n, j, ρ]          (N, m)
 #     y          = σ(s) V                             (N, d_out)
 #
-# This is full bilinear attention with `A_j = Q_j K_jᵀ`, of rank at most `r`. With
-# `np.einsum` each line above is one call: `a = np.einsum("nd,jdr->njr", x, Q)`.
+# This is full bilinear attention with `A_j = Q_j K_jᵀ`, of rank at most `r`. Each line
+# above is a sum over named indices: `np.einsum` computes it in one call, its output indices
+# being the shape you want.
 #
-# Going backwards: `ds = (dy Vᵀ) ⊙ σ'(s)`; then `da = ds[:, :, None] * b` and
-# `db = ds[:, :, None] * a`; then the two einsums above, differentiated:
-# `dQ[j, :, ρ] = Σ_n da[n, j, ρ] x_n` and `dx` gets `Σ_{j,ρ} da[n, j, ρ] Q[j, :, ρ]`, and the
-# same for `K`. Write each as an `np.einsum` whose output indices are the shape you want.
+# Going backwards: no formula is given here. Apply the four rules of exercise 9 to each line
+# above, from the last to the first; write each gradient first as a sum over named indices
+# (the gradient of an input has that input's indices), then as one `np.einsum`. Check every
+# tensor against finite differences.
 #
-# Read first: derivations.md, [2.4 Rank-r bilinear](../derivations.md#24-rank-r-bilinear-rank_r_bilinear) and
-# [3.4 rank_r_bilinear_backward](../derivations.md#34-rank_r_bilinear_backward).
+# Read first: derivations.md, [2.4 Rank-r bilinear](../derivations.md#24-rank-r-bilinear-rank_r_bilinear);
+# [3.4 rank_r_bilinear_backward](../derivations.md#34-rank_r_bilinear_backward) derives it:
+# read it after your own attempt.
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.rank_r_bilinear_backward`; `bn.numerical_gradient`
 # is yours to use to check your work. **Check:** `python -m exercises check 10`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.rank_r_bilinear_forward(x, Q, K, V, act)` returns `(y, cache)`;
+#   `bn.numerical_gradient(f, x, dy)` returns the centred-difference gradient of sum(f(x) *
+#   dy), of x's shape.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -48,7 +58,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def rank_r_scores(x, Q, K):
     """s[n, j] = Σ_ρ (x_n · Q[j, :, ρ]) (x_n · K[j, :, ρ]); returns (N, m)."""
-    # TODO: a and b with np.einsum("nd,jdr->njr", ...), then sum a * b over the last axis
+    # TODO: the scores s (N, m), s_nj = Σ_ρ (x_n · q_j^ρ)(x_n · k_j^ρ), q_j^ρ the column ρ of Q_j
     raise NotImplementedError("rank_r_scores: not written yet (complete its TODO)")
 
 
@@ -62,7 +72,7 @@ def rank_r_scores(x, Q, K):
 def rank_r_bilinear_backward(dy, x, Q, K, V, act="identity"):
     """Gradients of L with dL/dy = dy, for y = σ(s) V with the rank-r scores s; a dict."""
     sigma = bn.ACTIVATIONS[act]
-    # TODO: recompute a, b, s, σ(s); then dV, ds, da, db; then dQ, dK, dx
+    # TODO: the dict {"x": dx (N, d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}
     raise NotImplementedError("rank_r_bilinear_backward: not written yet (complete its TODO)")
 
 

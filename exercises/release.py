@@ -20,6 +20,8 @@ else is copied as it is, so the text of a stub and of its solution cannot drift 
 
     python -m exercises.release            list the stubs that differ from their solution
     python -m exercises.release --write    write exercises/exNN_*.py from the solutions
+    python -m exercises.release --out DIR  write the stubs to DIR (e.g. to hand out, or to
+                                           check a release without touching exercises/)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import argparse
 import ast
 import re
 import sys
+from pathlib import Path
 
 from exercises import checker
 from exercises.course import COURSE
@@ -93,12 +96,32 @@ def pairs():
         yield checker.SOLUTIONS_FOLDER / name, checker.STUDENT_FOLDER / name
 
 
+def write_stubs(folder):
+    """Write every exercise's stub, made afresh from its solution, into `folder` (created
+    if missing). Returns the list of paths written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for solution, student in pairs():
+        path = folder / student.name
+        path.write_text(make_stub(solution.read_text(encoding="utf-8")), encoding="utf-8",
+                        newline="\n")
+        written.append(path)
+    return written
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m exercises.release", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true",
                         help="write the students' files (overwrites exercises/exNN_*.py)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write the stubs to DIR instead (exercises/ is not touched)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        for path in write_stubs(args.out):
+            print(f"wrote {path}")
+        return 0
     differ = 0
     for solution, student in pairs():
         stub = make_stub(solution.read_text(encoding="utf-8"))

@@ -387,6 +387,8 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
     figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
                                          out / "figures" / f"{stem}_grid.png")
     log(f"ablation: {seconds:.1f} s of training\n")
+    if mode == "quick":
+        log(train.early_training_note(mode, "results/ablation.csv, results/ablation_full.csv"))
     log("Each cell, mean ± std over seeds (text: bits/char, lower is better; image: dB, higher is better):\n")
     log(cells_table(rows, variants, tasks) + "\n")
     if comparisons_in(variants):

@@ -12,7 +12,9 @@ each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
                           continuous symmetry (rank-1 SiLU, SwiGLU, double-gated SiLU, ReGLU)
 
 Each figure has a data function (NumPy only; it returns rows, and the tests call it with
-small sizes) and a drawing function (matplotlib is imported inside it, Agg backend).
+small sizes) and a drawing function (matplotlib is imported inside it; it draws on a
+matplotlib.figure.Figure and saves it, without pyplot, so the caller's backend and open
+figures are left alone, and no display is needed).
 Training is plain gradient descent on the mean squared error of a synthetic regression
 task: tokens x ~ N(0, I_d), targets from a random teacher network (teacher_task).
 """
@@ -516,7 +518,7 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
 
 
 # =============================================================================
-# Drawing (matplotlib imported inside, Agg backend, PNG files)
+# Drawing (matplotlib imported inside; a Figure object saved as PNG, no pyplot)
 # =============================================================================
 
 _STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
@@ -527,11 +529,16 @@ ACT_COLORS = {"identity": "black", "relu": "tab:blue", "sigmoid": "tab:green",
 _ROUNDING = "below: kept (bn.CLAIM_TOL = 1e-10)"
 
 
-def _pyplot():
+def _figure(**kwargs):
+    # A Figure of matplotlib's object API: pyplot never sees it, so no backend is chosen or
+    # changed and nothing needs a display; fig.savefig renders the PNG (with Agg) by itself.
+    from matplotlib.figure import Figure
+    return Figure(**kwargs)
+
+
+def _style():
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return matplotlib.rc_context(_STYLE)          # _STYLE while drawing, then the caller's
 
 
 def _symlog_deviation_axis(ax):
@@ -547,17 +554,16 @@ def _eta_ticks(ax, eta):
     ax.set_xticks(eta, [f"{e:g}" for e in eta])
 
 
-def _save(plt, fig, path):
+def _save(fig, path):
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def draw_exchange(rows, path):
     """Draw figure 1 from exchange_data's rows into the PNG file `path` (str or Path)."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.6))
+    with _style():
+        fig = _figure(figsize=(10, 4.6))
+        ax1, ax2 = fig.subplots(1, 2)
         acts = list(bn.ACTIVATIONS)
         for name, color, marker, shift in (("rank1_bilinear", "tab:blue", "o", -0.12),
                                            ("gated_mlp", "tab:red", "s", 0.12)):
@@ -584,14 +590,14 @@ def draw_exchange(rows, path):
         ax2.legend(loc="upper left", ncol=2)
         fig.suptitle("Exchange symmetry Q ↔ K: the rank-1 form keeps it for every σ, "
                      "the gated form only for a linear σ", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_inverse_scaling(rows, path):
     """Draw figure 2 from inverse_scaling_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True)
+    with _style():
+        fig = _figure(figsize=(10, 4.8))
+        axes = fig.subplots(1, 2, sharey=True)
         for ax, panel, sign in ((axes[0], "alpha>0", "α > 0"), (axes[1], "alpha<0", "α < 0")):
             for act in bn.ACTIVATIONS:
                 alpha, dev = pick(rows, panel, f"rank1_bilinear {act}")
@@ -609,15 +615,15 @@ def draw_inverse_scaling(rows, path):
         axes[1].legend(loc="center right")
         fig.suptitle("Inverse scaling: the rank-1 form keeps it for every σ; gated ReLU only "
                      "for α > 0, gated identity for every α", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_conservation(rows, path):
     """Draw figure 3 from conservation_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplot_mosaic([["a", "a", "b", "b", "c", "c", "f", "f"],
-                                      ["d", "d", "d", "d", "e", "e", "e", "e"]], figsize=(14, 8.6))
+    with _style():
+        fig = _figure(figsize=(14, 8.6))
+        ax = fig.subplot_mosaic([["a", "a", "b", "b", "c", "c", "f", "f"],
+                                 ["d", "d", "d", "d", "e", "e", "e", "e"]])
         colors = dict(zip(CONSERVATION_CASES, ("tab:blue", "tab:green", "tab:red")))
         verdict = ("conserved", "conserved", "not conserved")
         for key, case, word in zip("abc", CONSERVATION_CASES, verdict):
@@ -663,7 +669,7 @@ def draw_conservation(rows, path):
                      "by O(η²) per step.\nSwiGLU loses that one but keeps (k_j, v_j) → "
                      "(αk_j, v_j/α), so it conserves ‖k_j‖² − ‖v_j‖² (f): gating trades one "
                      "conserved quantity for another", fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity"): "black",
@@ -673,9 +679,9 @@ TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity")
 
 def draw_tied(rows, path):
     """Draw figure 4 from tied_data's rows into the PNG file `path`."""
-    plt = _pyplot()
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(9, 4.9))
+    with _style():
+        fig = _figure(figsize=(9, 4.9))
+        ax = fig.subplots()
         styles = {("rank1_bilinear", "silu"): ("-", 6), ("gated_mlp", "identity"): ("--", 3.5),
                   ("gated_mlp", "relu"): (":", 3)}
         for case in TIED_CASES:
@@ -689,15 +695,15 @@ def draw_tied(rows, path):
         ax.legend(loc="upper left")
         ax.set_title("Tied start Q = K: the rank-1 form keeps Q = K exactly (any σ), and so do\n"
                      "gated forms with σ(a) = a·σ'(a) (identity, ReLU); SwiGLU, GEGLU, GLU untie")
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 def draw_rank(rows, path):
     """Draw figure 5 from rank_data's rows into the PNG file `path`."""
-    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplot_mosaic([["a", "b"], ["c", "c"]], figsize=(10, 8.8))
+    with _style():
+        fig = _figure(figsize=(10, 8.8))
+        ax = fig.subplot_mosaic([["a", "b"], ["c", "c"]])
         for k, unit in enumerate(series_names(rows, "spectrum trained")):
             i, lam = pick(rows, "spectrum init", unit)
             ax["a"].semilogy(i, lam, ":", color=f"C{k}", lw=1.3)
@@ -745,7 +751,7 @@ def draw_rank(rows, path):
         ax["c"].legend(loc="lower left")
         fig.suptitle("Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²",
                      fontsize=13)
-        _save(plt, fig, path)
+        _save(fig, path)
 
 
 HESSIAN_COLORS = {("rank1_bilinear", "silu"): "tab:blue", ("gated_mlp", "silu"): "tab:red",
@@ -756,12 +762,9 @@ HESSIAN_LABELS = {("rank1_bilinear", "silu"): "rank-1 bilinear, SiLU",
 
 
 def draw_hessian(rows, path):
-    """Draw figure 6 from hessian_data's rows into the PNG file `path`, with matplotlib's
-    object API (matplotlib.figure.Figure, no pyplot, no global state)."""
-    from matplotlib.figure import Figure
-    import matplotlib
-    with matplotlib.rc_context(_STYLE):
-        fig = Figure(figsize=(10, 5.4))
+    """Draw figure 6 from hessian_data's rows into the PNG file `path`."""
+    with _style():
+        fig = _figure(figsize=(10, 5.4))
         ax = fig.add_subplot()
         for k, case in enumerate(HESSIAN_CASES):
             series = f"{case[0]} {case[1]}"
@@ -781,8 +784,7 @@ def draw_hessian(rows, path):
                      "units keep one each (inverse scaling, key-value rescaling),\ndouble-gated "
                      "none, ReGLU two: gating trades a conserved quantity, it does not remove one",
                      fontsize=11)
-        fig.tight_layout()
-        fig.savefig(path)
+        _save(fig, path)
 
 
 # =============================================================================

@@ -311,6 +311,12 @@ def write_csv(path, task, rows):
             writer.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()})
 
 
+def early_training_note(mode, committed):
+    """The line a run shorter than --full prints under its table."""
+    return (f"Note: this {mode} run is early training; the full run (--full) may rank the "
+            f"variants differently. Its results: {committed} and docs/results.md.")
+
+
 def default_out(mode):
     """Where a mode writes: under the current working folder, never beside the code. The
     working folder itself for --full (run from the clone's root: the committed results/
@@ -393,5 +399,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
             task.image, recon, psnr, out / "figures" / "image_reconstructions.png"))
     log(f"{task_name}: {seconds:.1f} s of training\n")
     log(markdown_table(task, rows, m_of))
+    if mode != "full":
+        log(early_training_note(mode, f"results/{task_name}.csv"))
     log("wrote " + ", ".join(str(p) for p in written))
     return rows

@@ -1,6 +1,7 @@
 """Figures of the training experiments of experiments/train.py and experiments/ablation.py:
-learning curves, the grid of image reconstructions and the 2 x 2 ablation grid (matplotlib
-with the Agg backend, imported inside; saved as PNG)."""
+learning curves, the grid of image reconstructions and the 2 x 2 ablation grid (matplotlib,
+imported inside; each drawn on a matplotlib.figure.Figure and saved as PNG, without pyplot,
+so the caller's backend and open figures are left alone and no display is needed)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _figure(**kwargs):
+    # A Figure of matplotlib's object API: pyplot never sees it, so no backend is chosen or
+    # changed and nothing needs a display; fig.savefig renders the PNG (with Agg) by itself.
+    from matplotlib.figure import Figure
+    return Figure(**kwargs)
 
 
 # Line style by family: solid = gated (symmetries broken), dashed = symmetric bilinear,
@@ -34,9 +35,10 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
         baseline: float; ylabel, title: str; path: where to save the PNG.
     Returns: the Path written.
     """
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    tab20 = plt.get_cmap("tab20").colors
+    import matplotlib
+    fig = _figure(figsize=(12, 4.8))
+    axes = fig.subplots(1, 2)
+    tab20 = matplotlib.colormaps["tab20"].colors
     colours = tab20[::2] + tab20[1::2]                         # 10 distinct, then lighter
     for ax, zoom in zip(axes, (False, True)):
         shown = [] if zoom else [baseline]
@@ -68,7 +70,6 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -80,11 +81,11 @@ def reconstruction_grid(original, reconstructions, psnr, path):
         psnr: dict variant -> PSNR (dB) of that reconstruction; path: where to save the PNG.
     Returns: the Path written.
     """
-    plt = _pyplot()
     panels = [("original", original)] + list(reconstructions.items())
     cols = min(5, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.6 * rows), squeeze=False)
+    fig = _figure(figsize=(2.2 * cols, 2.6 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
     for ax, (name, img) in zip(axes.ravel(), panels):
@@ -97,7 +98,6 @@ def reconstruction_grid(original, reconstructions, psnr, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=64, bbox_inches="tight")   # about one screen pixel per image pixel
-    plt.close(fig)
     return path
 
 
@@ -125,8 +125,8 @@ def ablation_grid(rows, cells, tasks, title, path):
         class of experiments/train.py (label, higher_is_better); title: str; path: the PNG.
     Returns: the Path written.
     """
-    plt = _pyplot()
-    fig = plt.figure(figsize=(6.8 * len(tasks), 7.6))
+    from matplotlib.lines import Line2D
+    fig = _figure(figsize=(6.8 * len(tasks), 7.6))
     subfigs = np.atleast_1d(fig.subfigures(1, len(tasks), wspace=0.04))
     ran = {(r["formulation"], r["activation"]) for r in rows}
     widest = max(sum(c[:2] in ran and c[2:] == cell for c in cells.values())
@@ -163,9 +163,9 @@ def ablation_grid(rows, cells, tasks, title, path):
                 if j == 0:
                     ax.set_ylabel(task_class.label, fontsize=8)
     acts = {act for _, act in ran}
-    handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=f"one seed, σ = {a}")
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=f"one seed, σ = {a}")
                for a, c in _ACT_COLOURS.items() if a in acts]
-    handles.append(plt.Line2D([], [], marker="_", markersize=12, color="black",
+    handles.append(Line2D([], [], marker="_", markersize=12, color="black",
                               label="mean ± std over seeds"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
                bbox_to_anchor=(0.5, -0.04))
@@ -173,5 +173,4 @@ def ablation_grid(rows, cells, tasks, title, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
     return path

@@ -173,6 +173,8 @@ def test_tiny_run_writes_the_csv_and_the_grid(tmp_path, capsys, monkeypatch):
         assert r["params"] == "32832" and math.isfinite(float(r["metric"]))
     assert ablation.read_csv(tmp_path / "results" / "ablation.csv")[0]["exchange_kept"] is True
     assert "| SwiGLU | gated_mlp | silu | broken | broken | no | 1 | 32,832 |" in out
+    assert ("Note: this quick run is early training; the full run (--full) may rank the "
+            "variants differently. Its results: results/ablation.csv") in out
     assert "| SwiGLU − double-gated-silu | exchange |" in out        # a paired difference
     assert (tmp_path / "figures" / "ablation_grid.png").stat().st_size > 10_000
 

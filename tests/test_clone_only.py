@@ -24,6 +24,7 @@ def test_the_repository_builds_no_package():
     text = (ROOT / "pytest.ini").read_text(encoding="utf-8")
     assert "not built" in text and "installed" in text
     assert "clone" in (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    assert "not installed as a package" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_gitignore_lists_what_a_build_leaves():

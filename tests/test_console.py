@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, train
+from experiments import ablation, inspect_model, train
+from safetensors_files import write_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,53 +49,45 @@ def csv_rows(path):
         return list(csv.DictReader(f))
 
 
-def test_main_job_under_an_ascii_console(tmp_path):
-    # `python bilinear_numpy.py`: verify, then both experiments in their --quick form, here
-    # with one variant, one seed and two steps of the small tasks.
+def test_main_job_and_train_under_an_ascii_console(tmp_path):
+    # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
+    # in their --quick form, here one variant, one seed, two steps of the small tasks),
+    # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
     code = SMALL_TASKS + (
         'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
         '                        "steps": {"text": 2, "image": 2}}\n'
         "import sys, bilinear_numpy\n"
-        "sys.exit(bilinear_numpy.main([]))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ascii_console(),
-                          capture_output=True, timeout=120)
+        "status = [bilinear_numpy.main(args.split()) for args in sys.argv[1:]]\n"
+        "print('exit statuses', status)\n"
+        "sys.exit(max(status))\n")
+    runs = ["", "train text --quick --steps 1 --seeds 1 --variants SwiGLU --out t",
+            "train ablation --quick --steps 1 --seeds 2 --variants ReGLU,SwiGLU --out a"]
+    proc = subprocess.run([sys.executable, "-c", code, *runs], cwd=tmp_path,
+                          env=ascii_console(), capture_output=True, timeout=120)
     out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")   # ASCII only
-    assert proc.returncode == 0, out + err
+    assert proc.returncode == 0 and "exit statuses [0, 0, 0]" in out, out + err
     assert "All checks agree with theory." in out
-    assert "mean ? std" in out and "error:" not in err          # "±" shown as "?"
-    for task in ("text", "image"):
+    assert "mean ? std" in out and "breaks ? keeps" in out       # "±", "−" shown as "?"
+    assert "error:" not in err
+    for task in ("text", "image"):                 # the main job: under runs/quick/
         rows = csv_rows(tmp_path / "runs" / "quick" / "results" / f"{task}.csv")
         assert [r["variant"] for r in rows] == ["SwiGLU"]
         assert (tmp_path / "runs" / "quick" / "figures" / f"{task}_curves.png").is_file()
+    assert [r["seed"] for r in csv_rows(tmp_path / "t" / "results" / "text.csv")] == ["0"]
+    assert len(csv_rows(tmp_path / "a" / "results" / "ablation.csv")) == 2 * 2 * 2
 
 
-@pytest.mark.parametrize("task", ["text", "ablation"])
-def test_train_under_an_ascii_console(task, tmp_path):
-    # The script itself (the text task at full size); the ablation's tables print "−" and "Δ".
-    args = ["--steps", "1", "--seeds", "1" if task == "text" else "2", "--out", str(tmp_path)]
-    if task == "text":
-        command = [sys.executable, str(ROOT / "bilinear_numpy.py"), "train", "text", "--quick",
-                   *args, "--variants", "SwiGLU"]
-    else:
-        code = SMALL_TASKS + "import sys, bilinear_numpy\nsys.exit(bilinear_numpy.main(sys.argv[1:]))"
-        command = [sys.executable, "-c", code, "train", "ablation", "--quick", *args,
-                   "--variants", "ReGLU,SwiGLU"]
-    proc = subprocess.run(command, cwd=tmp_path, env=ascii_console(), capture_output=True,
-                          timeout=120)
-    out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")
-    assert proc.returncode == 0, out + err
-    assert " ? " in out and "error:" not in err                 # "±" or "−" shown as "?"
-    name = "text" if task == "text" else "ablation"
-    assert len(csv_rows(tmp_path / "results" / f"{name}.csv")) == (1 if task == "text" else 8)
-
-
-def test_an_encoding_error_is_not_reported_as_bad_input(monkeypatch, capsys):
+@pytest.mark.parametrize("module,function,args", [
+    (train, "run_task", ["train", "text", "--quick"]),
+    (inspect_model, "run", ["inspect", "model.safetensors"])])
+def test_an_encoding_error_is_not_reported_as_bad_input(module, function, args, monkeypatch,
+                                                       capsys):
     def fails_to_print(*args, **kwargs):
         "±".encode("ascii")                        # what a print to an ASCII console raised
 
-    monkeypatch.setattr(train, "run_task", fails_to_print)
+    monkeypatch.setattr(module, function, fails_to_print)
     with pytest.raises(UnicodeEncodeError):        # a bug to see, not "error: ..." and exit 2
-        bn.main(["train", "text", "--quick"])
+        bn.main(args)
     assert "error:" not in capsys.readouterr().err
 
 
@@ -121,3 +115,19 @@ def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
                               tasks=("image",), out=tmp_path / "ablation", **quiet)
     assert len(csv_rows(tmp_path / "ablation" / "results" / "ablation.csv")) == 2
     assert (tmp_path / "ablation" / "figures" / "ablation_grid.png").is_file()
+
+
+def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path):
+    rng = np.random.default_rng(0)
+    p = "model.layers.0."
+    weights = {p + "mlp.gate_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.up_proj.weight": rng.standard_normal((3, 4)),
+               p + "mlp.down_proj.weight": rng.standard_normal((4, 3)),
+               p + "post_attention_layernorm.weight": np.ones(4)}
+    write_arrays(tmp_path / "model.safetensors", weights)
+    with pytest.raises(UnicodeEncodeError):        # the table's "‖q‖"
+        inspect_model.run(tmp_path / "model.safetensors", out_dir=tmp_path / "out", n_tokens=8,
+                          out=raise_on_non_ascii)
+    for name in ("inspect_units.csv", "inspect_layers.csv", "inspect_run.json", "inspect.png"):
+        assert (tmp_path / "out" / name).is_file(), name
+    assert len(csv_rows(tmp_path / "out" / "inspect_units.csv")) == 3

@@ -24,7 +24,6 @@ KINDS = {"python float": float, "np.float64": np.float64, "np.float32": np.float
 F32 = np.dtype(np.float32)
 
 
-
 class SmallImageTask(train.ImageTask):
     """The image task at 15 x 12 pixels, d = 8: the training paths in a fraction of a second."""
 
@@ -153,6 +152,8 @@ def text_task(num, tmp_path, monkeypatch):
 
 def run_task_and_ablation(num, tmp_path, monkeypatch):
     monkeypatch.setattr(train, "TASKS", {"image": SmallImageTask, "text": train.TextTask})
+    for name in ("learning_curves", "reconstruction_grid", "ablation_grid"):   # drawn below
+        monkeypatch.setattr(train_figures, name, lambda *args: args[-1])
     quiet = {"log": lambda line: None, "progress_stream": io.StringIO()}
     rows = train.run_task("image", mode="quick", seeds=1, steps=2, variants=["SwiGLU"],
                           lr=num(2 ** -6), out=tmp_path / "task", **quiet)
@@ -167,6 +168,14 @@ def learning_curves(num, tmp_path):
     path = train_figures.learning_curves(curves, {"SwiGLU": "gated_mlp"}, num(2.5), "metric",
                                          "title", tmp_path / "curves.png")
     return path.stat().st_size > 0
+
+
+def inspect_layer(num, tmp_path):
+    from experiments import inspect_model
+    Q, K, g = _x32((6, 4), 2), _x32((6, 4), 3), _x32((4,), 4)
+    fwd = inspect_model.forward_measures(_x32((8, 4), 1), Q, K, _x32((6, 3), 5), g,
+                                         eps=num(2 ** -20), tol=num(0.125))
+    return [fwd, inspect_model.near_linear_threshold(num(0.125))]
 
 
 # case -> the public functions (module.qualname) it covers
@@ -196,6 +205,8 @@ CASES = {
     text_task: ["experiments.train.TextTask"],
     run_task_and_ablation: ["experiments.train.run_task", "experiments.ablation.run_ablation"],
     learning_curves: ["experiments.train_figures.learning_curves"],
+    inspect_layer: ["experiments.inspect_model.forward_measures",
+                    "experiments.inspect_model.near_linear_threshold"],
 }
 
 

@@ -3,6 +3,7 @@ parameter matching, bad input, reproducibility, and tiny end-to-end runs of both
 import csv
 import io
 import math
+import re
 import sys
 import warnings
 
@@ -309,6 +310,8 @@ def test_tiny_run_writes_csv_table_and_figures(task, columns, tmp_path):
     text = "\n".join(lines)
     assert "| SwiGLU | gated_mlp | silu | 1 | 171 | 32,832 |" in text      # the Markdown table
     assert "baseline" in text and "m =  171" in text                       # matched counts
+    assert re.search(r"^Note: this quick run is early training; the full run \(--full\) may "
+                     rf"rank the variants differently\. Its results: results/{task}\.csv", text, re.M)
     assert "steps/s" in stream.getvalue() and "left" in stream.getvalue()  # progress lines
     assert (tmp_path / "figures" / f"{task}_curves.png").stat().st_size > 1000
     if task == "image":

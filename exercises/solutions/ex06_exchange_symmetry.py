@@ -22,6 +22,16 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
 # `bn.transform_params`. **Check:** `python -m exercises check 6`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.FORMULATIONS[name]` (the same object as `bn.get_formulation(name)`): `.forward(x,
+#   **params, act=act)` returns `(y, cache)`, y of shape (N, d_out); `.backward(dy, cache)`
+#   returns a dict of gradients keyed "x" and like the parameters; `.init(rng, d, m, d_out,
+#   r)` returns a dict of new parameters, {"Q": (m, d), "K": (m, d), "V": (m, d_out)} for
+#   the rank-1 forms ((m, d, r) at rank r); `.param_names` is their order.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -50,7 +60,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def exchange_deviation(forward, x, Q, K, V, act):
     """rel_error between forward(x, Q, K, V) and forward(x, K, Q, V): a float."""
-    # BEGIN SOLUTION: forward twice (keep y, its first output), then bn.rel_error
+    # BEGIN SOLUTION: the rel_error of the outputs for (Q, K) and for (K, Q): one float
     y = forward(x, Q, K, V, act)[0]
     y_swapped = forward(x, K, Q, V, act)[0]
     return bn.rel_error(y, y_swapped)
@@ -67,7 +77,7 @@ def exchange_deviation(forward, x, Q, K, V, act):
 # %%
 def sigma_ratio(act, z):
     """σ(z) / z elementwise, for z (any shape, no zero entry)."""
-    # BEGIN SOLUTION: σ is bn.ACTIVATIONS[act].f
+    # BEGIN SOLUTION: σ(z) / z, of z's shape
     return bn.ACTIVATIONS[act].f(z) / z
     # END SOLUTION
 

@@ -11,23 +11,34 @@
 #     y = h V         (N, d_out)
 #
 # Backprop walks the steps backwards. Given `dy = ∂L/∂y` (same shape as `y`), each step
-# turns the gradient of its output into the gradients of its inputs: for `y = h V`,
-# `dh = dy Vᵀ` and `dV = hᵀ dy`; for an elementwise product, multiply by the other
-# factor; for `g = σ(a)`, multiply by `σ'(a)` (`bn.ACTIVATIONS[act].df`); for `a = x Qᵀ`,
-# `dQ = daᵀ x` and `dx` gets `da Q`. `x` feeds two branches, so its gradient is a sum.
+# turns the gradient of its output into the gradients of its inputs, by four rules (stated
+# here in general; applying them to the five steps above is the exercise):
+#
+#     u = p W   (p (N, k), W (k, l))   dp = du Wᵀ,  dW = pᵀ du   (each of its tensor's shape)
+#     u = p ⊙ q (elementwise)          dp = du ⊙ q
+#     u = σ(p)                         dp = du ⊙ σ′(p)
+#     a tensor used twice              its gradient is the sum of both
 #
 # How do you know your gradient is right? Compare it with **finite differences**: for
 # `L(x) = Σ f(x) ⊙ dy`, the centred difference `(L(x + h e_i) − L(x − h e_i)) / (2h)`
 # approximates `∂L/∂x_i` with an error of order `h²` (plus rounding of order `ε/h`).
 # Always use float64 and a random `dy`: an all-ones `dy` can hide a wrong transpose.
 #
-# Read first: derivations.md, [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them),
-# [3.6 gated_mlp_backward](../../derivations.md#36-gated_mlp_backward) and
-# [7. Checking derivatives numerically](../../derivations.md#7-checking-derivatives-numerically).
+# Read first: derivations.md, [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them)
+# and [7. Checking derivatives numerically](../../derivations.md#7-checking-derivatives-numerically).
+# [3.6 gated_mlp_backward](../../derivations.md#36-gated_mlp_backward) derives this very
+# backward pass: read it after your own attempt, to compare.
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) except `bn.gated_mlp_backward` and `bn.numerical_gradient`.
 # **Check:** `python -m exercises check 9`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.gated_mlp_forward(x, Q, K, V, act)` returns `(y, cache)` (for your own tests); the
+#   checker compares your gradients with finite differences, tensor by tensor.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -55,7 +66,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def numerical_gradient(f, x, dy, h=1e-6):
     """Centred-difference gradient of sum(f(x) * dy) with respect to x; shape of x."""
-    # BEGIN SOLUTION: on a copy of x, for each i: L at x_i + h and x_i - h, restore x_i
+    # BEGIN SOLUTION: the array of ∂L/∂x_i by centred differences, of x's shape; x unchanged
     x = x.copy()                                  # never change the caller's array
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -82,7 +93,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
 def gated_mlp_backward(dy, x, Q, K, V, act="silu"):
     """Gradients of L with dL/dy = dy, for y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns a dict."""
     sigma = bn.ACTIVATIONS[act]                   # sigma.f is σ, sigma.df is σ'
-    # BEGIN SOLUTION: forward steps a, b, g, h; then dV, dh, db, da, and dQ, dK, dx (see the text)
+    # BEGIN SOLUTION: the dict {"x": dx (N, d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}
     a = x @ Q.T                                   # (N, m)
     b = x @ K.T                                   # (N, m)
     g = sigma.f(a)                                # (N, m)

@@ -24,6 +24,16 @@
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use
 # `bn.FORMULATIONS[name].forward` and `.backward` for the gradients.
 # **Check:** `python -m exercises check 11`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.FORMULATIONS[name]` (the same object as `bn.get_formulation(name)`): `.forward(x,
+#   **params, act=act)` returns `(y, cache)`, y of shape (N, d_out); `.backward(dy, cache)`
+#   returns a dict of gradients keyed "x" and like the parameters; `.init(rng, d, m, d_out,
+#   r)` returns a dict of new parameters, {"Q": (m, d), "K": (m, d), "V": (m, d_out)} for
+#   the rank-1 forms ((m, d, r) at rank r); `.param_names` is their order.
+# - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -50,7 +60,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def balance_residual(Q, K, dQ, dK):
     """<q_j, dQ_j> - <k_j, dK_j> for every unit j; returns (m,)."""
-    # BEGIN SOLUTION: elementwise products, summed over everything but the unit axis
+    # BEGIN SOLUTION: the array (m,) of ⟨q_j, dQ_j⟩ − ⟨k_j, dK_j⟩
     m = Q.shape[0]
     return np.sum((Q * dQ).reshape(m, -1), axis=1) - np.sum((K * dK).reshape(m, -1), axis=1)
     # END SOLUTION
@@ -71,7 +81,7 @@ def balance_residual(Q, K, dQ, dK):
 def train_balance(formulation, act, x, T, params, lr, steps):
     """||q_j||^2 - ||k_j||^2 before and after each gradient step; returns (steps + 1, m)."""
     form = bn.FORMULATIONS[formulation]
-    # BEGIN SOLUTION: copy params; record; loop: forward, dy = (y - T) / N, backward, update
+    # BEGIN SOLUTION: the array (steps + 1, m) of ‖q_j‖² − ‖k_j‖², before training and after each step
     params = {name: value.copy() for name, value in params.items()}
 
     def balance():

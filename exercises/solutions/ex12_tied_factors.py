@@ -19,6 +19,15 @@
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`).
 # **Check:** `python -m exercises check 12`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
+#   elementwise, of z's shape.
+# - `bn.FORMULATIONS[name]` (the same object as `bn.get_formulation(name)`): `.forward(x,
+#   **params, act=act)` returns `(y, cache)`, y of shape (N, d_out); `.backward(dy, cache)`
+#   returns a dict of gradients keyed "x" and like the parameters; `.init(rng, d, m, d_out,
+#   r)` returns a dict of new parameters, {"Q": (m, d), "K": (m, d), "V": (m, d_out)} for
+#   the rank-1 forms ((m, d, r) at rank r); `.param_names` is their order.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -44,7 +53,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def squared_relu_forward(x, K, V):
     """y = relu(x Kᵀ)² V; returns (N, d_out)."""
-    # BEGIN SOLUTION: np.maximum(z, 0) is relu(z); square it elementwise
+    # BEGIN SOLUTION: y = relu(x Kᵀ)² V, shape (N, d_out)
     return np.maximum(x @ K.T, 0) ** 2 @ V        # (N, d_out)
     # END SOLUTION
 
@@ -63,7 +72,7 @@ def squared_relu_forward(x, K, V):
 def tied_gap(formulation, act, x, T, W, V, lr, steps):
     """max |Q - K| during gradient descent from Q = K = W; returns (steps + 1,)."""
     form = bn.FORMULATIONS[formulation]
-    # BEGIN SOLUTION: copies of W, W and V; record np.max(np.abs(Q - K)) after each step
+    # BEGIN SOLUTION: the array (steps + 1,) of max|Q − K|, before training and after each step
     params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}
     gaps = [np.max(np.abs(params["Q"] - params["K"]))]
     for _ in range(steps):

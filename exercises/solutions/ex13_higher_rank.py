@@ -22,6 +22,11 @@
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.
 # **Check:** `python -m exercises check 13`.
+#
+# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# - `np.linalg.eigh(S)` on a stack of symmetric matrices (m, d, d) returns (eigenvalues (m,
+#   d) in ascending order, eigenvectors (m, d, d) as columns).
+# - `np.linalg.norm(X)`: the Frobenius norm over all entries of X.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -50,7 +55,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %%
 def eigen_factors(A):
     """(Q, K, lam) of sym(A_j), largest |lambda| first: (m, d, d), (m, d, d), (m, d)."""
-    # BEGIN SOLUTION: eigh of (A + Aᵀ)/2; sort by -|lam| along axis 1; reorder U's columns too
+    # BEGIN SOLUTION: (Q (m, d, d), K (m, d, d), lam (m, d)): the eigenpairs of sym(A_j), largest |λ| first
     lam, U = np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
     order = np.argsort(-np.abs(lam), axis=1)
     lam = np.take_along_axis(lam, order, axis=1)
@@ -73,7 +78,7 @@ def eigen_factors(A):
 # %%
 def truncation_error(A, r):
     """||sym(A) - A_r||_F / ||sym(A)||_F with A_r from the r largest |lambda| of each unit."""
-    # BEGIN SOLUTION: np.einsum("jdi,jei->jde", Q[:, :, :r], K[:, :, :r]) rebuilds A_r
+    # BEGIN SOLUTION: ‖sym(A) − A_r‖_F / ‖sym(A)‖_F over all units, A_r from the r largest |λ|: a float
     Q, K, _ = eigen_factors(A)
     A_sym = 0.5 * (A + A.transpose(0, 2, 1))
     A_r = np.einsum("jdi,jei->jde", Q[:, :, :r], K[:, :, :r])  # (m, d, d)
@@ -83,7 +88,7 @@ def truncation_error(A, r):
 
 def predicted_error(lam, r):
     """sqrt(sum of the dropped lambda^2 / sum of all lambda^2), lam (m, d) sorted by |lambda|."""
-    # BEGIN SOLUTION: lam[:, r:] are the dropped eigenvalues
+    # BEGIN SOLUTION: √(Σ dropped λ² / Σ λ²) over all units: a float
     return np.sqrt(np.sum(lam[:, r:] ** 2) / np.sum(lam ** 2))
     # END SOLUTION
 
