@@ -363,8 +363,9 @@ _RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for th
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     """Rank-1 (symmetric) bilinear: y = sigma((x Q^T) * (x K^T)) V  (* elementwise).
 
-    With act="identity" this is the "Bilinear" GLU variant (Sharkey, arXiv 2305.03452;
-    Pearce et al., arXiv 2410.08417). Exchanging Q and K changes nothing, for every sigma.
+    With act="identity" this is Shazeer's "Bilinear" GLU variant (arXiv 2002.05202), the
+    bilinear layer studied by Sharkey (arXiv 2305.03452) and Pearce et al. (arXiv
+    2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
     Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, dsigma (each (N, m)), act}.
@@ -442,8 +443,11 @@ def gated_mlp_backward(dy, cache):
 def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
 
-    Symmetric in Q and K again (exchange holds for every sigma), while inverse scaling holds
-    only for a positively homogeneous sigma: it separates what the gated MLP breaks.
+    Both factors go through sigma, so exchanging Q and K changes nothing again, for every
+    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma that scales by
+    a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would do); among the six
+    activations, identity and relu (alpha > 0). It separates the two symmetries the gated
+    MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
     Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, sigma_b,
@@ -856,8 +860,10 @@ def eigen_factors(A):
 
     Args: A, (m, d, d) float64 (or float32).
     Returns: Q, K (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns
-        ordered by decreasing |lambda_i|: the first r columns give the best rank-r
-        approximation of the symmetric part (Eckart-Young); lam (m, d), the sorted eigenvalues.
+        ordered by decreasing |lambda_i|: the first r columns give the Eckart-Young
+        truncation, the best rank-r *matrix* for the symmetric part in the Frobenius norm.
+        As a rank-r *unit* it is not the best: a unit's score can hold r positive and r
+        negative eigenvalues (best_rank_r_unit); lam (m, d), the sorted eigenvalues.
     Raises: ValueError if A is not of shape (m, d, d).
     Source: Pearce et al. (arXiv 2410.08417); derivations.md, sections 6.2 and 6.3.
     """
@@ -923,7 +929,7 @@ def equivalences(seed=0):
 # ----- Symmetries ----------------------------------------------------------------
 
 SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
-              "key_value_rescaling", "permutation")
+              "key_value_rescaling", "permutation", "parity")
 
 
 def symmetry_expected(formulation, act, symmetry):
@@ -936,8 +942,11 @@ def symmetry_expected(formulation, act, symmetry):
     key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
     A_j): always in the gated forms (k is the linear factor), else only for positively
     homogeneous sigma. permutation of units: always. double_gated_mlp (sigma on both
-    factors): exchange always; inverse_scaling_pos and key_value_rescaling for positively
-    homogeneous sigma; inverse_scaling_neg for linear sigma.
+    factors): exchange always; inverse_scaling_pos for a sigma with sigma(alpha z) =
+    c(alpha) sigma(z), which among the six activations means positively homogeneous;
+    key_value_rescaling for positively homogeneous sigma; inverse_scaling_neg for linear
+    sigma. parity (y(-x) = y(x), a property of the function, not a parameter symmetry):
+    see parity_expected.
 
     Args: formulation: key of FORMULATIONS; act: activation name or Activation;
         symmetry: one of SYMMETRIES.
@@ -954,6 +963,8 @@ def symmetry_expected(formulation, act, symmetry):
     if symmetry not in SYMMETRIES:
         raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
     gated = family == "gated"
+    if symmetry == "parity":
+        return parity_expected(formulation, act)
     if symmetry == "permutation":
         return True
     if family == "double-gated":                         # sigma on both factors
@@ -985,11 +996,14 @@ def transform_params(formulation, params, symmetry, alpha):
         one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
         for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
     Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply, params are unlike the forward's, or alpha is
+    Raises: ValueError if the symmetry does not apply (parity is not a parameter
+        transformation), params are unlike the forward's, or alpha is
         not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
+    if symmetry == "parity":
+        raise ValueError("parity changes the input (x -> -x), not the parameters")
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
     form = get_formulation(formulation)
@@ -1030,6 +1044,7 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     """rel_error between the outputs before and after a symmetry transformation.
 
     Uses per-unit factors alpha_j = geomspace(0.5, 2, m) (negated for inverse_scaling_neg).
+    For parity, the output at -x against the output at x, with the parameters unchanged.
 
     Args: formulation, act, symmetry: as in symmetry_expected; seed: int.
     Returns: float, about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
@@ -1041,6 +1056,8 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     alpha = np.geomspace(0.5, 2.0, m) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     form = get_formulation(formulation)
     y = form.forward(x, **p, act=act)[0]
+    if symmetry == "parity":                              # y(-x) against y(x)
+        return rel_error(y, form.forward(-x, **p, act=act)[0])
     y_t = form.forward(x, **transform_params(formulation, p, symmetry, alpha), act=act)[0]
     return rel_error(y, y_t)
 
@@ -1072,18 +1089,19 @@ def symmetry_table(seed=0):
 
 
 def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
-    """Per unit j: <p_j, dL/dp_j> - <q_j, dL/dq_j> for the two parameters in `pair`.
+    """Per unit j: <w_j, dL/dw_j> - <w'_j, dL/dw'_j>, where (w, w') are the two parameters
+    named in `pair` (e.g. ("Q", "K"): w_j = q_j, w'_j = k_j) and w_j is unit j's slice.
 
-    If L is invariant under (p_j, q_j) -> (alpha p_j, q_j / alpha), differentiating at
+    If L is invariant under (w_j, w'_j) -> (alpha w_j, w'_j / alpha), differentiating at
     alpha = 1 gives zero: so this is zero to rounding for ("Q", "K") exactly where the
     positive inverse-scaling symmetry holds, and for ("K", "V") (("A", "V") for
-    bilinear) where key-value rescaling holds. Under gradient flow, ||p_j||^2 - ||q_j||^2
+    bilinear) where key-value rescaling holds. Under gradient flow, ||w_j||^2 - ||w'_j||^2
     is then conserved. L = sum(y * G) with a random G.
 
     Args: formulation, a key of FORMULATIONS whose parameters include both of `pair`, with
         the unit on the leading axis; act: activation; pair: two parameter names; seed: int.
-    Returns: (residual, scale), two (m,) float64 arrays; scale = |<p_j, dp_j>| +
-        |<q_j, dq_j>|, to judge the residual against.
+    Returns: (residual, scale), two (m,) float64 arrays; scale = |<w_j, dw_j>| +
+        |<w'_j, dw'_j>|, to judge the residual against.
     Raises: ValueError if the pair is not per-unit parameters of the formulation.
     Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
@@ -1128,6 +1146,387 @@ def conservation_table(seed=0):
                              "holds": residual <= CLAIM_TOL,
                              "expected": symmetry_expected(formulation, act, symmetry)})
     return rows
+
+
+# ----- Input parity, and how many continuous symmetries each form has ------------------
+# A parameter symmetry is a set of parameter values that compute one function. The discrete
+# ones (exchange, permutation, sign flips) are above; the continuous ones are counted here
+# as a dimension, from the rank of a Jacobian (derivations.md, 4.9). Parity is not a
+# parameter symmetry at all: it is a property of the functions a form computes (4.8).
+
+def _odd_even(act):
+    # (sigma is odd, sigma is even), read off sigma on a grid: exact for the six activations
+    # (the identity is odd; none is even), and for any sigma written symmetrically.
+    z = np.linspace(0.25, 8.0, 32)
+    f_plus, f_minus = act.f(z), act.f(-z)
+    return bool(np.array_equal(f_minus, -f_plus)), bool(np.array_equal(f_minus, f_plus))
+
+
+def parity_expected(formulation, act):
+    """What theory says about input parity: is y(-x) = y(x) for every x and parameters?
+
+    The score forms (bilinear, rank_r_bilinear, rank1_bilinear) see x through a quadratic
+    form, s(-x) = s(x): even for every sigma. The key-value MLP and the global query see
+    sigma(-z): even only for an even sigma. The gated forms see sigma(-a)(-b): even only for
+    an odd sigma. The double-gated form sees sigma(-a) sigma(-b): even for an odd or an even
+    sigma. Among the six activations the identity is the only odd one and none is even.
+
+    Args: formulation: key of FORMULATIONS; act: activation name or Activation.
+    Returns: bool.
+    Raises: ValueError for an unknown name.
+    Source: derivations.md, section 4.8.
+    """
+    family = get_formulation(formulation).family          # see Formulation
+    odd, even = _odd_even(get_activation(act))
+    if family in ("full-bilinear", "symmetric"):          # sigma of a quadratic form
+        return True
+    if family in ("key-value", "static-query"):
+        return even
+    if family == "double-gated":
+        return odd or even
+    return odd                                            # gated: gated_mlp, gated_rank_r
+
+
+def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
+    """The Jacobian of the outputs on random inputs with respect to every parameter.
+
+    Row n d_out + k is d y[n, k] / d theta, from one backward pass with dy = e_(n, k) (a one
+    at token n, output k, zeros elsewhere): the module's own backward passes, nothing else.
+    theta is every parameter of the formulation, flattened in the order of param_names.
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
+        the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
+        of inputs (default: enough for the rank to be generic, see symmetry_dimension).
+    Returns: J, a float64 array (n_tokens * d_out, n_params).
+    Raises: ValueError for an unknown name or a non-positive size.
+    Source: derivations.md, section 4.9.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    n_params = form.n_params(d, m, d_out, r)
+    if n_tokens is None:     # rows >= 2 n_params; 16 n_params with a kink: a ReLU unit
+        per_param = 16 if act.kink else 2    # may be on for a small share of the tokens
+        n_tokens = max(-(-per_param * n_params // d_out), d * (d + 1) // 2) + 10
+    _check_positive(n_tokens=n_tokens)
+    rng = np.random.default_rng(seed)
+    params = form.init(rng, d, m, d_out, r)
+    x = rng.standard_normal((n_tokens, d))
+    rows = []
+    # A deliberate loop over blocks of 8 tokens (a backward pass costs in proportion to its
+    # tokens, and each block needs 8 d_out of them), then over the block's outputs.
+    for start in range(0, n_tokens, 8):
+        y, cache = form.forward(x[start:start + 8], **params, act=act)   # (B, d_out)
+        for n, k in np.ndindex(*y.shape):                 # one backward per output
+            dy = np.zeros_like(y)
+            dy[n, k] = 1.0                                # dy = e_(n, k)
+            grads = form.backward(dy, cache)
+            rows.append(np.concatenate([grads[name].ravel() for name in form.param_names]))
+    return np.array(rows)                                 # (N d_out, n_params)
+
+
+def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
+    """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
+
+    Moving the parameters along a continuous symmetry changes no output, so each symmetry
+    direction is in the null space of the Jacobian; with enough generic inputs (at least
+    8 n_params output rows, 32 n_params for ReLU, whose units are each on for only a share
+    of the inputs), the null space
+    holds nothing else. The rank is read from the singular values s_1 >= s_2 >= ... of the
+    float64 Jacobian: s_i > 1e-8 s_1 counts, and every s_i must lie outside
+    [1e-12 s_1, 1e-5 s_1], so that the rank is unambiguous.
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes (r is used by
+        the rank-r forms only); seed: int.
+    Returns: int >= 0, the dimension of the set of parameters that compute the same
+        function, near a random parameter value.
+    Raises: ValueError for an unknown name or a bad size; RuntimeError if a singular value
+        lies in the ambiguous band (then the rank is not clear).
+    Source: derivations.md, section 4.9.
+    """
+    J = output_jacobian(formulation, act, d, m, d_out, r, seed)
+    s = np.linalg.svd(J, compute_uv=False)                # descending
+    rel = s / s[0]
+    ambiguous = rel[(rel > 1e-12) & (rel < 1e-5)]
+    if ambiguous.size:
+        raise RuntimeError(f"symmetry_dimension({formulation}, {act}): singular values "
+                           f"{ambiguous} (relative to the largest) are neither clearly zero "
+                           "nor clearly not; the rank is ambiguous")
+    return J.shape[1] - int(np.sum(rel > 1e-8))
+
+
+def _score_dimension(formulation, d, r):
+    # Dimension of the set of one unit's quadratic forms x S x^T (derivations.md, 4.9 and 6.1):
+    # symmetric S with at most r positive and r negative eigenvalues: l d - l (l - 1) / 2.
+    rank = {"bilinear": d, "rank_r_bilinear": r}.get(formulation, 1)
+    ell = min(2 * rank, d)
+    return ell * d - ell * (ell - 1) // 2
+
+
+def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
+    """What theory says symmetry_dimension is (derivations.md, 4.9).
+
+    A nonlinear sigma: the units cannot mix, and each unit of `formulation` has
+    mlp: 0 (relu: 1); static_query_mlp: as mlp, plus d^2 for the whole layer (Q G, K G^-T);
+    bilinear: d(d - 1)/2, the antisymmetric part of A_j (relu: + 1);
+    rank_r_bilinear, rank1_bilinear: 2 d r - n_s, the O(r, r) freedom of the factors, with
+    n_s = l d - l(l - 1)/2, l = min(2r, d), the dimension of its scores (relu: + 1);
+    gated_mlp: 1, key-value rescaling (relu: + 1, inverse scaling);
+    double_gated_mlp: 0 (relu: 2); gated_rank_r: 1 (relu: 1 + r, inverse scaling per term).
+    The identity: y = L phi(x) with phi(x) = x (mlp, global query) or the d(d + 1)/2
+    monomials x_p x_c (every other form); L = sum_j v_j^T w_j, w_j in a cone of dimension n
+    (n = d, or n_s) of codimension c in the D features. Image: m (d_out + n - 1) -
+    m max(0, m - 1 - c): units mix once c < m - 1. Derived for m <= d_out.
+
+    Args: as symmetry_dimension (no seed).
+    Returns: int.
+    Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
+        and for the identity with m > d_out.
+    Source: derivations.md, section 4.9.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    if FORMULATIONS.get(form.name) is not form:
+        raise ValueError(f"formulation: the theory is derived for the formulations of "
+                         f"FORMULATIONS, got {form.name!r}; measure it with symmetry_dimension")
+    formulation = form.name
+    n_params = form.n_params(d, m, d_out, r)
+    global_q = d * d if formulation == "static_query_mlp" else 0
+    if act.linear:
+        if m > d_out:
+            raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
+                             f"{d_out}, got {m}")
+        linear_in_x = formulation in ("mlp", "static_query_mlp")
+        D = d if linear_in_x else d * (d + 1) // 2        # features: x, or the monomials
+        if linear_in_x:
+            n = d
+        elif formulation in ("gated_mlp", "double_gated_mlp"):
+            n = _score_dimension("rank1_bilinear", d, 1)   # = rank-1 with the identity
+        elif formulation == "gated_rank_r":
+            n = _score_dimension("rank_r_bilinear", d, r)  # = rank-r with the identity
+        else:
+            n = _score_dimension(formulation, d, r)
+        image = m * (d_out + n - 1) - m * max(0, m - 1 - (D - n))
+        return n_params - image
+    ph = int(act.positively_homogeneous)                  # relu: one more scaling
+    per_unit = {"mlp": ph, "static_query_mlp": ph,
+                "bilinear": d * (d - 1) // 2 + ph,
+                "rank_r_bilinear": 2 * d * r - _score_dimension(formulation, d, r) + ph,
+                "rank1_bilinear": 2 * d - _score_dimension(formulation, d, 1) + ph,
+                "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
+                "gated_rank_r": 1 + r * ph}[formulation]
+    return global_q + m * per_unit
+
+
+def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
+    """symmetry_dimension and its expected value for every formulation and activation,
+    at d = 5, d_out = 3, r = 2 and each m of `sizes` (default: one unit and a layer of 3).
+
+    Returns: list of dicts with keys formulation, activation, m, n_params, measured,
+        expected, holds (measured == expected).
+    Source: derivations.md, section 4.9.
+    """
+    rows = []
+    for m, _ in sizes:
+        for formulation, form in FORMULATIONS.items():
+            for act in ACTIVATIONS:
+                measured = symmetry_dimension(formulation, act, m=m, seed=seed)
+                expected = symmetry_dimension_expected(formulation, act, m=m)
+                rows.append({"formulation": formulation, "activation": act, "m": m,
+                             "n_params": form.n_params(5, m, 3, 2), "measured": measured,
+                             "expected": expected, "holds": measured == expected})
+    return rows
+
+
+# ----- The best rank-r unit: for the score matrix, and for the function ------------------
+
+
+def _sym_eigh(A):
+    # Eigenvalues (ascending) and eigenvectors (columns) of each symmetric part (A_j + A_j^T)/2.
+    A = _check_ndim("A", A, "(m, d, d)")
+    if A.shape[1] != A.shape[2]:
+        raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
+    return np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
+
+
+def _unit_from_spectrum(beta, U, r):
+    # Rank-r factors Q, K (d, r) whose score matrix is sum_i beta_i u_i^T u_i, for beta with at
+    # most r positive and r negative entries. Term rho pairs the rho-th largest positive
+    # beta = lam with the rho-th most negative beta = -mu (derivations.md, 6.4):
+    #   lam (x.u)^2 - mu (x.w)^2 = (x.(sqrt(lam) u + sqrt(mu) w)) (x.(sqrt(lam) u - sqrt(mu) w)).
+    pos = [i for i in np.argsort(-beta) if beta[i] > 0]
+    neg = [i for i in np.argsort(beta) if beta[i] < 0]
+    Q, K = np.zeros((U.shape[0], r)), np.zeros((U.shape[0], r))
+    for rho in range(max(len(pos), len(neg))):
+        plus = math.sqrt(beta[pos[rho]]) * U[:, pos[rho]] if rho < len(pos) else 0.0
+        minus = math.sqrt(-beta[neg[rho]]) * U[:, neg[rho]] if rho < len(neg) else 0.0
+        Q[:, rho], K[:, rho] = plus + minus, plus - minus
+    return Q, K
+
+
+def best_rank_r_unit(A, r):
+    """The rank-r unit whose score matrix is closest to each S_j = (A_j + A_j^T)/2 in the
+    Frobenius norm: keep the r largest positive and the r most negative eigenvalues of S_j.
+
+    A rank-r unit's score matrix has at most r positive and r negative eigenvalues, and by
+    the Hoffman-Wielandt inequality this choice is the closest such matrix; it beats the
+    Eckart-Young truncation of eigen_factors whenever S_j has eigenvalues of both signs.
+    It is the best *score matrix*, not the best function (best_rank_r_function).
+
+    Args: A (m, d, d) float; r, an int >= 1.
+    Returns: Q, K (m, d, r) float64, for rank_r_bilinear_forward (unused columns are zero).
+    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
+    Source: derivations.md, section 6.4.
+    """
+    _check_positive(r=r)
+    lam, U = _sym_eigh(A)                                 # (m, d) ascending, (m, d, d)
+    Q, K = np.zeros(A.shape[:2] + (r,)), np.zeros(A.shape[:2] + (r,))
+    for j in range(A.shape[0]):
+        beta = np.zeros_like(lam[j])
+        beta[-r:] = np.maximum(lam[j][-r:], 0)            # the r largest, if positive
+        beta[:r] = np.minimum(lam[j][:r], 0)              # the r smallest, if negative
+        Q[j], K[j] = _unit_from_spectrum(beta, U[j], r)
+    return Q, K
+
+
+def function_error(S, B):
+    """E[(x (S - B) x^T)^2] for x ~ N(0, I): the mean squared error of one score B against
+    another S, = 2 ||S - B||_F^2 + (tr(S - B))^2 for symmetric S and B (derivations.md, 6.4).
+
+    Args: S, B: (d, d) float arrays (only their symmetric parts count).
+    Returns: float.
+    Raises: ValueError if the shapes differ or are not square.
+    Source: Isserlis' theorem: E[x_a x_b x_c x_e] = d_ab d_ce + d_ac d_be + d_ae d_bc.
+    """
+    S, B = _as_float("S", S), _as_float("B", B)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or B.shape != S.shape:
+        raise ValueError(f"S, B: expected two (d, d) arrays, got {S.shape} and {B.shape}")
+    M = 0.5 * (S - B + (S - B).T)                         # symmetric part of S - B
+    return float(2 * np.sum(M * M) + np.trace(M) ** 2)
+
+
+def best_rank_r_function(A, r):
+    """The rank-r unit whose score x B x^T is closest to x A_j x^T as a function: the least
+    E[(x (S_j - B) x^T)^2] for x ~ N(0, I), S_j = (A_j + A_j^T)/2.
+
+    The error is 2 ||S_j - B||_F^2 + (tr(S_j - B))^2 (function_error). B can share S_j's
+    eigenvectors (the trace term sees eigenvalues only), so B = sum_i beta_i u_i^T u_i with at
+    most r positive and r negative beta_i. On a support F of s non-zero beta_i the error is
+    least for beta_i = lam_i + T / (2 + s), T the sum of the lam_i outside F; a deliberate
+    enumeration of the supports (2^d of them: small d only) keeps the best whose beta has at
+    most r entries of each sign.
+
+    Args: A (m, d, d) float; r, an int >= 1.
+    Returns: Q, K (m, d, r) float64 (unused columns are zero).
+    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
+    Source: derivations.md, section 6.4.
+    """
+    _check_positive(r=r)
+    lam, U = _sym_eigh(A)
+    m, d = lam.shape
+    Q, K = np.zeros((m, d, r)), np.zeros((m, d, r))
+    for j in range(m):
+        best, best_beta = math.inf, np.zeros(d)
+        for s in range(min(2 * r, d) + 1):
+            for support in itertools.combinations(range(d), s):
+                support = list(support)
+                beta = np.zeros(d)
+                outside = lam[j].sum() - lam[j][support].sum()          # T
+                beta[support] = lam[j][support] + outside / (2 + s)
+                if np.sum(beta > 0) > r or np.sum(beta < 0) > r:
+                    continue                              # not a rank-r unit's score
+                err = 2 * np.sum((lam[j] - beta) ** 2) + np.sum(lam[j] - beta) ** 2
+                if err < best:
+                    best, best_beta = err, beta
+        Q[j], K[j] = _unit_from_spectrum(best_beta, U[j], r)
+    return Q, K
+
+
+# ----- The same count in the loss landscape: zero modes of the Hessian at a minimum ------
+
+
+def _flat_loss_grad(form, act, x, target, names, shapes):
+    # theta (flat) -> (loss, flat gradient) of L = mean((y - target)^2), by the module's
+    # forward, mse and backward passes.
+    sizes = [math.prod(shapes[n]) for n in names]
+
+    def loss_grad(theta):
+        parts = np.split(theta, np.cumsum(sizes)[:-1])
+        params = {n: part.reshape(shapes[n]) for n, part in zip(names, parts)}
+        y, cache = form.forward(x, **params, act=act)
+        loss, loss_cache = mse_forward(y, target)
+        grads = form.backward(mse_backward(1.0, loss_cache), cache)
+        return loss, np.concatenate([grads[n].ravel() for n in names])
+    return loss_grad
+
+
+def _hessian(grad, theta, step):
+    # Central differences of the gradient, column by column, then symmetrised:
+    # H[:, i] = (g(theta + step e_i) - g(theta - step e_i)) / (2 step).
+    H = np.empty((theta.size, theta.size))
+    for i in range(theta.size):                          # a deliberate loop over coordinates
+        e = np.zeros_like(theta)
+        e[i] = step
+        H[:, i] = (grad(theta + e) - grad(theta - e)) / (2 * step)
+    return 0.5 * (H + H.T)
+
+
+def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, noise=0.1,
+                       seed=0, step=1e-5, max_iter=100, kink_margin=0.25):
+    """Eigenvalues of the Hessian of a small regression loss at a minimum.
+
+    Data: x ~ N(0, I) (n_tokens, d); targets = a teacher of the same formulation (random
+    parameters) plus Gaussian noise of standard deviation `noise`, so the student cannot fit
+    exactly and its minimum is isolated up to the symmetries. With a kink (relu), inputs
+    whose teacher puts an argument of sigma within kink_margin of 0 are redrawn, so that
+    near the minimum no argument crosses the kink and the loss is smooth there. The student starts at the
+    teacher and moves by damped Newton steps (Hessian by central differences of the
+    module's own gradients, eigen-directions with |lambda| < 1e-9 max |lambda| left alone,
+    |lambda| used where lambda < 0) until the gradient is below 1e-12. At a minimum every
+    continuous symmetry is a flat direction, so the Hessian has symmetry_dimension zero
+    eigenvalues, and generically no others (derivations.md, 5.8).
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; n_tokens: int;
+        noise: float >= 0; seed: int; step: the finite-difference step; max_iter: Newton steps.
+    Returns: dict with "eigenvalues" (P,) float64 ascending, "grad_norm" (float, at the end),
+        "loss" (float), "iterations" (int).
+    Raises: ValueError for an unknown name or a bad size; RuntimeError if the gradient does
+        not fall below 1e-9 (no minimum found).
+    Source: derivations.md, section 5.8.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    rng = np.random.default_rng(seed)
+    names, shapes = form.param_names, form.param_shapes(d, m, d_out, r)
+    teacher = form.init(rng, d, m, d_out, r)
+    x = rng.standard_normal((n_tokens, d))
+    for _ in range(1000):                                 # redraw the inputs near the kink
+        cache = form.forward(x, **teacher, act=act)[1]
+        z = np.concatenate([cache[k].reshape(n_tokens, -1) for k in form.sigma_args], axis=1)
+        near = np.any(np.abs(z) < kink_margin, axis=1) if act.kink else np.zeros(n_tokens, bool)
+        if not near.any():
+            break
+        x[near] = rng.standard_normal((int(near.sum()), d))
+    target = form.forward(x, **teacher, act=act)[0] + noise * rng.standard_normal((n_tokens, d_out))
+    loss_grad = _flat_loss_grad(form, act, x, target, names, shapes)
+    grad = lambda theta: loss_grad(theta)[1]              # noqa: E731 (a one-line view)
+    theta = np.concatenate([teacher[n].ravel() for n in names])
+    for iteration in range(1, max_iter + 1):
+        loss, g = loss_grad(theta)
+        if np.linalg.norm(g) < 1e-12:
+            break
+        lam, U = np.linalg.eigh(_hessian(grad, theta, step))
+        keep = np.abs(lam) > 1e-9 * np.abs(lam).max()    # leave the flat directions alone
+        coeff = (U.T @ g)[keep] / np.abs(lam[keep])       # Newton (saddle-free) in the others
+        move = U[:, keep] @ coeff
+        for _ in range(30):                               # halve the step until the loss falls
+            if loss_grad(theta - move)[0] <= loss:
+                break
+            move = move / 2
+        theta = theta - move
+    loss, g = loss_grad(theta)
+    if np.linalg.norm(g) > 1e-9:
+        raise RuntimeError(f"hessian_at_minimum: gradient {np.linalg.norm(g):.1e} after "
+                           f"{max_iter} Newton steps; no minimum found")
+    eigenvalues = np.linalg.eigvalsh(_hessian(grad, theta, step))
+    return {"eigenvalues": eigenvalues, "grad_norm": float(np.linalg.norm(g)), "loss": loss,
+            "iterations": iteration}
 
 
 # =============================================================================
@@ -1845,7 +2244,11 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
+    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str.
+    A Formulation itself is returned as it is (an experiment's own variant, such as the
+    rank-1 form with a constant input coordinate of experiments/ablation.py)."""
+    if isinstance(name, Formulation):
+        return name
     if not isinstance(name, str):
         raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
     if name not in FORMULATIONS:
@@ -2012,8 +2415,9 @@ def _checked_dy_and_cache(dy, cache, forward, *keys):
 def verification_report(seed=0, out=print):
     """Print every check of the paper's claims; return the number of disagreements.
 
-    Sections: equivalences; the symmetry table; the gradient check of every formulation
-    x activation on x of shape (2, 3, 4); the conservation identity.
+    Sections: equivalences; the symmetry table (with input parity); the gradient check of
+    every formulation x activation on x of shape (2, 3, 4); the conservation identity; the
+    number of continuous symmetries, one unit and a layer of 3.
 
     Args: seed: int for every random draw; out: function that prints one line.
     Returns: int, the number of checks that disagree with theory (0 when all agree).
@@ -2032,7 +2436,7 @@ def verification_report(seed=0, out=print):
     acts = list(ACTIVATIONS)
     labels = {"exchange": "exchange Q<->K", "inverse_scaling_pos": "(aQ, K/a), a>0",
               "inverse_scaling_neg": "(aQ, K/a), a<0", "key_value_rescaling": "(ak, v/a), a>0",
-              "permutation": "permutation"}
+              "permutation": "permutation", "parity": "y(-x) = y(x)"}
     out(f"   {'formulation':<17}{'symmetry':<16}" + "".join(f"{a:>13}" for a in acts))
     for formulation in FORMULATIONS:
         for symmetry in SYMMETRIES:
@@ -2047,7 +2451,8 @@ def verification_report(seed=0, out=print):
                 failures += r["holds"] != r["expected"]
                 text += f"{('kept' if r['holds'] else 'broken') + flag:>7} {r['deviation']:5.0e}"
             out(f"   {formulation:<17}{labels[symmetry]:<16}{text}")
-    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j)")
+    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j; y(-x) = y(x)")
+    out("   is input parity, a property of the functions, not a change of parameters: derivations.md, 4.8)")
 
     out("\n3. Gradient check (float64, x of shape (2, 3, 4), worst relative error, tol 1e-7)")
     out(f"   {'formulation':<17}" + "".join(f"{a:>11}" for a in acts))
@@ -2057,7 +2462,7 @@ def verification_report(seed=0, out=print):
         out(f"   {formulation:<17}" + "".join(
             f"{rep.worst:>10.1e}{'' if rep.passed else '!'}" for rep in reports))
 
-    out("\n4. Conservation: max_j |<p_j, dL/dp_j> - <q_j, dL/dq_j>| / scale (0 <=> symmetry)")
+    out("\n4. Conservation, pair (w, w'): max_j |<w_j, dL/dw_j> - <w'_j, dL/dw'_j>| / scale (0 <=> symmetry)")
     for row in conservation_table(seed):
         failures += row["holds"] != row["expected"]
         if row["activation"] in ("relu", "silu"):
@@ -2065,6 +2470,21 @@ def verification_report(seed=0, out=print):
             out(f"   {row['formulation']:<17} {row['activation']:<9} ({row['pair']}) "
                 f"{row['residual']:9.1e}  {word:<14}{'' if row['holds'] == row['expected'] else 'DISAGREES'}")
     out("   (every activation is checked; relu and silu are shown)")
+
+    out("\n5. Continuous symmetries: n_params - rank of the output Jacobian (d = 5, d_out = 3, r = 2),")
+    out("   measured / theory ('!' = disagrees; derivations.md, 4.9)")
+    rows = symmetry_dimension_table(seed)
+    out(f"   {'formulation':<17}{'m':>2}" + "".join(f"{a:>10}" for a in acts))
+    for m in (1, 3):
+        for formulation in FORMULATIONS:
+            cells = {r["activation"]: r for r in rows if r["formulation"] == formulation and r["m"] == m}
+            failures += sum(not r["holds"] for r in cells.values())
+            out(f"   {formulation:<17}{m:>2}" + "".join(
+                f"{str(cells[a]['measured']) + '/' + str(cells[a]['expected']) + ('' if cells[a]['holds'] else '!'):>10}"
+                for a in acts))
+    out("   A smooth gated unit keeps one continuous symmetry, (k, v) -> (a k, v / a), and one")
+    out("   conserved quantity, as the rank-1 unit does with (q, k) -> (a q, k / a): gating trades")
+    out("   ||q_j||^2 - ||k_j||^2 for ||k_j||^2 - ||v_j||^2. It loses exchange and input parity.")
 
     out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
     out("Pictures of these results: figures/*.png; make them with `python bilinear_numpy.py figures`.")
