@@ -1942,7 +1942,10 @@ def _value_and_slope_blocked(act, z):
 
 def _gate_blocked(act, a, b):
     # The gated step, block by block: (sigma(a), h = sigma(a) * b, b * sigma'(a)).
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df), lambda z: (act.f(z), act.df(z)))
+    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
+    if value_and_slope is None:                   # identity, relu: one step each, no blocks
+        sigma_a = act.f(a)
+        return sigma_a, sigma_a * b, act.df(a) * b
     sigma_a, h, b_dsigma = (np.empty_like(a) for _ in range(3))
     for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
         sigma_a[rows], dsigma = value_and_slope(a[rows])
