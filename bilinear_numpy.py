@@ -4,36 +4,31 @@ A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Biline
 Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
 1. Activations          sigma and sigma', one or two lines each, accurate in both tails.
-2. Formulations         one plain forward/backward pair per formulation (CS231n style):
-                        each line one step of derivations.md sections 2 and 3, its shape
-                        beside it. Numbered (1)-(7) by this project, not by the paper.
+2. Formulations         the plain pairs NAME_forward / NAME_backward (CS231n style), the
+                        ones to read and call: each line one step of derivations.md
+                        sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
+                        project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, the conservation identity.
 5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
-6. Fast paths           the same pairs written for speed (blocked activations, token
-                        blocks, rank-r layouts). FORMULATIONS[name].forward / .backward
-                        run these; tests/test_fast_paths.py proves they equal the plain pairs.
+6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
+                        them (training, figures, ablation, benchmark); a cache goes back
+                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
 7. Plumbing             input checks, cache freezing, cache checks.
 8. Command line         `python bilinear_numpy.py [verify | figures | train | bench]`.
-
-Which is which: the public NAME_forward / NAME_backward (mlp_forward, gated_mlp_backward,
-...) are the plain pairs of section 2, the ones to read and call. FORMULATIONS[NAME]
-runs the fast pair of section 6 (training, figures, ablation and benchmark use it). A
-cache from one path is read by its own path's backward.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
 shape (m, d_out); A has shape (m, d, d). a = x Q^T and b = x K^T are the two projections,
 s the score of a bilinear unit, h the hidden layer, y the output. Gradients are dx, dQ, ...
 
-Input checks, the same for every pair (section 7 does them): x, the parameters and the
-upstream gradient dy are float32 or float64 arrays of one dtype (TypeError otherwise);
-their shapes agree, or a ValueError names the tensor that disagrees with the others
-("Q: expected shape (m, d) = (3, 4), got (4, 3)"); nothing is broadcast; act is a name in
-ACTIVATIONS or an Activation (ValueError / TypeError otherwise). Outputs keep x's dtype.
-A forward keeps private, read-only copies in its cache, so nothing done later to x or the
-parameters changes the gradients; a backward refuses a cache from another forward. Inputs
-are never modified. The parameter gradients are summed over every leading axis of x.
+Input checks, one set of rules for every pair (section 7): x, the parameters and dy are
+float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
+agree, or a ValueError names the tensor that disagrees ("Q: expected shape (m, d) =
+(3, 4), got (4, 3)"); nothing is broadcast; act is a name in ACTIVATIONS or an Activation
+(ValueError / TypeError). A cache holds private read-only copies (later edits of x or the
+parameters change no gradient); a backward refuses another forward's cache. Inputs are
+never modified. Parameter gradients are summed over every leading axis of x.
 """
 
 from __future__ import annotations
@@ -67,28 +62,26 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # =============================================================================
 # 1. Activations
 # =============================================================================
-# Accuracy (tests/test_activation_tails.py, against tests/data/activation_values.csv):
-# f and df within 4 ulp of the true value in float32 and float64, for every finite z,
-# except where the true value is 0 or near a zero of df (silu, gelu and gelu_tanh: there
-# the error is at most a few eps absolute) and exact GELU in float64 for |z| > 3: rounding
-# z / sqrt 2 moves erfc's argument by eps/2 relative, which moves Phi by z^2 eps / 2
-# relative (about 1e-13 at z = -30). No overflow, no NaN, no warning for any finite z.
+# Accuracy in units in the last place (ulp) of the true value, float32 and float64, any
+# finite z (tests/test_activation_tails.py, against a 40-digit table in tests/data/):
+# identity, relu exact; sigmoid, silu 4 ulp in both tails (e^-|z| / (1 + e^-|z|) never
+# cancels). A slope that is a sum (silu, gelu, gelu_tanh) loses kappa = (sum of |terms|) /
+# |sigma'| near its zero: 4 kappa ulp. A rounded argument (exact GELU's z / sqrt 2 in
+# float64, tanh-GELU's 2u) turns eps/2 into kappa_f eps/2 relative in f, kappa_f = |z f'/f|:
+# z^2 eps / 2 for exact GELU far out (1e-13 at z = -30), so no few-ulp bound there without
+# more precision. Below the normal range: the smallest normal number, absolute. No
+# overflow, NaN or warning for any finite z.
 
 
 @dataclass(frozen=True)
 class Activation:
     """An elementwise activation sigma with its derivative.
 
-    Attributes:
-        name: key in ACTIVATIONS.
-        f: z -> sigma(z), elementwise; same shape and dtype (float32 or float64) as z.
-        df: z -> sigma'(z), elementwise; same shape and dtype as z.
-        linear: True if sigma(z) = c * z for a constant c (only `identity` here).
-        positively_homogeneous: True if sigma(alpha z) = alpha sigma(z) for every alpha > 0.
-        kink: True if sigma' jumps somewhere (relu at 0): gradcheck keeps its probes away.
-
-    Source: Breslow (arXiv 2606.22172), "symmetries" (which sigma keeps which symmetry);
-    derivations.md, section 3.10.
+    Attributes: name (key in ACTIVATIONS); f, df: z -> sigma(z), sigma'(z), elementwise,
+    z's shape and dtype (float32 or float64); linear: sigma(z) = c z (identity only);
+    positively_homogeneous: sigma(alpha z) = alpha sigma(z) for alpha > 0 (identity, relu);
+    kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away.
+    Source: Breslow (arXiv 2606.22172), the symmetries; derivations.md, section 3.10.
     """
 
     name: str
@@ -121,12 +114,12 @@ def _relu_grad(z):
 
 def _sigmoid(z):
     e = np.exp(-np.abs(z))                        # e^-|z| in (0, 1]: never overflows
-    return np.where(z >= 0, 1, e) / (1 + e)       # 1/(1 + e^-z) for z >= 0, e^z/(1 + e^z) below
+    return np.where(z >= 0, 1, e) * (1 / (1 + e))   # 1/(1+e^-z) (z >= 0); e^z/(1+e^z) (z < 0)
 
 
 def _sigmoid_grad(z):
     e = np.exp(-np.abs(z))
-    return e / ((1 + e) * (1 + e))                # sigma(z) sigma(-z), even in z: no 1 - s
+    return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigma(z) sigma(-z)
 
 
 def _silu(z):
@@ -169,7 +162,7 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigma(2u) is exactly 0 or 1 beyond; z^3 finite
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z (1 + tanh u)/2 = z sigma(2u)
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z(1+tanh u)/2 = z sigma(2u)
 
 
 def _gelu_tanh_grad(z):
@@ -190,10 +183,8 @@ ACTIVATIONS: dict[str, Activation] = {
 
 
 def get_activation(act: str | Activation) -> Activation:
-    """Return the Activation for a name in ACTIVATIONS (or an Activation itself).
+    """The Activation for act, a name in ACTIVATIONS (or an Activation, returned as it is).
 
-    Args: act, a str (one of ACTIVATIONS' keys) or an Activation.
-    Returns: Activation.
     Raises: ValueError for an unknown name (the message lists the valid names);
         TypeError if act is neither a str nor an Activation.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202).
@@ -210,50 +201,46 @@ def get_activation(act: str | Activation) -> Activation:
 # =============================================================================
 # 2. Formulations: plain forward/backward pairs
 # =============================================================================
-# Each forward starts with _checked_copies (section 7): shapes checked with the wrong
-# tensor named, one float dtype; X is a private (N, d) copy of x's rows, p private copies
-# of the parameters. Each ends with _output_and_frozen_cache: y back to (..., d_out), the
-# cache made read-only. Each backward starts with _checked_dy_and_cache: dy like y, the
-# cache from the right forward; dY is dy as (N, d_out) rows.
+# Each forward starts with _checked_copies (section 7): shapes checked, the wrong tensor
+# named, one float dtype; X a private (N, d) copy of x's rows, p private copies of the
+# parameters; it ends with _output_and_frozen_cache: y as (..., d_out), the cache made
+# read-only. Each backward starts with _checked_dy_and_cache: dy like y, the cache from
+# the right forward, dY = dy as (N, d_out) rows.
 
 
 # ----- (1) key-value memory MLP ---------------------------------------------
-
-
 def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
-    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one
-        float dtype. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), K, V, z (N, m), h (N, m), act}.
+    Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
+    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, dsigma = sigma'(z) (each (N, m)), act}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
     """
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
     z = X @ p["K"].T                              # (N, m)       z = x K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h)
+    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
+                                    dsigma=dsigma)
 
 
 def mlp_backward(dy, cache):
-    """Backward of mlp_forward (derivations.md, section 3.1).
-
-    Args: dy (..., d_out), in y's dtype; cache from mlp_forward.
-    Returns: {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
-    dY, X, K, V, z, h, act = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "z", "h", "act")
+    """Backward of mlp_forward (derivations.md, section 3.1): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}."""
+    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                   "X", "K", "V", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * act.df(z)                           # (N, m)       R2 on h = sigma(z)
+    dz = dh * dsigma                              # (N, m)       R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
 
 
 # ----- (2) static global query ----------------------------------------------
+_STATIC_QUERY_AXES = {"Q": "d d", "K": "m d", "V": "m d_out"}   # the axes, for the checks
 
 
 def static_query_mlp_forward(x, Q, K, V, act="relu"):
@@ -262,31 +249,26 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z (N, m), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z, h, dsigma (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
-                              {"Q": "d d", "K": "m d", "V": "m d_out"})
+    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
     xQ = X @ p["Q"]                               # (N, d)       the query x Q
     z = xQ @ p["K"].T                             # (N, m)       z = x Q K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
-                                    xQ=xQ, z=z, h=h)
+                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
 
 
 def static_query_mlp_backward(dy, cache):
-    """Backward of static_query_mlp_forward (derivations.md, section 3.2).
-
-    Args: dy (..., d_out), y's dtype; cache from static_query_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, xQ, z, h, act = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "z", "h", "act")
+    """Backward of static_query_mlp_forward (derivations.md, section 3.2): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * act.df(z)                   # (N, m)       R1, then R2
+    dz = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
@@ -295,17 +277,14 @@ def static_query_mlp_backward(dy, cache):
 
 
 # ----- (3) full bilinear attention ------------------------------------------
-
-
 def bilinear_forward(x, A, V, act="identity"):
     """Full bilinear attention: y = sum_j sigma(s_j) v_j, s_j = x A_j x^T.
 
     Query x Q_j and key x K_j with A_j = Q_j K_j^T; s_j = <x^T x, A_j> is one matrix
     product of the flattened outer products x^T x with the flattened A_j.
 
-    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float
-        dtype. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), A, V, s (N, m), h (N, m), act}.
+    Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
+    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, dsigma = sigma'(s) (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
     act = get_activation(act)
@@ -313,22 +292,20 @@ def bilinear_forward(x, A, V, act="identity"):
     (N, d), m = X.shape, p["A"].shape[0]
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
     s = xx @ p["A"].reshape(m, d * d).T           # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h)
+    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
+                                    dsigma=dsigma)
 
 
 def bilinear_backward(dy, cache):
-    """Backward of bilinear_forward (derivations.md, section 3.3).
-
-    Args: dy (..., d_out), y's dtype; cache from bilinear_forward.
-    Returns: {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}.
-    """
-    dY, X, A, V, s, h, act = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "s", "h", "act")
+    """Backward of bilinear_forward (derivations.md, section 3.3): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}."""
+    dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                   "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
     dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
@@ -338,8 +315,6 @@ def bilinear_backward(dy, cache):
 
 
 # ----- (4) rank-r bilinear ----------------------------------------------------
-
-
 _RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for the checks
 
 
@@ -349,8 +324,8 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     Full bilinear attention with A_j = Q_j K_j^T of rank at most r.
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
-        one float dtype. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s (N, m), h (N, m), act}.
+        one float dtype.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, dsigma (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
     """
@@ -359,22 +334,19 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  queries x Q_j
     b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  keys    x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h)
+                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
 
 
 def rank_r_bilinear_backward(dy, cache):
-    """Backward of rank_r_bilinear_forward (derivations.md, section 3.4).
-
-    Args: dy (..., d_out), y's dtype; cache from rank_r_bilinear_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    """Backward of rank_r_bilinear_forward (derivations.md, section 3.4): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
     db = ds[:, :, None] * a                       # (N, m, r)
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
@@ -385,20 +357,18 @@ def rank_r_bilinear_backward(dy, cache):
 
 
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
-
-
 _RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for the checks
 
 
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     """Rank-1 (symmetric) bilinear: y = sigma((x Q^T) * (x K^T)) V  (* elementwise).
 
-    With act="identity" this is the "Bilinear" GLU variant (Sharkey, arXiv 2305.03452;
-    Pearce et al., arXiv 2410.08417). Exchanging Q and K changes nothing, for every sigma.
+    With act="identity" this is Shazeer's "Bilinear" GLU variant (arXiv 2002.05202), the
+    bilinear layer studied by Sharkey (arXiv 2305.03452) and Pearce et al. (arXiv
+    2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
-    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float
-        dtype. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h (each (N, m)), act}.
+    Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, dsigma (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
     act = get_activation(act)
@@ -406,22 +376,19 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (queries)
     b = X @ p["K"].T                              # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
-    h = act.f(s)                                  # (N, m)       h = sigma(a * b)
+    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(a * b); sigma'(s) kept
     y = h @ p["V"]                                # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h)
+                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
 
 
 def rank1_bilinear_backward(dy, cache):
-    """Backward of rank1_bilinear_forward (derivations.md, section 3.5).
-
-    Args: dy (..., d_out), y's dtype; cache from rank1_bilinear_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, a, b, s, h, act = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "s", "h", "act")
+    """Backward of rank1_bilinear_forward (derivations.md, section 3.5): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * act.df(s)                   # (N, m)       R1, then R2
+    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
     da = ds * b                                   # (N, m)       R3 on s = a * b
     db = ds * a                                   # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
@@ -431,8 +398,6 @@ def rank1_bilinear_backward(dy, cache):
 
 
 # ----- (6) gated MLP: the GLU family -----------------------------------------
-
-
 def gated_mlp_forward(x, Q, K, V, act="silu"):
     """Gated MLP (GLU family): y = (sigma(x Q^T) * (x K^T)) V  (* elementwise).
 
@@ -442,8 +407,9 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     projection (w2, down_proj).
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
-        V (m, d_out); one float dtype. act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+        V (m, d_out); one float dtype.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, h (each
+        (N, m)), act}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
@@ -451,23 +417,22 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (gate)
     b = X @ p["K"].T                              # (N, m)       b = x K^T  (linear)
-    h = act.f(a) * b                              # (N, m)       h = sigma(a) * b
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
+    h = sigma_a * b                               # (N, m)       h = sigma(a) * b
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b, h=h)
+    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
 
 
 def gated_mlp_backward(dy, cache):
-    """Backward of gated_mlp_forward (derivations.md, section 3.6).
-
-    Args: dy (..., d_out), y's dtype; cache from gated_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    """Backward of gated_mlp_forward (derivations.md, section 3.6): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * b * act.df(a)                       # (N, m)       R3, then R2
-    db = dh * act.f(a)                            # (N, m)       R3
+    da = dh * b * dsigma_a                        # (N, m)       R3, then R2
+    db = dh * sigma_a                             # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -475,18 +440,18 @@ def gated_mlp_backward(dy, cache):
 
 
 # ----- (6b) double-gated MLP (this project's ablation form) --------------------
-
-
 def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
 
     Both factors go through sigma, so exchanging Q and K changes nothing again, for every
-    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a positively
-    homogeneous sigma (alpha > 0). It separates the two symmetries the gated MLP breaks.
+    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma that scales by
+    a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would do); among the six
+    activations, identity and relu (alpha > 0). It separates the two symmetries the gated
+    MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, sigma_b,
+        dsigma_b, h (each (N, m)), act}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
     """
@@ -494,24 +459,25 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
     a = X @ p["Q"].T                              # (N, m)       a = x Q^T
     b = X @ p["K"].T                              # (N, m)       b = x K^T
-    h = act.f(a) * act.f(b)                       # (N, m)       h = sigma(a) * sigma(b)
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
+    sigma_b, dsigma_b = act.value_and_grad(b)     # (N, m)       sigma(b), sigma'(b)
+    h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, h=h)
+    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, sigma_b=sigma_b,
+                                    dsigma_b=dsigma_b, h=h)
 
 
 def double_gated_mlp_backward(dy, cache):
-    """Backward of double_gated_mlp_forward (derivations.md, section 3.8).
-
-    Args: dy (..., d_out), y's dtype; cache from double_gated_mlp_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    """Backward of double_gated_mlp_forward (derivations.md, section 3.8): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, sigma_a, dsigma_a, sigma_b, dsigma_b, h = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "dsigma_a",
+        "sigma_b", "dsigma_b", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)
-    da = dh * act.df(a) * act.f(b)                # (N, m)       R3, then R2
-    db = dh * act.f(a) * act.df(b)                # (N, m)       R3, then R2
+    da = dh * dsigma_a * sigma_b                  # (N, m)       R3, then R2
+    db = dh * sigma_a * dsigma_b                  # (N, m)       R3, then R2
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -519,16 +485,14 @@ def double_gated_mlp_backward(dy, cache):
 
 
 # ----- (7) gated rank-r (this project's generalization) -----------------------
-
-
 def gated_rank_r_forward(x, Q, K, V, act="silu"):
     """Gated rank-r: y = sum_j (sum_rho sigma(x . Q[j,:,rho]) (x . K[j,:,rho])) v_j.
 
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-        act: a name in ACTIVATIONS, or an Activation.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), h (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a (N, m, r), h (N, m),
+        act}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
     """
@@ -536,24 +500,22 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
     a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  gates x Q_j
     b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  linear parts x K_j
-    h = np.einsum("nmr,nmr->nm", act.f(a), b)     # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
+    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m, r)    sigma(a), sigma'(a)
+    h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
     y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, h=h)
+    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p, a=a, b=b,
+                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
 
 
 def gated_rank_r_backward(dy, cache):
-    """Backward of gated_rank_r_forward (derivations.md, section 3.7).
-
-    Args: dy (..., d_out), y's dtype; cache from gated_rank_r_forward.
-    Returns: {"x": dx (..., d), "Q": dQ (m, d, r), "K": dK (m, d, r), "V": dV (m, d_out)}.
-    """
-    dY, X, Q, K, V, a, b, h, act = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "a", "b", "h", "act")
+    """Backward of gated_rank_r_forward (derivations.md, section 3.7): dy (..., d_out),
+    in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
+    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
-    da = dh * b * act.df(a)                       # (N, m, r)    R3, then R2
-    db = dh * act.f(a)                            # (N, m, r)    R3
+    da = dh * b * dsigma_a                        # (N, m, r)    R3, then R2
+    db = dh * sigma_a                             # (N, m, r)    R3
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
     dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
     dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
@@ -731,7 +693,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
         y, cache = form.forward(x, **params, act=act)
-        if not act.kink or min(np.min(np.abs(cache[k])) for k in form.sigma_args) > kink_margin:
+        if not act.kink or all(np.min(np.abs(cache[k])) > kink_margin for k in form.sigma_args):
             break
     else:
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
@@ -750,6 +712,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
                                  tuple(int(i) for i in worst),
                                  rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
+
 
 # =============================================================================
 # 4. The paper's claims, as functions that return measured numbers
@@ -772,14 +735,12 @@ def _max_over_activations(compare, acts=None):
 
 
 # ----- Equivalences ------------------------------------------------------------
-
-
+# Each equiv_* returns the rel_error of the two outputs (the largest over all activations
+# where it says "for every sigma"): about 1e-16 when the equivalence holds.
 def equiv_rank1_as_bilinear(seed=0):
     """rank1_bilinear(Q, K, V) = bilinear(A, V) with A_j = q_j^T k_j, for every sigma.
 
-    (x . q)(x . k) = x (q^T k) x^T: the rank-1 form is full bilinear attention whose
-    interaction matrices are outer products. Returns the largest rel_error of the two
-    outputs over all activations (float). Source: derivations.md, sections 2.3 and 2.5.
+    (x . q)(x . k) = x (q^T k) x^T. Source: derivations.md, sections 2.3 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
@@ -790,8 +751,7 @@ def equiv_rank1_as_bilinear(seed=0):
 def equiv_rank_r_as_bilinear(seed=0):
     """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    sections 2.3 and 2.4.
+    Source: derivations.md, sections 2.3 and 2.4.
     """
     x, p = _draw("rank_r_bilinear", seed, r=3)
     A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
@@ -802,8 +762,8 @@ def equiv_rank_r_as_bilinear(seed=0):
 def equiv_static_query_as_mlp(seed=0):
     """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
 
-    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys. Returns the
-    largest rel_error over all activations. Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
+    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
     """
     x, p = _draw("static_query_mlp", seed)
     K_prime = p["K"] @ p["Q"].T                           # (m, d)
@@ -815,8 +775,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
     """mlp(K, V)(x) = rank1_bilinear(Q', K', V)(x'), every sigma, where x' = [1, x],
     q'_j = e_0 (a static query) and k'_j = [0, k_j].
 
-    (x' . e_0)(x' . k'_j) = 1 * (x . k_j): the key-value MLP is a bilinear unit whose
-    query ignores the input. Returns the largest rel_error over all activations.
+    (x' . e_0)(x' . k'_j) = x . k_j: a bilinear unit whose query ignores the input.
     Source: derivations.md, section 5.7.
     """
     x, p = _draw("mlp", seed)
@@ -832,8 +791,7 @@ def equiv_mlp_as_rank1_static_query(seed=0):
 def equiv_bilinear_glu_as_rank1(seed=0):
     """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
 
-    Returns rel_error of the two outputs. Source: Breslow (arXiv 2606.22172);
-    derivations.md, section 2.6.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.6.
     """
     x, p = _draw("gated_mlp", seed)
     return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
@@ -843,8 +801,7 @@ def equiv_bilinear_glu_as_rank1(seed=0):
 def equiv_double_gated_identity_as_rank1(seed=0):
     """double_gated_mlp with identity = rank1_bilinear with identity (no sigma anywhere).
 
-    Returns rel_error of the two outputs. Source: this project's ablation form;
-    derivations.md, section 2.8.
+    Source: derivations.md, section 2.8.
     """
     x, p = _draw("double_gated_mlp", seed)
     return rel_error(double_gated_mlp_forward(x, **p, act="identity")[0],
@@ -854,8 +811,7 @@ def equiv_double_gated_identity_as_rank1(seed=0):
 def equiv_squared_relu_as_tied_reglu(seed=0):
     """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
 
-    relu(a) * a = relu(a)^2. Returns rel_error of the two outputs.
-    Source: So et al. 2021 (Primer, arXiv 2109.08668); derivations.md, section 5.6.
+    relu(a) * a = relu(a)^2. Source: So et al. (Primer, arXiv 2109.08668); derivations.md, 5.6.
     """
     x, p = _draw("gated_mlp", seed)
     squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
@@ -865,8 +821,7 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
 def equiv_gated_rank_r_at_r1(seed=0):
     """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    section 2.7.
+    Source: derivations.md, section 2.7.
     """
     x, p = _draw("gated_mlp", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -877,8 +832,7 @@ def equiv_gated_rank_r_at_r1(seed=0):
 def equiv_rank_r_at_r1(seed=0):
     """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
 
-    Returns the largest rel_error over all activations. Source: derivations.md,
-    sections 2.4 and 2.5.
+    Source: derivations.md, sections 2.4 and 2.5.
     """
     x, p = _draw("rank1_bilinear", seed)
     Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
@@ -891,8 +845,7 @@ def equiv_bilinear_symmetric_part(seed=0):
     """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
     only the symmetric part of each A_j matters.
 
-    Returns the largest rel_error over all activations. Source: Breslow (arXiv 2606.22172);
-    derivations.md, section 4.2.
+    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.2.
     """
     x, p = _draw("bilinear", seed)
     A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
@@ -907,8 +860,10 @@ def eigen_factors(A):
 
     Args: A, (m, d, d) float64 (or float32).
     Returns: Q, K (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns
-        ordered by decreasing |lambda_i|: the first r columns give the best rank-r
-        approximation of the symmetric part (Eckart-Young); lam (m, d), the sorted eigenvalues.
+        ordered by decreasing |lambda_i|: the first r columns give the Eckart-Young
+        truncation, the best rank-r *matrix* for the symmetric part in the Frobenius norm.
+        As a rank-r *unit* it is not the best: a unit's score can hold r positive and r
+        negative eigenvalues (best_rank_r_unit); lam (m, d), the sorted eigenvalues.
     Raises: ValueError if A is not of shape (m, d, d).
     Source: Pearce et al. (arXiv 2410.08417); derivations.md, sections 6.2 and 6.3.
     """
@@ -925,8 +880,7 @@ def eigen_factors(A):
 def equiv_bilinear_as_rank_d(seed=0):
     """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
 
-    Returns the largest rel_error over all activations. Source: Pearce et al.
-    (arXiv 2410.08417); derivations.md, section 6.2.
+    Source: Pearce et al. (arXiv 2410.08417); derivations.md, section 6.2.
     """
     x, p = _draw("bilinear", seed)
     Q, K, _ = eigen_factors(p["A"])
@@ -975,7 +929,7 @@ def equivalences(seed=0):
 # ----- Symmetries ----------------------------------------------------------------
 
 SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
-              "key_value_rescaling", "permutation")
+              "key_value_rescaling", "permutation", "parity")
 
 
 def symmetry_expected(formulation, act, symmetry):
@@ -988,8 +942,11 @@ def symmetry_expected(formulation, act, symmetry):
     key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
     A_j): always in the gated forms (k is the linear factor), else only for positively
     homogeneous sigma. permutation of units: always. double_gated_mlp (sigma on both
-    factors): exchange always; inverse_scaling_pos and key_value_rescaling for positively
-    homogeneous sigma; inverse_scaling_neg for linear sigma.
+    factors): exchange always; inverse_scaling_pos for a sigma with sigma(alpha z) =
+    c(alpha) sigma(z), which among the six activations means positively homogeneous;
+    key_value_rescaling for positively homogeneous sigma; inverse_scaling_neg for linear
+    sigma. parity (y(-x) = y(x), a property of the function, not a parameter symmetry):
+    see parity_expected.
 
     Args: formulation: key of FORMULATIONS; act: activation name or Activation;
         symmetry: one of SYMMETRIES.
@@ -999,10 +956,15 @@ def symmetry_expected(formulation, act, symmetry):
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
     """
     family = get_formulation(formulation).family      # see Formulation
+    if family not in ("key-value", "static-query", "full-bilinear", "symmetric", "gated",
+                      "double-gated"):
+        raise ValueError(f"{formulation}: no theory for family {family!r} (see Formulation)")
     act = get_activation(act)
     if symmetry not in SYMMETRIES:
         raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
     gated = family == "gated"
+    if symmetry == "parity":
+        return parity_expected(formulation, act)
     if symmetry == "permutation":
         return True
     if family == "double-gated":                         # sigma on both factors
@@ -1022,9 +984,9 @@ def symmetry_expected(formulation, act, symmetry):
     return act.linear if gated else True                 # inverse_scaling_neg
 
 
-def _scale_units(P, alpha):
-    # Multiply unit j of P (leading axis m) by alpha[j].
-    return P * alpha.reshape((-1,) + (1,) * (P.ndim - 1))
+def _scale_units(W, alpha):
+    # Multiply unit j of the parameter W (leading axis m) by alpha[j].
+    return W * alpha.reshape((-1,) + (1,) * (W.ndim - 1))
 
 
 def transform_params(formulation, params, symmetry, alpha):
@@ -1034,11 +996,14 @@ def transform_params(formulation, params, symmetry, alpha):
         one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
         for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
     Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply, params are unlike the forward's, or alpha is
+    Raises: ValueError if the symmetry does not apply (parity is not a parameter
+        transformation), params are unlike the forward's, or alpha is
         not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
         (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
+    if symmetry == "parity":
+        raise ValueError("parity changes the input (x -> -x), not the parameters")
     if symmetry_expected(formulation, "identity", symmetry) is None:
         raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
     form = get_formulation(formulation)
@@ -1079,6 +1044,7 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     """rel_error between the outputs before and after a symmetry transformation.
 
     Uses per-unit factors alpha_j = geomspace(0.5, 2, m) (negated for inverse_scaling_neg).
+    For parity, the output at -x against the output at x, with the parameters unchanged.
 
     Args: formulation, act, symmetry: as in symmetry_expected; seed: int.
     Returns: float, about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
@@ -1090,6 +1056,8 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     alpha = np.geomspace(0.5, 2.0, m) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     form = get_formulation(formulation)
     y = form.forward(x, **p, act=act)[0]
+    if symmetry == "parity":                              # y(-x) against y(x)
+        return rel_error(y, form.forward(-x, **p, act=act)[0])
     y_t = form.forward(x, **transform_params(formulation, p, symmetry, alpha), act=act)[0]
     return rel_error(y, y_t)
 
@@ -1121,18 +1089,19 @@ def symmetry_table(seed=0):
 
 
 def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
-    """Per unit j: <p_j, dL/dp_j> - <q_j, dL/dq_j> for the two parameters in `pair`.
+    """Per unit j: <w_j, dL/dw_j> - <w'_j, dL/dw'_j>, where (w, w') are the two parameters
+    named in `pair` (e.g. ("Q", "K"): w_j = q_j, w'_j = k_j) and w_j is unit j's slice.
 
-    If L is invariant under (p_j, q_j) -> (alpha p_j, q_j / alpha), differentiating at
+    If L is invariant under (w_j, w'_j) -> (alpha w_j, w'_j / alpha), differentiating at
     alpha = 1 gives zero: so this is zero to rounding for ("Q", "K") exactly where the
     positive inverse-scaling symmetry holds, and for ("K", "V") (("A", "V") for
-    bilinear) where key-value rescaling holds. Under gradient flow, ||p_j||^2 - ||q_j||^2
+    bilinear) where key-value rescaling holds. Under gradient flow, ||w_j||^2 - ||w'_j||^2
     is then conserved. L = sum(y * G) with a random G.
 
     Args: formulation, a key of FORMULATIONS whose parameters include both of `pair`, with
         the unit on the leading axis; act: activation; pair: two parameter names; seed: int.
-    Returns: (residual, scale), two (m,) float64 arrays; scale = |<p_j, dp_j>| +
-        |<q_j, dq_j>|, to judge the residual against.
+    Returns: (residual, scale), two (m,) float64 arrays; scale = |<w_j, dw_j>| +
+        |<w'_j, dw'_j>|, to judge the residual against.
     Raises: ValueError if the pair is not per-unit parameters of the formulation.
     Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
@@ -1177,6 +1146,387 @@ def conservation_table(seed=0):
                              "holds": residual <= CLAIM_TOL,
                              "expected": symmetry_expected(formulation, act, symmetry)})
     return rows
+
+
+# ----- Input parity, and how many continuous symmetries each form has ------------------
+# A parameter symmetry is a set of parameter values that compute one function. The discrete
+# ones (exchange, permutation, sign flips) are above; the continuous ones are counted here
+# as a dimension, from the rank of a Jacobian (derivations.md, 4.9). Parity is not a
+# parameter symmetry at all: it is a property of the functions a form computes (4.8).
+
+def _odd_even(act):
+    # (sigma is odd, sigma is even), read off sigma on a grid: exact for the six activations
+    # (the identity is odd; none is even), and for any sigma written symmetrically.
+    z = np.linspace(0.25, 8.0, 32)
+    f_plus, f_minus = act.f(z), act.f(-z)
+    return bool(np.array_equal(f_minus, -f_plus)), bool(np.array_equal(f_minus, f_plus))
+
+
+def parity_expected(formulation, act):
+    """What theory says about input parity: is y(-x) = y(x) for every x and parameters?
+
+    The score forms (bilinear, rank_r_bilinear, rank1_bilinear) see x through a quadratic
+    form, s(-x) = s(x): even for every sigma. The key-value MLP and the global query see
+    sigma(-z): even only for an even sigma. The gated forms see sigma(-a)(-b): even only for
+    an odd sigma. The double-gated form sees sigma(-a) sigma(-b): even for an odd or an even
+    sigma. Among the six activations the identity is the only odd one and none is even.
+
+    Args: formulation: key of FORMULATIONS; act: activation name or Activation.
+    Returns: bool.
+    Raises: ValueError for an unknown name.
+    Source: derivations.md, section 4.8.
+    """
+    family = get_formulation(formulation).family          # see Formulation
+    odd, even = _odd_even(get_activation(act))
+    if family in ("full-bilinear", "symmetric"):          # sigma of a quadratic form
+        return True
+    if family in ("key-value", "static-query"):
+        return even
+    if family == "double-gated":
+        return odd or even
+    return odd                                            # gated: gated_mlp, gated_rank_r
+
+
+def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
+    """The Jacobian of the outputs on random inputs with respect to every parameter.
+
+    Row n d_out + k is d y[n, k] / d theta, from one backward pass with dy = e_(n, k) (a one
+    at token n, output k, zeros elsewhere): the module's own backward passes, nothing else.
+    theta is every parameter of the formulation, flattened in the order of param_names.
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
+        the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
+        of inputs (default: enough for the rank to be generic, see symmetry_dimension).
+    Returns: J, a float64 array (n_tokens * d_out, n_params).
+    Raises: ValueError for an unknown name or a non-positive size.
+    Source: derivations.md, section 4.9.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    n_params = form.n_params(d, m, d_out, r)
+    if n_tokens is None:     # rows >= 2 n_params; 16 n_params with a kink: a ReLU unit
+        per_param = 16 if act.kink else 2    # may be on for a small share of the tokens
+        n_tokens = max(-(-per_param * n_params // d_out), d * (d + 1) // 2) + 10
+    _check_positive(n_tokens=n_tokens)
+    rng = np.random.default_rng(seed)
+    params = form.init(rng, d, m, d_out, r)
+    x = rng.standard_normal((n_tokens, d))
+    rows = []
+    # A deliberate loop over blocks of 8 tokens (a backward pass costs in proportion to its
+    # tokens, and each block needs 8 d_out of them), then over the block's outputs.
+    for start in range(0, n_tokens, 8):
+        y, cache = form.forward(x[start:start + 8], **params, act=act)   # (B, d_out)
+        for n, k in np.ndindex(*y.shape):                 # one backward per output
+            dy = np.zeros_like(y)
+            dy[n, k] = 1.0                                # dy = e_(n, k)
+            grads = form.backward(dy, cache)
+            rows.append(np.concatenate([grads[name].ravel() for name in form.param_names]))
+    return np.array(rows)                                 # (N d_out, n_params)
+
+
+def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
+    """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
+
+    Moving the parameters along a continuous symmetry changes no output, so each symmetry
+    direction is in the null space of the Jacobian; with enough generic inputs (at least
+    8 n_params output rows, 32 n_params for ReLU, whose units are each on for only a share
+    of the inputs), the null space
+    holds nothing else. The rank is read from the singular values s_1 >= s_2 >= ... of the
+    float64 Jacobian: s_i > 1e-8 s_1 counts, and every s_i must lie outside
+    [1e-12 s_1, 1e-5 s_1], so that the rank is unambiguous.
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes (r is used by
+        the rank-r forms only); seed: int.
+    Returns: int >= 0, the dimension of the set of parameters that compute the same
+        function, near a random parameter value.
+    Raises: ValueError for an unknown name or a bad size; RuntimeError if a singular value
+        lies in the ambiguous band (then the rank is not clear).
+    Source: derivations.md, section 4.9.
+    """
+    J = output_jacobian(formulation, act, d, m, d_out, r, seed)
+    s = np.linalg.svd(J, compute_uv=False)                # descending
+    rel = s / s[0]
+    ambiguous = rel[(rel > 1e-12) & (rel < 1e-5)]
+    if ambiguous.size:
+        raise RuntimeError(f"symmetry_dimension({formulation}, {act}): singular values "
+                           f"{ambiguous} (relative to the largest) are neither clearly zero "
+                           "nor clearly not; the rank is ambiguous")
+    return J.shape[1] - int(np.sum(rel > 1e-8))
+
+
+def _score_dimension(formulation, d, r):
+    # Dimension of the set of one unit's quadratic forms x S x^T (derivations.md, 4.9 and 6.1):
+    # symmetric S with at most r positive and r negative eigenvalues: l d - l (l - 1) / 2.
+    rank = {"bilinear": d, "rank_r_bilinear": r}.get(formulation, 1)
+    ell = min(2 * rank, d)
+    return ell * d - ell * (ell - 1) // 2
+
+
+def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
+    """What theory says symmetry_dimension is (derivations.md, 4.9).
+
+    A nonlinear sigma: the units cannot mix, and each unit of `formulation` has
+    mlp: 0 (relu: 1); static_query_mlp: as mlp, plus d^2 for the whole layer (Q G, K G^-T);
+    bilinear: d(d - 1)/2, the antisymmetric part of A_j (relu: + 1);
+    rank_r_bilinear, rank1_bilinear: 2 d r - n_s, the O(r, r) freedom of the factors, with
+    n_s = l d - l(l - 1)/2, l = min(2r, d), the dimension of its scores (relu: + 1);
+    gated_mlp: 1, key-value rescaling (relu: + 1, inverse scaling);
+    double_gated_mlp: 0 (relu: 2); gated_rank_r: 1 (relu: 1 + r, inverse scaling per term).
+    The identity: y = L phi(x) with phi(x) = x (mlp, global query) or the d(d + 1)/2
+    monomials x_p x_c (every other form); L = sum_j v_j^T w_j, w_j in a cone of dimension n
+    (n = d, or n_s) of codimension c in the D features. Image: m (d_out + n - 1) -
+    m max(0, m - 1 - c): units mix once c < m - 1. Derived for m <= d_out.
+
+    Args: as symmetry_dimension (no seed).
+    Returns: int.
+    Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
+        and for the identity with m > d_out.
+    Source: derivations.md, section 4.9.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    if FORMULATIONS.get(form.name) is not form:
+        raise ValueError(f"formulation: the theory is derived for the formulations of "
+                         f"FORMULATIONS, got {form.name!r}; measure it with symmetry_dimension")
+    formulation = form.name
+    n_params = form.n_params(d, m, d_out, r)
+    global_q = d * d if formulation == "static_query_mlp" else 0
+    if act.linear:
+        if m > d_out:
+            raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
+                             f"{d_out}, got {m}")
+        linear_in_x = formulation in ("mlp", "static_query_mlp")
+        D = d if linear_in_x else d * (d + 1) // 2        # features: x, or the monomials
+        if linear_in_x:
+            n = d
+        elif formulation in ("gated_mlp", "double_gated_mlp"):
+            n = _score_dimension("rank1_bilinear", d, 1)   # = rank-1 with the identity
+        elif formulation == "gated_rank_r":
+            n = _score_dimension("rank_r_bilinear", d, r)  # = rank-r with the identity
+        else:
+            n = _score_dimension(formulation, d, r)
+        image = m * (d_out + n - 1) - m * max(0, m - 1 - (D - n))
+        return n_params - image
+    ph = int(act.positively_homogeneous)                  # relu: one more scaling
+    per_unit = {"mlp": ph, "static_query_mlp": ph,
+                "bilinear": d * (d - 1) // 2 + ph,
+                "rank_r_bilinear": 2 * d * r - _score_dimension(formulation, d, r) + ph,
+                "rank1_bilinear": 2 * d - _score_dimension(formulation, d, 1) + ph,
+                "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
+                "gated_rank_r": 1 + r * ph}[formulation]
+    return global_q + m * per_unit
+
+
+def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
+    """symmetry_dimension and its expected value for every formulation and activation,
+    at d = 5, d_out = 3, r = 2 and each m of `sizes` (default: one unit and a layer of 3).
+
+    Returns: list of dicts with keys formulation, activation, m, n_params, measured,
+        expected, holds (measured == expected).
+    Source: derivations.md, section 4.9.
+    """
+    rows = []
+    for m, _ in sizes:
+        for formulation, form in FORMULATIONS.items():
+            for act in ACTIVATIONS:
+                measured = symmetry_dimension(formulation, act, m=m, seed=seed)
+                expected = symmetry_dimension_expected(formulation, act, m=m)
+                rows.append({"formulation": formulation, "activation": act, "m": m,
+                             "n_params": form.n_params(5, m, 3, 2), "measured": measured,
+                             "expected": expected, "holds": measured == expected})
+    return rows
+
+
+# ----- The best rank-r unit: for the score matrix, and for the function ------------------
+
+
+def _sym_eigh(A):
+    # Eigenvalues (ascending) and eigenvectors (columns) of each symmetric part (A_j + A_j^T)/2.
+    A = _check_ndim("A", A, "(m, d, d)")
+    if A.shape[1] != A.shape[2]:
+        raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
+    return np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
+
+
+def _unit_from_spectrum(beta, U, r):
+    # Rank-r factors Q, K (d, r) whose score matrix is sum_i beta_i u_i^T u_i, for beta with at
+    # most r positive and r negative entries. Term rho pairs the rho-th largest positive
+    # beta = lam with the rho-th most negative beta = -mu (derivations.md, 6.4):
+    #   lam (x.u)^2 - mu (x.w)^2 = (x.(sqrt(lam) u + sqrt(mu) w)) (x.(sqrt(lam) u - sqrt(mu) w)).
+    pos = [i for i in np.argsort(-beta) if beta[i] > 0]
+    neg = [i for i in np.argsort(beta) if beta[i] < 0]
+    Q, K = np.zeros((U.shape[0], r)), np.zeros((U.shape[0], r))
+    for rho in range(max(len(pos), len(neg))):
+        plus = math.sqrt(beta[pos[rho]]) * U[:, pos[rho]] if rho < len(pos) else 0.0
+        minus = math.sqrt(-beta[neg[rho]]) * U[:, neg[rho]] if rho < len(neg) else 0.0
+        Q[:, rho], K[:, rho] = plus + minus, plus - minus
+    return Q, K
+
+
+def best_rank_r_unit(A, r):
+    """The rank-r unit whose score matrix is closest to each S_j = (A_j + A_j^T)/2 in the
+    Frobenius norm: keep the r largest positive and the r most negative eigenvalues of S_j.
+
+    A rank-r unit's score matrix has at most r positive and r negative eigenvalues, and by
+    the Hoffman-Wielandt inequality this choice is the closest such matrix; it beats the
+    Eckart-Young truncation of eigen_factors whenever S_j has eigenvalues of both signs.
+    It is the best *score matrix*, not the best function (best_rank_r_function).
+
+    Args: A (m, d, d) float; r, an int >= 1.
+    Returns: Q, K (m, d, r) float64, for rank_r_bilinear_forward (unused columns are zero).
+    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
+    Source: derivations.md, section 6.4.
+    """
+    _check_positive(r=r)
+    lam, U = _sym_eigh(A)                                 # (m, d) ascending, (m, d, d)
+    Q, K = np.zeros(A.shape[:2] + (r,)), np.zeros(A.shape[:2] + (r,))
+    for j in range(A.shape[0]):
+        beta = np.zeros_like(lam[j])
+        beta[-r:] = np.maximum(lam[j][-r:], 0)            # the r largest, if positive
+        beta[:r] = np.minimum(lam[j][:r], 0)              # the r smallest, if negative
+        Q[j], K[j] = _unit_from_spectrum(beta, U[j], r)
+    return Q, K
+
+
+def function_error(S, B):
+    """E[(x (S - B) x^T)^2] for x ~ N(0, I): the mean squared error of one score B against
+    another S, = 2 ||S - B||_F^2 + (tr(S - B))^2 for symmetric S and B (derivations.md, 6.4).
+
+    Args: S, B: (d, d) float arrays (only their symmetric parts count).
+    Returns: float.
+    Raises: ValueError if the shapes differ or are not square.
+    Source: Isserlis' theorem: E[x_a x_b x_c x_e] = d_ab d_ce + d_ac d_be + d_ae d_bc.
+    """
+    S, B = _as_float("S", S), _as_float("B", B)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or B.shape != S.shape:
+        raise ValueError(f"S, B: expected two (d, d) arrays, got {S.shape} and {B.shape}")
+    M = 0.5 * (S - B + (S - B).T)                         # symmetric part of S - B
+    return float(2 * np.sum(M * M) + np.trace(M) ** 2)
+
+
+def best_rank_r_function(A, r):
+    """The rank-r unit whose score x B x^T is closest to x A_j x^T as a function: the least
+    E[(x (S_j - B) x^T)^2] for x ~ N(0, I), S_j = (A_j + A_j^T)/2.
+
+    The error is 2 ||S_j - B||_F^2 + (tr(S_j - B))^2 (function_error). B can share S_j's
+    eigenvectors (the trace term sees eigenvalues only), so B = sum_i beta_i u_i^T u_i with at
+    most r positive and r negative beta_i. On a support F of s non-zero beta_i the error is
+    least for beta_i = lam_i + T / (2 + s), T the sum of the lam_i outside F; a deliberate
+    enumeration of the supports (2^d of them: small d only) keeps the best whose beta has at
+    most r entries of each sign.
+
+    Args: A (m, d, d) float; r, an int >= 1.
+    Returns: Q, K (m, d, r) float64 (unused columns are zero).
+    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
+    Source: derivations.md, section 6.4.
+    """
+    _check_positive(r=r)
+    lam, U = _sym_eigh(A)
+    m, d = lam.shape
+    Q, K = np.zeros((m, d, r)), np.zeros((m, d, r))
+    for j in range(m):
+        best, best_beta = math.inf, np.zeros(d)
+        for s in range(min(2 * r, d) + 1):
+            for support in itertools.combinations(range(d), s):
+                support = list(support)
+                beta = np.zeros(d)
+                outside = lam[j].sum() - lam[j][support].sum()          # T
+                beta[support] = lam[j][support] + outside / (2 + s)
+                if np.sum(beta > 0) > r or np.sum(beta < 0) > r:
+                    continue                              # not a rank-r unit's score
+                err = 2 * np.sum((lam[j] - beta) ** 2) + np.sum(lam[j] - beta) ** 2
+                if err < best:
+                    best, best_beta = err, beta
+        Q[j], K[j] = _unit_from_spectrum(best_beta, U[j], r)
+    return Q, K
+
+
+# ----- The same count in the loss landscape: zero modes of the Hessian at a minimum ------
+
+
+def _flat_loss_grad(form, act, x, target, names, shapes):
+    # theta (flat) -> (loss, flat gradient) of L = mean((y - target)^2), by the module's
+    # forward, mse and backward passes.
+    sizes = [math.prod(shapes[n]) for n in names]
+
+    def loss_grad(theta):
+        parts = np.split(theta, np.cumsum(sizes)[:-1])
+        params = {n: part.reshape(shapes[n]) for n, part in zip(names, parts)}
+        y, cache = form.forward(x, **params, act=act)
+        loss, loss_cache = mse_forward(y, target)
+        grads = form.backward(mse_backward(1.0, loss_cache), cache)
+        return loss, np.concatenate([grads[n].ravel() for n in names])
+    return loss_grad
+
+
+def _hessian(grad, theta, step):
+    # Central differences of the gradient, column by column, then symmetrised:
+    # H[:, i] = (g(theta + step e_i) - g(theta - step e_i)) / (2 step).
+    H = np.empty((theta.size, theta.size))
+    for i in range(theta.size):                          # a deliberate loop over coordinates
+        e = np.zeros_like(theta)
+        e[i] = step
+        H[:, i] = (grad(theta + e) - grad(theta - e)) / (2 * step)
+    return 0.5 * (H + H.T)
+
+
+def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, noise=0.1,
+                       seed=0, step=1e-5, max_iter=100, kink_margin=0.25):
+    """Eigenvalues of the Hessian of a small regression loss at a minimum.
+
+    Data: x ~ N(0, I) (n_tokens, d); targets = a teacher of the same formulation (random
+    parameters) plus Gaussian noise of standard deviation `noise`, so the student cannot fit
+    exactly and its minimum is isolated up to the symmetries. With a kink (relu), inputs
+    whose teacher puts an argument of sigma within kink_margin of 0 are redrawn, so that
+    near the minimum no argument crosses the kink and the loss is smooth there. The student starts at the
+    teacher and moves by damped Newton steps (Hessian by central differences of the
+    module's own gradients, eigen-directions with |lambda| < 1e-9 max |lambda| left alone,
+    |lambda| used where lambda < 0) until the gradient is below 1e-12. At a minimum every
+    continuous symmetry is a flat direction, so the Hessian has symmetry_dimension zero
+    eigenvalues, and generically no others (derivations.md, 5.8).
+
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; n_tokens: int;
+        noise: float >= 0; seed: int; step: the finite-difference step; max_iter: Newton steps.
+    Returns: dict with "eigenvalues" (P,) float64 ascending, "grad_norm" (float, at the end),
+        "loss" (float), "iterations" (int).
+    Raises: ValueError for an unknown name or a bad size; RuntimeError if the gradient does
+        not fall below 1e-9 (no minimum found).
+    Source: derivations.md, section 5.8.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    rng = np.random.default_rng(seed)
+    names, shapes = form.param_names, form.param_shapes(d, m, d_out, r)
+    teacher = form.init(rng, d, m, d_out, r)
+    x = rng.standard_normal((n_tokens, d))
+    for _ in range(1000):                                 # redraw the inputs near the kink
+        cache = form.forward(x, **teacher, act=act)[1]
+        z = np.concatenate([cache[k].reshape(n_tokens, -1) for k in form.sigma_args], axis=1)
+        near = np.any(np.abs(z) < kink_margin, axis=1) if act.kink else np.zeros(n_tokens, bool)
+        if not near.any():
+            break
+        x[near] = rng.standard_normal((int(near.sum()), d))
+    target = form.forward(x, **teacher, act=act)[0] + noise * rng.standard_normal((n_tokens, d_out))
+    loss_grad = _flat_loss_grad(form, act, x, target, names, shapes)
+    grad = lambda theta: loss_grad(theta)[1]              # noqa: E731 (a one-line view)
+    theta = np.concatenate([teacher[n].ravel() for n in names])
+    for iteration in range(1, max_iter + 1):
+        loss, g = loss_grad(theta)
+        if np.linalg.norm(g) < 1e-12:
+            break
+        lam, U = np.linalg.eigh(_hessian(grad, theta, step))
+        keep = np.abs(lam) > 1e-9 * np.abs(lam).max()    # leave the flat directions alone
+        coeff = (U.T @ g)[keep] / np.abs(lam[keep])       # Newton (saddle-free) in the others
+        move = U[:, keep] @ coeff
+        for _ in range(30):                               # halve the step until the loss falls
+            if loss_grad(theta - move)[0] <= loss:
+                break
+            move = move / 2
+        theta = theta - move
+    loss, g = loss_grad(theta)
+    if np.linalg.norm(g) > 1e-9:
+        raise RuntimeError(f"hessian_at_minimum: gradient {np.linalg.norm(g):.1e} after "
+                           f"{max_iter} Newton steps; no minimum found")
+    eigenvalues = np.linalg.eigvalsh(_hessian(grad, theta, step))
+    return {"eigenvalues": eigenvalues, "grad_norm": float(np.linalg.norm(g)), "loss": loss,
+            "iterations": iteration}
 
 
 # =============================================================================
@@ -1465,11 +1815,11 @@ def model_backward(dout, cache):
     dout = _check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
-    g_ffn = form.backward(dh2, ffn)
-    grads |= {"ffn." + n: g_ffn[n] for n in form.param_names}
-    g_norm = rmsnorm_backward(g_ffn["x"], norm)
-    dh = dh2 + g_norm["x"]                                         # residual: both paths
-    grads |= {"g": g_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
+    grads_ffn = form.backward(dh2, ffn)
+    grads |= {"ffn." + n: grads_ffn[n] for n in form.param_names}
+    grads_norm = rmsnorm_backward(grads_ffn["x"], norm)
+    dh = dh2 + grads_norm["x"]                                     # residual: both paths
+    grads |= {"g": grads_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
     if emb is not None:
         dX = dh @ W_in.T                                           # (N, k e)
         grads["E"] = embedding_backward(dX.reshape(emb["ids"].shape + (-1,)), emb)
@@ -1502,19 +1852,16 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
                          f"m={m}, {n} parameters, more than {tol:.0%} away; raise the budget")
     return m
 
+
 # =============================================================================
 # 6. Fast paths: the same pairs, written for speed
 # =============================================================================
-# Nothing here is new mathematics: each function equals a plain function of sections 1
-# and 2 (tests/test_fast_paths.py checks values and every gradient, both dtypes, every
-# activation, sizes that cross every block boundary). What changes:
-# - sigma and sigma' are computed together (SiLU's sigmoid once for both), in place, and
-#   block by block (_blocks), so that one block's temporaries stay in the CPU cache;
-# - the forward caches sigma'(...) already multiplied by what the backward needs;
-# - bilinear takes its tokens in blocks (never all N d^2 outer products at once);
-# - rank-r lays Q and K out as (d, r m) matrices, so each projection is one BLAS product,
-#   and da, db take turns in one (N, m, r) buffer.
-# FORMULATIONS (end of this section) runs these pairs.
+# No new mathematics: each function gives the numbers of a plain one (tests/test_fast_paths.py).
+# sigma and sigma' together (SiLU's sigmoid once for both), in place, block by block, so a
+# block's temporaries stay in the CPU cache; gated forms cache sigma' already multiplied by
+# what the backward needs; bilinear takes tokens in blocks (never all N d^2 outer products);
+# rank-r lays Q, K out as (d, r m) matrices (one BLAS product per projection), da and db
+# taking turns in one buffer. mlp, static_query_mlp, rank1_bilinear: one version (section 2).
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
@@ -1527,18 +1874,16 @@ def _blocks(n, width, size):
 
 
 # ----- activations: value and slope in one pass, accurate tails as in section 1 -----
-
-
 def _sigmoid_value_and_slope(z):
-    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place.
-    e = np.abs(z)
-    np.negative(e, out=e)
-    np.exp(e, out=e)                              # e^-|z|, never overflows
-    s = np.where(z >= 0, 1, e).astype(z.dtype, copy=False)
-    one_e = e + 1                                 # 1 + e
-    s /= one_e                                    # sigma(z)
-    one_e *= one_e
-    e /= one_e                                    # e / (1 + e)^2 = sigma'(z)
+    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place;
+    # max(e, z >= 0) is where(z >= 0, 1, e) without a new mask of floats.
+    e = np.exp(-np.abs(z))                        # e^-|z|, never overflows
+    r = e + 1
+    np.reciprocal(r, out=r)                       # 1 / (1 + e)
+    s = np.maximum(e, z >= 0, dtype=z.dtype)      # 1 for z >= 0, e below
+    s *= r                                        # sigma(z)
+    r *= r
+    e *= r                                        # e / (1 + e)^2 = sigma'(z)
     return s, e
 
 
@@ -1562,15 +1907,8 @@ def _gelu_value_and_slope(z):
 def _gelu_tanh_value_and_slope(z):
     # The operations of _gelu_tanh and _gelu_tanh_grad, in the same order, in place.
     zc = np.clip(z, -50, 50)
-    two_u = zc * _GELU_A
-    two_u *= zc
-    two_u *= zc
-    two_u += zc
-    two_u *= 2 * _GELU_C                          # 2u = 2c (z + a z^3)
-    two_du = zc * (3 * _GELU_A)
-    two_du *= zc
-    two_du += 1
-    two_du *= 2 * _GELU_C                         # 2u' = 2c (1 + 3 a z^2)
+    two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
+    two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
     s, ds = _sigmoid_value_and_slope(two_u)
     two_du *= zc
     two_du *= ds
@@ -1591,7 +1929,7 @@ def _value_and_slope_blocked(act, z):
     # (act.f(z), act.df(z)) as new arrays of z's shape and dtype, a deliberate loop over
     # blocks of rows (first axis); identity, relu and unknown activations: f and df.
     value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:
+    if value_and_slope is None:                   # one step each: no blocks needed
         return act.f(z), act.df(z)
     z = np.asarray(z)
     if z.ndim == 0:                               # one number: as a 1-element array
@@ -1605,7 +1943,7 @@ def _value_and_slope_blocked(act, z):
 def _gate_blocked(act, a, b):
     # The gated step, block by block: (sigma(a), h = sigma(a) * b, b * sigma'(a)).
     value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:
+    if value_and_slope is None:                   # identity, relu: one step each, no blocks
         sigma_a = act.f(a)
         return sigma_a, sigma_a * b, act.df(a) * b
     sigma_a, h, b_dsigma = (np.empty_like(a) for _ in range(3))
@@ -1617,82 +1955,29 @@ def _gate_blocked(act, a, b):
 
 
 # ----- the fast pairs -----------------------------------------------------------
-
-
-def _mlp_forward_fast(x, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ p["K"].T                              # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, z)  # (N, m)   sigma(z), sigma'(z)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
-                                    dsigma=dsigma)
-
-
-def _mlp_backward_fast(dy, cache):
-    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)
-    dz *= dsigma                                  # (N, m)   in place: dz is ours
-    return {"x": (dz @ K).reshape(cache["x_shape"]), "K": dz.T @ X, "V": dV}
-
-
-def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V},
-                              {"Q": "d d", "K": "m d", "V": "m d_out"})
-    xQ = X @ p["Q"]                               # (N, d)
-    z = xQ @ p["K"].T                             # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, z)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
-                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
-
-
-def _static_query_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    dz = dY @ V.T                                 # (N, m)
-    dz *= dsigma
-    dxQ = dz @ K                                  # (N, d)
-    dX = dxQ @ Q.T
-    return {"x": dX.reshape(cache["x_shape"]), "Q": X.T @ dxQ, "K": dz.T @ xQ, "V": dV}
-
-
-def _outer_rows(X):
-    # Row n holds vec(x_n^T x_n): (N, d*d).
-    N, d = X.shape
-    return (X[:, :, None] * X[:, None, :]).reshape(N, d * d)
-
-
 def _bilinear_forward_fast(x, A, V, act="identity"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    m, d, _ = p["A"].shape
-    A_flat = p["A"].reshape(m, d * d)             # (m, d*d)
-    N = X.shape[0]
+    (N, d), m = X.shape, p["A"].shape[0]
+    A_flat = p["A"].reshape(m, d * d)             # (m, d^2)
     s = np.empty((N, m), X.dtype)                 # (N, m)
-    # A deliberate loop over token blocks, each block of outer products about N m numbers:
-    # no (N, d^2) array at once when d^2 > m.
+    # A deliberate loop over token blocks of about N m outer-product numbers each: never
+    # all N d^2 at once (at N = 4096, d = 64 they would outweigh everything else).
     for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        s[rows] = _outer_rows(X[rows]) @ A_flat.T
+        s[rows] = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d) @ A_flat.T
     h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
-                                    dsigma=dsigma)
+    return _output_and_frozen_cache("bilinear_forward", h @ p["V"], x, act, X=X, **p, s=s,
+                                    h=h, dsigma=dsigma)
 
 
 def _bilinear_backward_fast(dy, cache):
     dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
                                                    "X", "A", "V", "h", "dsigma")
     (N, d), m = X.shape, A.shape[0]
-    dV = h.T @ dY                                 # (m, d_out)
     ds = dY @ V.T                                 # (N, m)
     ds *= dsigma
-    # dA_j row i = sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i, each one
-    # matrix product over all tokens.
+    # Rows i of every dA_j, sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i,
+    # each one matrix product over all tokens (no partial sums over token blocks).
     dA = np.empty_like(A)                         # (m, d, d)
     for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
         xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)
@@ -1703,20 +1988,19 @@ def _bilinear_backward_fast(dy, cache):
     for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
         M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
         dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]
-    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": h.T @ dY}
 
 
 def _as_columns(W):
-    # W (m, d, r) as a (d, r m) matrix: column rho m + j is W[j, :, rho]. All projections
-    # of x are then one matrix product, unit index j fastest.
+    # W (m, d, r) as a (d, r m) matrix, column rho m + j = W[j, :, rho]: all projections of
+    # x are one BLAS product, unit index j fastest.
     m, d, r = W.shape
     return W.transpose(1, 2, 0).reshape(d, r * m)
 
 
 def _columns_as_units(P, m, r):
-    # An (N, r m) array as an (N, m, r) view: entry [n, j, rho] is P[n, rho m + j]. In memory
-    # j runs fastest, so broadcasts over rho and sums over rho run along rows of length m
-    # (several times faster in NumPy than rows of length r).
+    # An (N, r m) array as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]: j fastest in
+    # memory, so sums over rho run along rows of length m (several times faster than r).
     return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
@@ -1734,17 +2018,22 @@ def _new_units(N, m, r, dtype):
     return _columns_as_units(np.empty((N, r * m), dtype), m, r)
 
 
-def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
+def _rank_r_projections_fast(x, Q, K, V, act):
+    # The projections of both rank-r forms: (act, x, X, p, Q_cols, K_cols, a, b).
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
     m, d, r = p["Q"].shape
     Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
     a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
     b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    return act, x, X, p, Q_cols, K_cols, a, b
+
+
+def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
+    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
     h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ p["V"], x, act, X=X, **p,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
                                     dsigma=dsigma)
 
@@ -1752,16 +2041,14 @@ def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
 def _rank_r_bilinear_backward_fast(dy, cache):
     dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _checked_dy_and_cache(
         dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma
+    ds = (dY @ V.T)[:, :, None]                   # (N, m, 1)
+    ds *= dsigma[:, :, None]
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(ds[:, :, None], b, out=_new_units(*a.shape, a.dtype))
+    da = np.multiply(ds, b, out=_new_units(*b.shape, b.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
-    db = np.multiply(ds[:, :, None], a, out=da)   # over da (used up)
-    dX_k, dK = _column_grads(X, K_cols, db)
+    dX_k, dK = _column_grads(X, K_cols, np.multiply(ds, a, out=da))   # db, over da
     dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _project_both_back(X, Q, K, da, db):
@@ -1771,50 +2058,22 @@ def _project_both_back(X, Q, K, da, db):
     return dX, da.T @ X, db.T @ X
 
 
-def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)
-    b = X @ p["K"].T                              # (N, m)
-    s = a * b                                     # (N, m)
-    h, dsigma = _value_and_slope_blocked(act, s)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
-
-
-def _rank1_bilinear_backward_fast(dy, cache):
-    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
-    ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma
-    da = ds * b                                   # (N, m)
-    db = np.multiply(ds, a, out=ds)               # over ds (ours, used up)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
-
-
 def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
     x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)
-    b = X @ p["K"].T                              # (N, m)
+    a, b = X @ p["Q"].T, X @ p["K"].T             # (N, m) each
     sigma_a, h, b_dsigma = _gate_blocked(act, a, b)   # sigma(a), sigma(a) b, b sigma'(a)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
-                                    sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
+    return _output_and_frozen_cache("gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
+                                    a=a, b=b, sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
 
 
 def _gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, sigma_a, h, b_dsigma = _checked_dy_and_cache(
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_dsigma")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
     da = dh * b_dsigma                            # dh b sigma'(a)
-    db = np.multiply(dh, sigma_a, out=dh)         # dh sigma(a), over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a, out=dh))
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
@@ -1823,7 +2082,7 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     m = p["Q"].shape[0]
     ab = X @ np.concatenate([p["Q"], p["K"]]).T   # (N, 2m)  [a | b]: one product
     h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
-    dh_dab = np.empty_like(ab)                    # (N, 2m)  [sigma'(a) sigma(b) | sigma(a) sigma'(b)]
+    dh_dab = np.empty_like(ab)                    # (N, 2m)  [dh/da | dh/db]
     # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
     # while still in the CPU cache, and never stored whole.
     for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
@@ -1831,8 +2090,7 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
         np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
         np.multiply(dsig[:, :m], sig[:, m:], out=dh_dab[rows, :m])
         np.multiply(sig[:, :m], dsig[:, m:], out=dh_dab[rows, m:])
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("double_gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
                                     a=ab[:, :m], b=ab[:, m:], h=h, dh_da=dh_dab[:, :m],
                                     dh_db=dh_dab[:, m:])
 
@@ -1840,26 +2098,18 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
 def _double_gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, h, dh_da, dh_db = _checked_dy_and_cache(
         dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_da", "dh_db")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = dY @ V.T                                 # (N, m)
     da = dh * dh_da                               # dh sigma'(a) sigma(b)
-    db = np.multiply(dh, dh_db, out=dh)           # dh sigma(a) sigma'(b), over dh
-    dX, dQ, dK = _project_both_back(X, Q, K, da, db)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, dh_db, out=dh))
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
-    act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    m, d, r = p["Q"].shape
-    Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
-    a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
-    b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
+    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     sigma_a, b_dsigma = _value_and_slope_blocked(act, a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
     b_dsigma *= b                                 # b sigma'(a)
-    y = h @ p["V"]                                # (N, d_out)
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p,
+    return _output_and_frozen_cache("gated_rank_r_forward", h @ p["V"], x, act, X=X, **p,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
                                     h=h, b_dsigma=b_dsigma)
 
@@ -1868,39 +2118,30 @@ def _gated_rank_r_backward_fast(dy, cache):
     dY, X, V, sigma_a, h, b_dsigma, Q_cols, K_cols = _checked_dy_and_cache(
         dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_dsigma", "Q_cols",
         "K_cols")
-    dV = h.T @ dY                                 # (m, d_out)
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
     da = np.multiply(dh, b_dsigma, out=_new_units(*sigma_a.shape, sigma_a.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
-    db = np.multiply(dh, sigma_a, out=da)         # over da (used up)
-    dX_k, dK = _column_grads(X, K_cols, db)
+    dX_k, dK = _column_grads(X, K_cols, np.multiply(dh, sigma_a, out=da))   # db, over da
     dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 # ----- The registry: every formulation, run by its fast pair ----------------------
-
-
 @dataclass(frozen=True)
 class Formulation:
-    """One formulation: its equation, its (fast) forward/backward pair, its parameters.
+    """One formulation: its equation, the forward/backward pair that FORMULATIONS runs,
+    its parameters, and what the symmetry code needs to know.
 
-    Attributes:
-        name: key in FORMULATIONS.
-        equation: the equation as text.
-        forward: (x, **params, act) -> (y, cache): the fast pair of section 6.
-        backward: (dy, cache) -> dict of gradients keyed by argument name.
-        param_names: the parameter names in order, e.g. ("Q", "K", "V").
-        shapes: (d, m, d_out, r) -> dict name -> shape.
-        cost: multiply-adds per token of the forward pass, as text.
-        init_scales: (d, m, r) -> dict name -> standard deviation used by init.
-        family: what the symmetry code needs to know: "key-value" (sigma(x K^T) V),
-            "static-query" (sigma(x Q K^T) V), "full-bilinear" (A_j), "symmetric"
-            (sigma of a product of a query and a key), "gated" (sigma on the query
-            factor only), "double-gated" (sigma on both factors).
-        sigma_args: the cache keys that hold sigma's arguments (gradcheck keeps them away
-            from a kink).
+    Attributes: name (key in FORMULATIONS); equation (text); forward: (x, **params, act)
+    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; param_names, e.g.
+    ("Q", "K", "V"); shapes: (d, m, d_out, r) -> name -> shape; cost: multiply-adds per token
+    of the forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
+    family: "key-value" (sigma(x K^T) V), "static-query" (sigma(x Q K^T) V),
+    "full-bilinear" (A_j), "symmetric" (sigma of a query times a key), "gated" (sigma on
+    the query factor only), "double-gated" (sigma on both), or "" (another form: the
+    symmetry code does not know it); sigma_args: the cache keys that hold sigma's
+    arguments (gradcheck keeps them away from a kink; none: not checked).
     Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
     """
 
@@ -1912,8 +2153,8 @@ class Formulation:
     shapes: Callable = field(repr=False)
     cost: str
     init_scales: Callable = field(repr=False)
-    family: str = "key-value"
-    sigma_args: tuple = ("z",)
+    family: str = ""
+    sigma_args: tuple = ()
 
     def param_shapes(self, d, m, d_out=None, r=1):
         """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
@@ -1946,74 +2187,54 @@ class Formulation:
         return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
 
 
-def _rank1_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d), "K": (m, d), "V": (m, d_out)}
+def _shapes_from(axes):
+    # (d, m, d_out, r) -> {name: shape}, for axes such as {"K": "m d", "V": "m d_out"}.
+    return lambda d, m, d_out, r: {name: tuple({"d": d, "m": m, "d_out": d_out, "r": r}[s]
+                                               for s in names.split())
+                                   for name, names in axes.items()}
 
 
-def _rank_r_param_shapes(d, m, d_out, r):
-    return {"Q": (m, d, r), "K": (m, d, r), "V": (m, d_out)}
+def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I)
+    return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
 
 
-# Standard deviations: x.k_j ~ N(0, 1) with std 1/sqrt(d); a product of two such is O(1);
-# a sum of r products is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
-FORMULATIONS: dict[str, Formulation] = {
-    f.name: f for f in [
-        Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, _mlp_backward_fast,
-                    ("K", "V"),
-                    lambda d, m, d_out, r: {"K": (m, d), "V": (m, d_out)}, "m d + m d_out",
-                    lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5},
-                    family="key-value", sigma_args=("z",)),
-        Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
-                    _static_query_mlp_backward_fast, ("Q", "K", "V"),
-                    lambda d, m, d_out, r: {"Q": (d, d), "K": (m, d), "V": (m, d_out)},
-                    "d^2 + m d + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="static-query", sigma_args=("z",)),
-        Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
-                    _bilinear_backward_fast, ("A", "V"),
-                    lambda d, m, d_out, r: {"A": (m, d, d), "V": (m, d_out)},
-                    "m d^2 + d^2 + m d_out", lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5},
-                    family="full-bilinear", sigma_args=("s",)),
-        Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                    _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast,
-                    ("Q", "K", "V"), _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
-                                     "V": m ** -0.5},
-                    family="symmetric", sigma_args=("s",)),
-        Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                    _rank1_bilinear_forward_fast, _rank1_bilinear_backward_fast,
-                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="symmetric", sigma_args=("s",)),
-        Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V",
-                    _gated_mlp_forward_fast, _gated_mlp_backward_fast, ("Q", "K", "V"),
-                    _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="gated", sigma_args=("a",)),
-        Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                    _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast,
-                    ("Q", "K", "V"), _rank1_param_shapes, "2 m d + m + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
-                    family="double-gated", sigma_args=("a", "b")),
-        Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                    _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
-                    _rank_r_param_shapes, "2 m d r + m r + m d_out",
-                    lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
-                    family="gated", sigma_args=("a",)),
-    ]
-}
-
-# The plain pair of each formulation (section 2), by name: what the fast pairs must equal.
-PLAIN_PAIRS: dict[str, tuple[Callable, Callable]] = {
-    "mlp": (mlp_forward, mlp_backward),
-    "static_query_mlp": (static_query_mlp_forward, static_query_mlp_backward),
-    "bilinear": (bilinear_forward, bilinear_backward),
-    "rank_r_bilinear": (rank_r_bilinear_forward, rank_r_bilinear_backward),
-    "rank1_bilinear": (rank1_bilinear_forward, rank1_bilinear_backward),
-    "gated_mlp": (gated_mlp_forward, gated_mlp_backward),
-    "double_gated_mlp": (double_gated_mlp_forward, double_gated_mlp_backward),
-    "gated_rank_r": (gated_rank_r_forward, gated_rank_r_backward),
-}
+# Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
+# is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
+FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
+    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+                _shapes_from({"K": "m d", "V": "m d_out"}), "m d + m d_out",
+                lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
+    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
+                static_query_mlp_backward, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
+                "d^2 + m d + m d_out",
+                _rank1_scales, "static-query", ("z",)),
+    Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
+                _bilinear_backward_fast, ("A", "V"), _shapes_from({"A": "m d d", "V": "m d_out"}),
+                "m d^2 + d^2 + m d_out",
+                lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
+    Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
+                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
+                                 "V": m ** -0.5}, "symmetric", ("s",)),
+    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V", rank1_bilinear_forward,
+                rank1_bilinear_backward, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
+                "2 m d + m + m d_out", _rank1_scales,
+                "symmetric", ("s",)),
+    Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
+                _gated_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
+                "2 m d + m + m d_out", _rank1_scales,
+                "gated", ("a",)),
+    Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
+                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "double-gated",
+                ("a", "b")),
+    Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
+                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
+                "gated", ("a",)),
+]}
 
 # The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
 GLU_VARIANTS: dict[str, tuple[str, str]] = {
@@ -2026,7 +2247,11 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str."""
+    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str.
+    A Formulation itself is returned as it is (an experiment's own variant, such as the
+    rank-1 form with a constant input coordinate of experiments/ablation.py)."""
+    if isinstance(name, Formulation):
+        return name
     if not isinstance(name, str):
         raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
     if name not in FORMULATIONS:
@@ -2037,8 +2262,8 @@ def get_formulation(name: str) -> Formulation:
 # =============================================================================
 # 7. Plumbing: input checks, cache freezing, cache checks
 # =============================================================================
-# The rules these enforce are stated once, in the module docstring. Every error names the
-# tensor and says what was expected and what came.
+# The rules are stated once, in the module docstring; every error names the tensor, the
+# expected and what came.
 
 
 def _check_positive(**sizes):
@@ -2060,8 +2285,7 @@ def _check_shape(name, a, expected, symbols):
 
 
 def _check_grad(name, a, shape, symbols, dtype):
-    # An upstream gradient must have the forward output's shape (symbols, e.g. "(N, d)")
-    # and dtype; returned as an array.
+    # An upstream gradient: the forward output's shape (symbols, e.g. "(N, d)") and dtype.
     a = _as_float(name, a)
     _check_shape(name, a, shape, symbols)
     if a.dtype != dtype:
@@ -2097,23 +2321,14 @@ def _check_ids(name, ids, n_rows):
     return ids
 
 
-def _agreed_sizes(readings):
-    # {symbol: size} if the (symbol, size) readings give every symbol one size, else None.
-    sizes = {}
-    for pairs in readings:
-        for symbol, size in pairs:
-            if sizes.setdefault(symbol, size) != size:
-                return None
-    return sizes
-
-
 def _sizes_of_largest_agreeing_group(readings, names):
-    # The sizes agreed by the largest group of tensors; between groups of one size, the
-    # group that leaves out the tensors that come first in `names`.
+    # {symbol: size} agreed by the largest group of tensors (each reading a list of
+    # (symbol, size)); between groups of one size, the one leaving out the first in `names`.
     for n_out in range(len(names) + 1):           # leave out 0, 1, 2, ... tensors
         for left_out in itertools.combinations(names, n_out):
-            sizes = _agreed_sizes(readings[n] for n in names if n not in left_out)
-            if sizes is not None:
+            sizes = {}
+            pairs = [pair for n in names if n not in left_out for pair in readings[n]]
+            if all(sizes.setdefault(symbol, size) == size for symbol, size in pairs):
                 return sizes
 
 
@@ -2125,12 +2340,10 @@ def _check_sizes(x, params, axes):
     """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
     {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
 
-    A vote among the tensors: the sizes d, m, d_out, r are those of the largest group of
-    tensors that agree, so a wrong Q is blamed on Q, not on the K checked against it.
-    Between groups of one size (mlp's K and V are one against one), x is named first,
-    then V, then the others. A tensor with the wrong number of axes has no say.
-    Raises ValueError naming the tensor ("Q: expected shape (m, d) = (3, 4), got (4, 3)"),
-    or for a size d, m, d_out, r of 0. With x None, the parameters alone are checked.
+    A vote: the sizes d, m, d_out, r are those of the largest group of tensors that agree,
+    so a wrong Q is blamed on Q, not on the K checked against it. Between groups of one
+    size, x is named first, then V, then the others; a tensor with the wrong number of
+    axes has no say. A size of 0 is refused too. With x None, the parameters alone.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, p in params.items():
@@ -2154,9 +2367,8 @@ def _check_sizes(x, params, axes):
 
 
 def _checked_copies(x, params, axes):
-    """Check x and the parameters (float, one dtype, shapes by _check_sizes); return
-    x as an array (not copied), X = a private copy of x as (N, d) rows, and private
-    copies of the parameters."""
+    # Check x and the parameters (float, one dtype, shapes by _check_sizes); return x as an
+    # array, X = a private copy of x as (N, d) rows, and private copies of the parameters.
     x = _as_float("x", x)
     params = {name: _as_float(name, p) for name, p in params.items()}
     _check_sizes(x, params, axes)
@@ -2167,9 +2379,8 @@ def _checked_copies(x, params, axes):
 
 
 def _output_and_frozen_cache(forward, y, x, act, **cache):
-    # y (N, d_out) as (..., d_out), and the cache, its arrays made read-only (an edit by
-    # hand before backward is refused), with what every backward checks: which forward
-    # made it, x's shape, d_out, the dtype, the activation.
+    # y (N, d_out) as (..., d_out); the cache, read-only (an edit by hand is refused), plus
+    # what every backward checks: which forward made it, x's shape, d_out, dtype, act.
     d_out = y.shape[1]
     for value in cache.values():
         value.flags.writeable = False
@@ -2207,8 +2418,9 @@ def _checked_dy_and_cache(dy, cache, forward, *keys):
 def verification_report(seed=0, out=print):
     """Print every check of the paper's claims; return the number of disagreements.
 
-    Sections: equivalences; the symmetry table; the gradient check of every formulation
-    x activation on x of shape (2, 3, 4); the conservation identity.
+    Sections: equivalences; the symmetry table (with input parity); the gradient check of
+    every formulation x activation on x of shape (2, 3, 4); the conservation identity; the
+    number of continuous symmetries, one unit and a layer of 3.
 
     Args: seed: int for every random draw; out: function that prints one line.
     Returns: int, the number of checks that disagree with theory (0 when all agree).
@@ -2227,7 +2439,7 @@ def verification_report(seed=0, out=print):
     acts = list(ACTIVATIONS)
     labels = {"exchange": "exchange Q<->K", "inverse_scaling_pos": "(aQ, K/a), a>0",
               "inverse_scaling_neg": "(aQ, K/a), a<0", "key_value_rescaling": "(ak, v/a), a>0",
-              "permutation": "permutation"}
+              "permutation": "permutation", "parity": "y(-x) = y(x)"}
     out(f"   {'formulation':<17}{'symmetry':<16}" + "".join(f"{a:>13}" for a in acts))
     for formulation in FORMULATIONS:
         for symmetry in SYMMETRIES:
@@ -2242,7 +2454,8 @@ def verification_report(seed=0, out=print):
                 failures += r["holds"] != r["expected"]
                 text += f"{('kept' if r['holds'] else 'broken') + flag:>7} {r['deviation']:5.0e}"
             out(f"   {formulation:<17}{labels[symmetry]:<16}{text}")
-    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j)")
+    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j; y(-x) = y(x)")
+    out("   is input parity, a property of the functions, not a change of parameters: derivations.md, 4.8)")
 
     out("\n3. Gradient check (float64, x of shape (2, 3, 4), worst relative error, tol 1e-7)")
     out(f"   {'formulation':<17}" + "".join(f"{a:>11}" for a in acts))
@@ -2252,7 +2465,7 @@ def verification_report(seed=0, out=print):
         out(f"   {formulation:<17}" + "".join(
             f"{rep.worst:>10.1e}{'' if rep.passed else '!'}" for rep in reports))
 
-    out("\n4. Conservation: max_j |<p_j, dL/dp_j> - <q_j, dL/dq_j>| / scale (0 <=> symmetry)")
+    out("\n4. Conservation, pair (w, w'): max_j |<w_j, dL/dw_j> - <w'_j, dL/dw'_j>| / scale (0 <=> symmetry)")
     for row in conservation_table(seed):
         failures += row["holds"] != row["expected"]
         if row["activation"] in ("relu", "silu"):
@@ -2260,6 +2473,21 @@ def verification_report(seed=0, out=print):
             out(f"   {row['formulation']:<17} {row['activation']:<9} ({row['pair']}) "
                 f"{row['residual']:9.1e}  {word:<14}{'' if row['holds'] == row['expected'] else 'DISAGREES'}")
     out("   (every activation is checked; relu and silu are shown)")
+
+    out("\n5. Continuous symmetries: n_params - rank of the output Jacobian (d = 5, d_out = 3, r = 2),")
+    out("   measured / theory ('!' = disagrees; derivations.md, 4.9)")
+    rows = symmetry_dimension_table(seed)
+    out(f"   {'formulation':<17}{'m':>2}" + "".join(f"{a:>10}" for a in acts))
+    for m in (1, 3):
+        for formulation in FORMULATIONS:
+            cells = {r["activation"]: r for r in rows if r["formulation"] == formulation and r["m"] == m}
+            failures += sum(not r["holds"] for r in cells.values())
+            out(f"   {formulation:<17}{m:>2}" + "".join(
+                f"{str(cells[a]['measured']) + '/' + str(cells[a]['expected']) + ('' if cells[a]['holds'] else '!'):>10}"
+                for a in acts))
+    out("   A smooth gated unit keeps one continuous symmetry, (k, v) -> (a k, v / a), and one")
+    out("   conserved quantity, as the rank-1 unit does with (q, k) -> (a q, k / a): gating trades")
+    out("   ||q_j||^2 - ||k_j||^2 for ||k_j||^2 - ||v_j||^2. It loses exchange and input parity.")
 
     out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
     out("Pictures of these results: figures/*.png; make them with `python bilinear_numpy.py figures`.")

@@ -12,6 +12,14 @@ broken) every cell of a 2 x 2 table is filled (derivations.md, 4.6):
     exchange broken     ReGLU (the only nonlinear gated      SwiGLU, GEGLU
                         sigma that keeps scaling)
 
+Two more variants separate a third property, input parity (derivations.md, 4.8): the rank-1
+form is even in x for every sigma, y(-x) = y(x), and the gated and double-gated forms are not.
+rank1-bias-silu and rank1-bias-gelu are the rank-1 form on x~ = (1, x), biases on both factors,
+(x . q_j + beta_j)(x . k_j + gamma_j): they keep exchange and inverse scaling and break parity. Each
+variant's CSV rows also give parity_even and continuous_symmetries (per unit, derivations.md, 4.9):
+1 for rank-1, rank-1 with biases, SwiGLU and GEGLU; 0 for double-gated SiLU and GELU; 2 for
+ReGLU and double-gated ReLU.
+
 `python bilinear_numpy.py train ablation [--quick|--full]` runs `run_ablation`: every variant
 with every seed on both real tasks of experiments/train.py (same model, same parameter count,
 same optimizer, same batches: train.train_run does the training), then writes
@@ -32,18 +40,75 @@ import numpy as np
 import bilinear_numpy as bn
 from experiments import train
 
+def _with_constant(x):
+    # (..., d) -> (..., d + 1): a constant coordinate 1 in front of x.
+    x = np.asarray(x)
+    return np.concatenate([np.ones(x.shape[:-1] + (1,), x.dtype), x], axis=-1)
+
+
+def rank1_bias_forward(x, Q, K, V, act="silu"):
+    """Rank-1 bilinear on x~ = (1, x): y = sigma((x~ Q^T) * (x~ K^T)) V, so unit j computes
+    sigma((x . q_j + beta_j)(x . k_j + gamma_j)) v_j with beta_j = Q[j, 0], gamma_j = K[j, 0].
+
+    Exchange (Q <-> K) and inverse scaling (alpha Q, K / alpha) still hold for every sigma,
+    since the score is a rank-1 score in x~; parity y(-x) = y(x) does not (derivations.md, 4.8).
+
+    Args: x (..., d); Q, K (m, d + 1), column 0 the biases; V (m, d_out); one float dtype;
+        act: a name in bn.ACTIVATIONS or an Activation.
+    Returns: y (..., d_out), and the cache for rank1_bias_backward.
+    Raises: as bn.rank1_bilinear_forward, for x~ of shape (..., d + 1).
+    Source: derivations.md, sections 4.8 and 5.7 (the constant coordinate).
+    """
+    y, cache = bn.FORMULATIONS["rank1_bilinear"].forward(_with_constant(x), Q, K, V, act=act)
+    return y, {"rank1 on (1, x)": cache}
+
+
+def rank1_bias_backward(dy, cache):
+    """Backward of rank1_bias_forward: the rank-1 backward on x~, then dx = dx~ without its
+    column 0 (the constant does not depend on x). Returns {"x", "Q", "K", "V"}."""
+    grads = bn.FORMULATIONS["rank1_bilinear"].backward(dy, cache["rank1 on (1, x)"])
+    return grads | {"x": grads["x"][..., 1:]}
+
+
+RANK1_BIAS = bn.Formulation(
+    "rank1_bilinear_bias", "y = sigma((x~ Q^T) * (x~ K^T)) V, x~ = (1, x)",
+    rank1_bias_forward, rank1_bias_backward, ("Q", "K", "V"),
+    lambda d, m, d_out, r: {"Q": (m, d + 1), "K": (m, d + 1), "V": (m, d_out)},
+    "2 m (d + 1) + m + m d_out",
+    lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5},
+    family="symmetric", sigma_args=())     # exchange and scaling as rank-1; parity: not even
+OWN_FORMULATIONS = {RANK1_BIAS.name: RANK1_BIAS}
+
+
+def formulation_of(name):
+    """The Formulation of a CELLS formulation name: this file's own, or bn's."""
+    return OWN_FORMULATIONS.get(name) or bn.get_formulation(name)
+
+
 # name -> (formulation, activation, exchange kept, inverse scaling (alpha > 0) kept).
-# The two booleans are the issue's table; tests/test_ablation.py checks them against
-# bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
+# The two booleans are what theory says (derivations.md, 4.6); tests/test_ablation.py
+# checks them against bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
 CELLS = {
     "rank1-silu": ("rank1_bilinear", "silu", True, True),
     "rank1-gelu": ("rank1_bilinear", "gelu", True, True),
+    "rank1-bias-silu": ("rank1_bilinear_bias", "silu", True, True),
+    "rank1-bias-gelu": ("rank1_bilinear_bias", "gelu", True, True),
     "double-gated-relu": ("double_gated_mlp", "relu", True, True),
     "double-gated-silu": ("double_gated_mlp", "silu", True, False),
     "double-gated-gelu": ("double_gated_mlp", "gelu", True, False),
     "ReGLU": ("gated_mlp", "relu", False, True),
     "SwiGLU": ("gated_mlp", "silu", False, False),
     "GEGLU": ("gated_mlp", "gelu", False, False),
+}
+# name -> (the function is even in x, continuous symmetries per unit): derivations.md, 4.8
+# and 4.9; tests/test_ablation.py checks them against bn.parity_expected and
+# bn.symmetry_dimension_expected, and against measurement.
+FUNCTION_PROPERTIES = {
+    "rank1-silu": (True, 1), "rank1-gelu": (True, 1),
+    "rank1-bias-silu": (False, 1), "rank1-bias-gelu": (False, 1),
+    "double-gated-relu": (False, 2), "double-gated-silu": (False, 0),
+    "double-gated-gelu": (False, 0), "ReGLU": (False, 2), "SwiGLU": (False, 1),
+    "GEGLU": (False, 1),
 }
 TASK_NAMES = ("text", "image")
 
@@ -58,8 +123,12 @@ MODES = {
 # The paired comparisons: (keeps, breaks, the symmetry that differs, what else differs).
 # Each difference is metric(breaks) - metric(keeps), seed by seed: the effect of breaking.
 COMPARISONS = [
-    ("rank1-silu", "double-gated-silu", "scaling", "exchange kept; SiLU on the product vs on each factor"),
-    ("rank1-gelu", "double-gated-gelu", "scaling", "exchange kept; GELU on the product vs on each factor"),
+    ("rank1-silu", "rank1-bias-silu", "parity", "constant coordinate: 2 more parameters per unit"),
+    ("rank1-gelu", "rank1-bias-gelu", "parity", "constant coordinate: 2 more parameters per unit"),
+    ("rank1-bias-silu", "SwiGLU", "both", "neither even, one continuous symmetry each; SiLU on the product vs on one factor"),
+    ("rank1-bias-gelu", "GEGLU", "both", "neither even, one continuous symmetry each; GELU on the product vs on one factor"),
+    ("rank1-silu", "double-gated-silu", "scaling", "exchange kept; parity lost too; SiLU on the product vs on each factor"),
+    ("rank1-gelu", "double-gated-gelu", "scaling", "exchange kept; parity lost too; GELU on the product vs on each factor"),
     ("double-gated-relu", "double-gated-silu", "scaling", "exchange kept; same form, ReLU vs SiLU"),
     ("double-gated-relu", "double-gated-gelu", "scaling", "exchange kept; same form, ReLU vs GELU"),
     ("ReGLU", "SwiGLU", "scaling", "exchange broken; same form, ReLU vs SiLU"),
@@ -67,12 +136,12 @@ COMPARISONS = [
     ("double-gated-relu", "ReGLU", "exchange", "scaling kept; ReLU on both factors vs on one"),
     ("double-gated-silu", "SwiGLU", "exchange", "scaling broken; SiLU on both factors vs on one"),
     ("double-gated-gelu", "GEGLU", "exchange", "scaling broken; GELU on both factors vs on one"),
-    ("rank1-silu", "SwiGLU", "both", "SiLU on the product vs on one factor (the paper's pair)"),
-    ("rank1-gelu", "GEGLU", "both", "GELU on the product vs on one factor (the paper's pair)"),
+    ("rank1-silu", "SwiGLU", "both", "parity lost too; SiLU on the product vs on one factor (the paper's pair)"),
+    ("rank1-gelu", "GEGLU", "both", "parity lost too; GELU on the product vs on one factor (the paper's pair)"),
 ]
 
 COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept", "params",
-           "seed", "metric", "metric_name"]
+           "seed", "metric", "metric_name", "parity_even", "continuous_symmetries"]
 
 # Student t quantiles t_{0.975, df} for df = 1..30 (4 decimals); beyond 30, t_975 uses the
 # Cornish-Fisher expansion around the normal quantile (error below 1e-5 there).
@@ -172,12 +241,15 @@ def _kept(flag):
 def cells_table(rows, variants, tasks):
     """Markdown: one row per variant, its cell and its metric per task, mean +- std (ddof 1)."""
     head = "".join(f" {task} {train.TASKS[task].metric}, mean ± std |" for task in tasks)
-    lines = ["| variant | formulation | activation | exchange | inverse scaling | FFN params |" + head,
-             "| --- | --- | --- | --- | --- | --- |" + " --- |" * len(tasks)]
+    lines = ["| variant | formulation | activation | exchange | inverse scaling | even in x | "
+             "continuous symmetries per unit | FFN params |" + head,
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(tasks)]
     for v in variants:
         formulation, act, exchange, scaling = CELLS[v]
+        even, count = FUNCTION_PROPERTIES[v]
         params = next(r["params"] for r in rows if r["formulation"] == formulation)
-        text = f"| {v} | {formulation} | {act} | {_kept(exchange)} | {_kept(scaling)} | {int(params):,} |"
+        text = (f"| {v} | {formulation} | {act} | {_kept(exchange)} | {_kept(scaling)} | "
+                f"{'yes' if even else 'no'} | {count} | {int(params):,} |")
         for task in tasks:
             x = np.array(list(metric_values(rows, task, v).values()))
             text += f" {x.mean():.3f} ± {x.std(ddof=1):.3f} |" if len(x) > 1 else f" {x.mean():.3f} |"
@@ -226,7 +298,9 @@ def read_csv(path):
         rows = list(csv.DictReader(f))
     for r in rows:
         r.update(params=int(r["params"]), seed=int(r["seed"]), metric=float(r["metric"]),
-                 exchange_kept=r["exchange_kept"] == "True", scaling_kept=r["scaling_kept"] == "True")
+                 exchange_kept=r["exchange_kept"] == "True", scaling_kept=r["scaling_kept"] == "True",
+                 parity_even=r["parity_even"] == "True",
+                 continuous_symmetries=int(r["continuous_symmetries"]))
     return rows
 
 
@@ -288,15 +362,18 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
         task = _make_task(task_name, image)
         for v in variants:
             formulation, act, exchange, scaling = CELLS[v]
-            m = bn.match_units(formulation, task.budget, task.d)
-            params = bn.FORMULATIONS[formulation].n_params(task.d, m, task.d)
+            even, count = FUNCTION_PROPERTIES[v]
+            form = formulation_of(formulation)
+            m = bn.match_units(form, task.budget, task.d)
+            params = form.n_params(task.d, m, task.d)
+            spec = (form, act, 1) if formulation in OWN_FORMULATIONS else f"{formulation}:{act}"
             for seed in range(seeds):
-                result = train.train_run(task, f"{formulation}:{act}", seed, steps, lr, n_evals=1,
-                                         progress=progress)
+                result = train.train_run(task, spec, seed, steps, lr, n_evals=1, progress=progress)
                 value = round(result["row"][task.metric], 6)
                 rows.append({"task": task_name, "formulation": formulation, "activation": act,
                              "exchange_kept": exchange, "scaling_kept": scaling, "params": params,
-                             "seed": seed, "metric": value, "metric_name": task.metric})
+                             "seed": seed, "metric": value, "metric_name": task.metric,
+                             "parity_even": even, "continuous_symmetries": count})
                 progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
                                  f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
     seconds = time.perf_counter() - start

@@ -13,11 +13,11 @@ formulation, activation and dtype it measures, in one run:
   (reference_bytes below).
 
 It prints a table headed by the machine, NumPy, BLAS and thread count, and saves the
-same rows as CSV. The targets (issue 7): forward + backward at most 1.25 times its floor
+same rows as CSV. The targets: forward + backward at most 1.25 times its floor
 for mlp, static_query_mlp, rank1_bilinear and gated_mlp (and double_gated_mlp, which
 came later), at most 1.5 times for rank_r_bilinear, gated_rank_r and bilinear, for every
-activation but exact GELU (its error function is an element-by-element call of
-math.erfc: reported, no target); peak memory at most 3 times the reference.
+activation but exact GELU (its erfc is SciPy's when installed, else an element-by-element
+call of math.erfc: reported, no target); peak memory at most 3 times the reference.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import bilinear_numpy as bn
 
 
 # Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
-# The full sizes are the issue's: "realistic" widths of a small transformer.
+# The full sizes: "realistic" widths of a small transformer.
 FULL = {"tokens": 4096, "repeats": 5, "sizes": {
     "mlp": (512, 2048, 1), "static_query_mlp": (512, 2048, 1), "bilinear": (64, 256, 1),
     "rank_r_bilinear": (512, 344, 4), "rank1_bilinear": (512, 1376, 1),
@@ -70,8 +70,8 @@ FLOOR = {
     "gated_rank_r": _RANK_R,
 }
 
-# The time targets of issue 7 (forward + backward / its floor); exact GELU has none.
-# double_gated_mlp came after the issue: it gets the target of its family, the gated MLP.
+# The time targets (forward + backward / its floor); exact GELU has none.
+# double_gated_mlp, added later, gets the target of its family, the gated MLP.
 TIME_TARGET = {"mlp": 1.25, "static_query_mlp": 1.25, "rank1_bilinear": 1.25,
                "gated_mlp": 1.25, "double_gated_mlp": 1.25, "rank_r_bilinear": 1.5,
                "gated_rank_r": 1.5, "bilinear": 1.5}
@@ -296,7 +296,7 @@ def markdown_table(path):
     Raises:
         KeyError if a formulation in the CSV lacks an activation or a dtype (an incomplete
         run); OSError if path cannot be read.
-    Source: issue 7's table (ratio = forward + backward time / GEMM floor time).
+    Source: this module's TIME_TARGET (ratio = forward + backward time / GEMM floor time).
     """
     with Path(path).open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -329,7 +329,7 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
     """Run the benchmark, print the table, save it as CSV.
 
     Args:
-        quick: small sizes (QUICK) instead of the issue's (FULL).
+        quick: small sizes (QUICK) instead of the full ones (FULL).
         out: CSV path (its folder is created).
         dtypes, formulations, activations: lists of names to run (default: all).
         tokens: override N; repeats: override the number of timed repeats.

@@ -205,7 +205,8 @@ def forward_measures(x, Q, K, V, g, eps=DEFAULT_EPS, tol=NEAR_LINEAR_TOL):
         out_share (m,) unit j's share of sum_j mean(h_j^2) ||v_j||^2 (h = silu(a) * b: how
         much of the output's size comes from unit j, cross terms left out), and the floats
         exchange_dev, linear_dev, near_linear_layer (over every unit and token).
-    Source: paper eq. (6) and its exchange symmetry; derivations.md, section 9.1.
+    Source: Breslow (arXiv 2606.22172), the gated MLP and its exchange symmetry;
+        derivations.md, section 9.1.
     """
     xn = bn.rmsnorm_forward(x, g, eps)[0]                       # (N, d)  x' = g * x / rms(x)
     y, cache = bn.gated_mlp_forward(xn, Q, K, V, "silu")        # (N, d_out)

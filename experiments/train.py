@@ -57,10 +57,13 @@ MODES = {
 
 
 def resolve_variant(name: str):
-    """(formulation, activation, r) for a name in VARIANTS or a spec "formulation:activation[:r]".
+    """(formulation, activation, r) for a name in VARIANTS or a spec "formulation:activation[:r]";
+    a tuple (Formulation, activation, r), an experiment's own variant, is returned as it is.
 
     Raises ValueError listing the valid names for an unknown variant, formulation or activation.
     """
+    if isinstance(name, tuple) and isinstance(name[0], bn.Formulation):
+        return name
     if name in VARIANTS:
         return VARIANTS[name]
     parts = name.split(":")
@@ -225,7 +228,8 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
     (default_rng([seed, 1])): every variant sees the same batches for a given seed.
 
     Args:
-        task: a TASKS instance; variant: a VARIANTS name or "formulation:activation[:r]";
+        task: a TASKS instance; variant: a VARIANTS name, "formulation:activation[:r]", or a
+        tuple (Formulation, activation, r) (an experiment's own variant);
         seed: int >= 0; steps: int > 0; lr: a real number > 0 (Python or NumPy; the
         parameters keep the task's dtype); n_evals: points on the curve.
     Returns:
@@ -257,9 +261,10 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         if step in eval_at:
             curve.append(task.evaluate(params, formulation, act))
         if progress is not None:
-            progress.step(f"{task.name} {variant} seed {seed}", step, steps, loss, run_start)
+            label = variant if isinstance(variant, str) else f"{variant[0].name}:{act}"
+            progress.step(f"{task.name} {label} seed {seed}", step, steps, loss, run_start)
     row = {"variant": variant, "formulation": formulation, "activation": act, "r": r,
-           "params": bn.FORMULATIONS[formulation].n_params(task.d, m, task.d, r),
+           "params": bn.get_formulation(formulation).n_params(task.d, m, task.d, r),
            "seed": seed, "steps": steps,
            task.metric: task.evaluate(params, formulation, act, final=True),
            task.baseline_column: task.baseline}

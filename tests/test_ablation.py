@@ -11,19 +11,49 @@ import bilinear_numpy as bn
 from experiments import ablation, train
 
 COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept", "params",
-           "seed", "metric", "metric_name"]
+           "seed", "metric", "metric_name", "parity_even", "continuous_symmetries"]
 
 
 # ----- the cells ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(ablation.CELLS))
+@pytest.mark.parametrize("name", [n for n, c in ablation.CELLS.items()
+                                  if c[0] not in ablation.OWN_FORMULATIONS])
 def test_cells_agree_with_symmetry_expected_and_measurement(name):
     formulation, act, exchange, scaling = ablation.CELLS[name]
+    even, count = ablation.FUNCTION_PROPERTIES[name]
+    assert bn.parity_expected(formulation, act) is even
+    assert (bn.symmetry_deviation(formulation, act, "parity") <= bn.CLAIM_TOL) is even
+    assert bn.symmetry_dimension_expected(formulation, act) == count      # one unit
+    assert bn.symmetry_dimension(formulation, act) == count
     assert bn.symmetry_expected(formulation, act, "exchange") is exchange
     assert bn.symmetry_expected(formulation, act, "inverse_scaling_pos") is scaling
     # and the measured deviations say the same (kept: rounding level; broken: far above)
     assert (bn.symmetry_deviation(formulation, act, "exchange") <= bn.CLAIM_TOL) is exchange
     assert (bn.symmetry_deviation(formulation, act, "inverse_scaling_pos") <= bn.CLAIM_TOL) is scaling
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_rank1_with_biases_keeps_exchange_and_scaling_breaks_parity(act):
+    # The constant coordinate (derivations.md, 4.8): measured, not read off a family.
+    form = ablation.RANK1_BIAS
+    assert ablation.CELLS[f"rank1-bias-{act}"] == (form.name, act, True, True)
+    assert ablation.FUNCTION_PROPERTIES[f"rank1-bias-{act}"] == (False, 1)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((7, 6))
+    p = form.init(rng, 6, 5, 3)
+    alpha = np.geomspace(0.5, 2.0, 5)[:, None]
+    y = form.forward(x, **p, act=act)[0]
+    assert bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act=act)[0]) <= bn.CLAIM_TOL
+    assert bn.rel_error(y, form.forward(x, alpha * p["Q"], p["K"] / alpha, p["V"], act=act)[0]) <= bn.CLAIM_TOL
+    assert bn.rel_error(y, form.forward(-x, **p, act=act)[0]) > 1e-2          # not even
+    assert bn.symmetry_dimension(form, act) == 1                                 # per unit
+    # its backward: central differences of the forward (float64)
+    dy = rng.standard_normal(y.shape)
+    grads = form.backward(dy, form.forward(x, **p, act=act)[1])
+    numeric = bn.numerical_gradient(lambda v: form.forward(v, **p, act=act)[0], x, dy)
+    assert bn.rel_error(grads["x"], numeric) < 1e-7
+    numeric = bn.numerical_gradient(lambda v: form.forward(x, v, p["K"], p["V"], act=act)[0], p["Q"], dy)
+    assert bn.rel_error(grads["Q"], numeric) < 1e-7
 
 
 def test_every_cell_is_filled_with_two_activations_where_the_table_allows():
@@ -38,11 +68,14 @@ def test_every_cell_is_filled_with_two_activations_where_the_table_allows():
     assert only == ["relu"] and acts[(False, True)] == {"relu"}
     assert set(ablation.MODES["default"]["variants"]) == set(ablation.CELLS)
     assert ablation.MODES["default"]["seeds"] >= 5
-    which = {"exchange": [0], "scaling": [1], "both": [0, 1]}      # index in (exchange, scaling)
-    for keeps, breaks, symmetry, _ in ablation.COMPARISONS:
-        k, b = ablation.CELLS[keeps][2:], ablation.CELLS[breaks][2:]
+    which = {"exchange": [0], "scaling": [1], "both": [0, 1], "parity": [2]}
+    for keeps, breaks, symmetry, _ in ablation.COMPARISONS:   # (exchange, scaling, even in x)
+        k = ablation.CELLS[keeps][2:] + ablation.FUNCTION_PROPERTIES[keeps][:1]
+        b = ablation.CELLS[breaks][2:] + ablation.FUNCTION_PROPERTIES[breaks][:1]
         for i in (0, 1):        # keeps has what breaks lacks, exactly for the named symmetry
             assert (k[i], b[i]) == ((True, False) if i in which[symmetry] else (k[i], k[i]))
+        if symmetry == "parity":
+            assert (k[2], b[2]) == (True, False)
 
 
 def test_same_seed_same_initial_weights_for_the_three_forms():
@@ -79,7 +112,9 @@ def hand_rows(task, variant, values):
     formulation, act, exchange, scaling = ablation.CELLS[variant]
     return [{"task": task, "formulation": formulation, "activation": act,
              "exchange_kept": exchange, "scaling_kept": scaling, "params": 10, "seed": s,
-             "metric": v, "metric_name": "m"} for s, v in enumerate(values)]
+             "metric": v, "metric_name": "m", "parity_even": ablation.FUNCTION_PROPERTIES[variant][0],
+             "continuous_symmetries": ablation.FUNCTION_PROPERTIES[variant][1]}
+            for s, v in enumerate(values)]
 
 
 def test_paired_difference_on_a_hand_made_table():
@@ -137,7 +172,7 @@ def test_tiny_run_writes_the_csv_and_the_grid(tmp_path, capsys, monkeypatch):
         assert r["metric_name"] == {"text": "val_bpc", "image": "psnr_db"}[r["task"]]
         assert r["params"] == "32832" and math.isfinite(float(r["metric"]))
     assert ablation.read_csv(tmp_path / "results" / "ablation.csv")[0]["exchange_kept"] is True
-    assert "| SwiGLU | gated_mlp | silu | broken | broken | 32,832 |" in out
+    assert "| SwiGLU | gated_mlp | silu | broken | broken | no | 1 | 32,832 |" in out
     assert ("Note: this quick run is early training; the full run (--full) may rank the "
             "variants differently. Its results: results/ablation.csv") in out
     assert "| SwiGLU − double-gated-silu | exchange |" in out        # a paired difference
@@ -163,7 +198,7 @@ def test_results_page_tables_come_from_the_committed_runs():
     readme = (root / "docs" / "results.md").read_text(encoding="utf-8")
     variants, tasks = list(ablation.CELLS), ("text", "image")
     rows = ablation.read_csv(root / "results" / "ablation.csv")
-    assert len(rows) == 2 * 8 * 5
+    assert len(rows) == 2 * len(ablation.CELLS) * 5
     for table in (ablation.cells_table(rows, variants, tasks),
                   ablation.differences_table(rows, variants, tasks)):
         for line in table.splitlines():

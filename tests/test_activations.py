@@ -1,6 +1,7 @@
 """Activations: values and derivatives at known points, stability, dtype."""
 import math
 import warnings
+from decimal import Decimal, localcontext
 
 import numpy as np
 import pytest
@@ -41,16 +42,71 @@ def test_exact_gelu_matches_math_erf():
     assert np.max(np.abs(bn.ACTIVATIONS["gelu"].f(z) - ref) / ref) < 1e-15
 
 
-def test_exact_gelu_keeps_relative_accuracy_for_negative_inputs():
-    # For z << 0, 1 + erf(z / sqrt 2) cancels; erfc(-z / sqrt 2) does not.
-    z = np.linspace(-30, 0, 301)[:-1]
-    ref = np.array([t * 0.5 * math.erfc(-t / math.sqrt(2)) for t in z])
-    got = bn.ACTIVATIONS["gelu"].f(z)
-    nonzero = ref != 0
-    assert np.max(np.abs(got[nonzero] - ref[nonzero]) / np.abs(ref[nonzero])) < 1e-15
-    assert got[np.searchsorted(z, -10)] < 0     # still a tiny negative number, not 0
-    erf_ref = np.array([t * 0.5 * (1 + math.erf(t / math.sqrt(2))) for t in z])
-    assert np.max(np.abs(got - erf_ref)) < 1e-15   # and agrees with the erf form absolutely
+def _pi(digits):
+    # pi to `digits` digits by Machin's formula, pi = 16 atan(1/5) - 4 atan(1/239), in decimal.
+    def atan_inv(n):
+        total, term, k, n2 = Decimal(0), Decimal(1) / n, 0, n * n
+        while term > Decimal(10) ** -(digits + 5):
+            total += term / (2 * k + 1) * (-1) ** k
+            term /= n2
+            k += 1
+        return total
+    with localcontext() as ctx:
+        ctx.prec = digits + 10
+        return 16 * atan_inv(5) - 4 * atan_inv(239)
+
+
+def _normal_cdf_reference(z, digits=60):
+    """Phi(z) for z < 0 in `digits`-digit decimal arithmetic, independent of math.erfc:
+    Phi(z) = erfc(t) / 2 with t = -z / sqrt 2 exact in decimal; erfc by its Taylor series
+    (1 - erf) for t < 3, by its continued fraction
+    erfc(t) = e^(-t^2) / sqrt(pi) * 1 / (t + (1/2) / (t + 1 / (t + (3/2) / (t + ...))))
+    for t >= 3 (3000 levels, evaluated from the bottom up)."""
+    with localcontext() as ctx:
+        ctx.prec = digits
+        t = -Decimal(z) / Decimal(2).sqrt()              # Decimal(z) is z's exact binary value
+        sqrt_pi = _pi(digits).sqrt()
+        if t < 3:
+            total, term, n = Decimal(0), t, 0             # erf(t) = 2/sqrt(pi) sum (-1)^n t^(2n+1) / (n! (2n+1))
+            while abs(term) > Decimal(10) ** (-digits):
+                total += term / (2 * n + 1)
+                n += 1
+                term = -term * t * t / n
+            erfc = 1 - 2 * total / sqrt_pi
+        else:
+            tail = t
+            for k in range(3000, 0, -1):
+                tail = t + (Decimal(k) / 2) / tail
+            erfc = (-t * t).exp() / sqrt_pi / tail
+        return erfc / 2
+
+
+def test_exact_gelu_relative_error_is_about_z2_eps_over_2(monkeypatch):
+    # 3.10: against independent 60-digit values, Phi(z) = erfc(-z / sqrt 2) / 2 is accurate to
+    # a relative z^2 eps / 2 or so (rounding sqrt 2 and -z / sqrt 2, at most eps / 2 each,
+    # amplified by erfc's condition number ~ z^2: at most z^2 eps), not to full precision.
+    monkeypatch.setattr(bn, "_erfc_scipy", None)     # the standard library's path (SciPy's:
+    eps = np.finfo(np.float64).eps                   # test_activation_tails.py)
+    z = np.array([-0.5, -1.0, -2.0, -3.5, -5.0, -7.5, -10.0, -13.0, -17.0, -20.0, -23.0,
+                  -25.0, -27.0, -28.5, -30.0])
+    ref = np.array([float(_normal_cdf_reference(v)) for v in z])
+    got = bn.ACTIVATIONS["gelu"].f(z) / z               # Phi(z); dividing by z is exact-ish (eps/2)
+    rel = np.abs(got - ref) / ref
+    assert np.all(rel <= (z * z + 4) * eps)             # z^2 eps, plus a few roundings
+    assert rel[z <= -20].max() > 10 * eps               # and not full precision out there
+    assert bn.ACTIVATIONS["gelu"].f(np.array([-10.0]))[0] < 0    # a tiny negative number, not 0
+    erf_form = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in z])
+    assert erf_form[z == -10.0][0] == 0.0               # the erf form loses every digit there
+
+
+def test_high_precision_reference_is_right():
+    # The reference itself, against values known in closed form or from both of its methods.
+    assert float(_normal_cdf_reference(0.0)) == 0.5
+    assert abs(_pi(50) - Decimal("3.14159265358979323846264338327950288419716939937510")) < Decimal(10) ** -48
+    # Both methods near t = 3, where they meet, against math.erfc (t = -z / sqrt 2):
+    for z in (-4.2426, -4.2427):                        # t just below and just above 3
+        t = -z / math.sqrt(2)
+        assert abs(float(_normal_cdf_reference(z)) / (0.5 * math.erfc(t)) - 1) < 1e-13
 
 
 def test_gelu_tanh_is_close_to_exact_gelu():

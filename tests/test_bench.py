@@ -115,7 +115,7 @@ def test_floor_lists_exactly_the_products_of_the_code(monkeypatch, name):
 
 
 def test_bilinear_never_holds_an_array_of_N_m_d_d_elements(monkeypatch):
-    # Issue 7: "no array of N m d d elements ever". At the issue's sizes a block of
+    # The rule: "no array of N m d d elements ever". At the benchmark's sizes a block of
     # outer products holds N m numbers (N m > _OUTER_BLOCK); _OUTER_BLOCK = 1 gives that
     # regime at a small size (d : m = 1 : 4 as there). One (N, m, d, d) float64 array
     # would be 32 MiB; the whole forward + backward must stay within the memory target.

@@ -83,7 +83,8 @@ def test_bilinear_exchange_is_transpose():
 def test_transform_does_not_modify_params():
     x, p = bn._draw("gated_mlp", 0)
     saved = {k: v.copy() for k, v in p.items()}
-    for s in bn.SYMMETRIES:
+    for s in bn.SYMMETRIES[:-1]:                     # parity changes x, not the parameters
+        assert bn.SYMMETRIES[-1] == "parity"
         sign = -1 if s == "inverse_scaling_neg" else 1
         bn.transform_params("gated_mlp", p, s, sign * np.geomspace(0.5, 2, 5))
     assert all(np.array_equal(saved[k], p[k]) for k in p)
@@ -161,7 +162,7 @@ def test_eigen_factors_best_rank_r_truncation_error_decreases():
     assert errors[0] ** 2 == pytest.approx(np.sum(lam[:, 1:] ** 2), rel=1e-10)
 
 
-# The 2x2 ablation's table (issue "Which broken symmetry matters?"): which form keeps what.
+# The 2x2 ablation's table ("which broken symmetry matters?"): which form keeps what.
 @pytest.mark.parametrize("form, act, exchange_kept, scaling_kept", [
     ("rank1_bilinear", "silu", True, True),
     ("rank1_bilinear", "gelu", True, True),
@@ -179,3 +180,78 @@ def test_ablation_cells(form, act, exchange_kept, scaling_kept):
     assert bn.symmetry_expected(form, act, "inverse_scaling_pos") is scaling_kept
     res, scale = bn.conservation_residual(form, act, ("Q", "K"))
     assert bool(np.max(np.abs(res)) < 1e-12 * np.max(scale)) is scaling_kept
+
+
+# ----- Input parity and the count of continuous symmetries (derivations.md, 4.8, 4.9) -----
+
+
+def test_parity_holds_exactly_where_theory_says():
+    rows = [r for r in bn.symmetry_table() if r["symmetry"] == "parity"]
+    assert len(rows) == len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
+    assert [r for r in rows if r["holds"] != r["expected"]] == []
+    assert max(r["deviation"] for r in rows if r["expected"]) == 0.0   # exactly even
+    assert min(r["deviation"] for r in rows if not r["expected"]) > 0.3
+    even = {(r["formulation"], r["activation"]) for r in rows if r["expected"]}
+    score_forms = {"bilinear", "rank_r_bilinear", "rank1_bilinear"}
+    assert even == ({(f, a) for f in score_forms for a in bn.ACTIVATIONS}
+                    | {(f, "identity") for f in ("gated_mlp", "double_gated_mlp", "gated_rank_r")})
+
+
+def test_symmetry_dimension_equals_theory():
+    # Every formulation x activation, one unit and a layer of 3: the Jacobian rank count
+    # equals symmetry_dimension_expected (derivations.md, 4.9).
+    rows = bn.symmetry_dimension_table()
+    assert len(rows) == 2 * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
+    assert [r for r in rows if not r["holds"]] == []
+    assert all(r["measured"] == r["expected"] for r in rows)
+
+
+def test_smooth_single_sigma_units_keep_exactly_one_continuous_symmetry():
+    # The thesis made precise: rank-1 and gated keep one each (inverse scaling, key-value
+    # rescaling), double-gated none; in a layer of 3, three and none.
+    for act in ("sigmoid", "silu", "gelu", "gelu_tanh"):
+        for m in (1, 3):
+            assert bn.symmetry_dimension("rank1_bilinear", act, m=m) == m
+            assert bn.symmetry_dimension("gated_mlp", act, m=m) == m
+            assert bn.symmetry_dimension("double_gated_mlp", act, m=m) == 0
+
+
+def test_symmetry_dimension_refuses_an_ambiguous_rank():
+    # sigma(z) = z + 1e-7 z^2 is nearly linear: the directions that would be symmetries of
+    # the identity give singular values about 1e-7 of the largest, neither zero nor not.
+    nearly = bn.Activation("nearly_linear", lambda z: z + 1e-7 * z * z,
+                           lambda z: 1 + 2e-7 * z, linear=False, positively_homogeneous=False)
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bn.symmetry_dimension("mlp", nearly, m=3)
+    assert bn.symmetry_dimension("mlp", "identity", m=3) == 9
+
+
+def test_output_jacobian_rows_are_gradients_of_single_outputs():
+    # Row n d_out + k of the Jacobian is d y[n, k] / d theta: check two rows by central
+    # differences of the forward pass.
+    J = bn.output_jacobian("gated_mlp", "silu", d=4, m=2, d_out=2, seed=3, n_tokens=5)
+    rng = np.random.default_rng(3)
+    form = bn.FORMULATIONS["gated_mlp"]
+    p = form.init(rng, 4, 2, 2, 2)
+    x = rng.standard_normal((5, 4))
+    theta = np.concatenate([p[n].ravel() for n in form.param_names])
+
+    def outputs(t):
+        sizes = np.cumsum([p[n].size for n in form.param_names])[:-1]
+        parts = dict(zip(form.param_names, np.split(t, sizes)))
+        return form.forward(x, **{n: parts[n].reshape(p[n].shape) for n in parts}, act="silu")[0]
+
+    for row, (n, k) in ((0, (0, 0)), (7, (3, 1))):
+        numeric = np.array([(outputs(theta + 1e-6 * e)[n, k] - outputs(theta - 1e-6 * e)[n, k]) / 2e-6
+                            for e in np.eye(theta.size)])
+        assert bn.rel_error(J[row], numeric) < 1e-8
+
+
+@pytest.mark.parametrize("name, act", [("mlp", "relu"), ("rank1_bilinear", "identity"),
+                                       ("gated_rank_r", "silu")])
+def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
+    result = bn.hessian_at_minimum(name, act, d=4, m=2, d_out=2, n_tokens=40, seed=1)
+    size = np.sort(np.abs(result["eigenvalues"]))
+    zeros = bn.symmetry_dimension(name, act, d=4, m=2, d_out=2)
+    assert result["grad_norm"] < 1e-9
+    assert np.all(size[:zeros] < 1e-9 * size[-1]) and size[zeros] > 1e-6 * size[-1]

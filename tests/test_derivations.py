@@ -326,9 +326,130 @@ def test_symmetry_table_in_the_text_is_symmetry_expected():
     for row in rows[1:]:
         for symmetry, cell in zip(header, row[1:]):
             for name, act in bn.ACTIVATIONS.items():
+                z = np.linspace(0.5, 6, 12)           # is sigma odd, is it even? (4.8)
+                odd = np.allclose(act.f(-z), -act.f(z))
+                even = np.allclose(act.f(-z), act.f(z))
                 expected = {"n/a": None, "always": True, "PH": act.positively_homogeneous,
-                            "linear": act.linear}[cell]
+                            "linear": act.linear, "never": False, "odd": odd, "even": even,
+                            "odd or even": odd or even}[cell]
                 assert bn.symmetry_expected(row[0].strip("`"), name, symmetry) is expected
+
+
+# ----- 4.8 Input parity, 4.9 Counting the continuous symmetries ----------------------------
+
+
+def _activation(name, f, df):
+    return bn.Activation(name, f, df, linear=False, positively_homogeneous=False)
+
+
+def test_parity_with_an_even_or_odd_sigma():
+    # 4.8: sigma(z) = z^2 is even: double-gated is even, gated is not; tanh is odd: both are;
+    # the key-value MLP is even with z^2 only.
+    square = _activation("square", lambda z: z * z, lambda z: 2 * z)
+    tanh = _activation("tanh", np.tanh, lambda z: 1 - np.tanh(z) ** 2)
+    x, p, _ = draw("gated_mlp")
+
+    def odd_even_gap(name, act, params):
+        form = bn.FORMULATIONS[name]
+        return bn.rel_error(form.forward(x, **params, act=act)[0],
+                            form.forward(-x, **params, act=act)[0])
+    assert odd_even_gap("double_gated_mlp", square, p) < TOL
+    assert odd_even_gap("gated_mlp", square, p) > 0.1
+    assert odd_even_gap("double_gated_mlp", tanh, p) < TOL
+    assert odd_even_gap("gated_mlp", tanh, p) < TOL
+    assert odd_even_gap("mlp", square, {"K": p["K"], "V": p["V"]}) < TOL
+    assert odd_even_gap("mlp", tanh, {"K": p["K"], "V": p["V"]}) > 0.1
+    assert bn.parity_expected("double_gated_mlp", square) and not bn.parity_expected("gated_mlp", square)
+    assert bn.parity_expected("gated_mlp", tanh) and bn.parity_expected("mlp", square)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_swiglu_unit_is_half_a_bilinear_unit_plus_an_odd_part(act):
+    # 4.8: sigma(a) b = (a / 2) b + a (F(a) - 1/2) b with F the sigmoid (SiLU) or Phi (GELU):
+    # half a Bilinear unit, which is even in x, plus a part that is odd in x.
+    x, p, _ = draw("gated_mlp")
+    F = {"silu": lambda z: 1 / (1 + np.exp(-z)),
+         "gelu": lambda z: np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in z.ravel()]).reshape(z.shape)}[act]
+    a, b = x @ p["Q"].T, x @ p["K"].T
+    half_bilinear = (0.5 * a * b) @ p["V"]
+    odd_part = (a * (F(a) - 0.5) * b) @ p["V"]
+    y = bn.gated_mlp_forward(x, **p, act=act)[0]
+    assert bn.rel_error(y, half_bilinear + odd_part) < TOL
+    assert bn.rel_error(half_bilinear, 0.5 * bn.rank1_bilinear_forward(x, **p, act="identity")[0]) < TOL
+    a_neg, b_neg = -a, -b                                  # at -x: the odd part changes sign
+    assert bn.rel_error((a_neg * (F(a_neg) - 0.5) * b_neg) @ p["V"], -odd_part) < TOL
+    assert np.abs(odd_part).max() > 0.05                   # and it is not small
+
+
+def test_constant_coordinate_breaks_parity_keeps_exchange_and_scaling():
+    # 4.8: rank-1 on x~ = (1, x): (x.q + beta)(x.k + gamma) is not even in x, but exchange and
+    # inverse scaling still hold for every sigma.
+    x, p, _ = draw("rank1_bilinear", d=5)
+    rng = np.random.default_rng(1)
+    beta, gamma = rng.standard_normal(3), rng.standard_normal(3)
+    Qt = np.concatenate([beta[:, None], p["Q"]], axis=1)   # q~_j = (beta_j, q_j)
+    Kt = np.concatenate([gamma[:, None], p["K"]], axis=1)  # k~_j = (gamma_j, k_j)
+
+    def y(x, Q, K, act):
+        xt = np.concatenate([np.ones((len(x), 1)), x], axis=1)
+        return bn.rank1_bilinear_forward(xt, Q, K, p["V"], act)[0]
+    alpha = np.array([0.5, -1.5, 2.0])[:, None]
+    for act in ACTS:
+        assert bn.rel_error(y(x, Qt, Kt, act), y(-x, Qt, Kt, act)) > 1e-2   # parity broken
+        assert bn.rel_error(y(x, Qt, Kt, act), y(x, Kt, Qt, act)) < TOL      # exchange kept
+        assert bn.rel_error(y(x, Qt, Kt, act), y(x, alpha * Qt, Kt / alpha, act)) < TOL
+
+
+def _dimension_table_in_the_text():
+    body = DOC.split("### 4.9 ", 1)[1].split("\n### ", 1)[0].split("**The table**", 1)[1]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()
+            if line.startswith("| `")]
+    return rows
+
+
+def test_symmetry_dimension_table_in_the_text():
+    # 4.9: the table of the text is symmetry_dimension_expected (which the claims tests hold
+    # against the measured Jacobian ranks), and its P columns are n_params.
+    rows = _dimension_table_in_the_text()
+    assert [row[0].strip("`") for row in rows] == list(bn.FORMULATIONS)
+    smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
+    for row in rows:
+        name = row[0].strip("`")
+        for m, cells in ((1, row[1:5]), (3, row[5:9])):
+            assert int(cells[0]) == bn.FORMULATIONS[name].n_params(5, m, 3, 2)
+            for act, cell in (("identity", cells[1]), ("relu", cells[2])) + tuple((a, cells[3]) for a in smooth):
+                assert bn.symmetry_dimension_expected(name, act, 5, m, 3, 2) == int(cell), (name, act, m)
+
+
+def test_symmetry_counts_by_hand():
+    # 4.9's counts by hand, at the sizes of the text and at others, against the Jacobian rank.
+    assert bn.symmetry_dimension("gated_mlp", "silu", d=5, m=1, d_out=3) == 13 - (5 + (5 + 3 - 1))
+    assert bn.symmetry_dimension("rank1_bilinear", "silu", d=5, m=1, d_out=3) == 13 - ((2 * 5 - 1) + 3)
+    assert bn.symmetry_dimension("double_gated_mlp", "silu", d=5, m=1, d_out=3) == 0
+    # O(r, r) has dimension r (2r - 1): r = 2 gives 6, r = 3 (d = 6, 2r <= d) gives 15.
+    assert bn.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=2) == 6
+    assert bn.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=3) == 15
+    # GL(m) of a linear key-value MLP: m^2; a full bilinear layer: m d(d-1)/2 + m^2.
+    assert bn.symmetry_dimension("mlp", "identity", d=6, m=2, d_out=3) == 4
+    assert bn.symmetry_dimension("bilinear", "identity", d=4, m=2, d_out=2) == 2 * 6 + 4
+    # ReLU: double-gated keeps the scales of q, k, v with product 1; gated rank-r one per term.
+    assert bn.symmetry_dimension("double_gated_mlp", "relu", d=5, m=2, d_out=3) == 2 * 2
+    assert bn.symmetry_dimension("gated_rank_r", "relu", d=6, m=1, d_out=2, r=3) == 1 + 3
+
+
+def test_double_gated_keeps_scaling_for_any_homogeneous_degree():
+    # 2.8, 4.6: inverse scaling in the double-gated form needs sigma(alpha z) = c(alpha) sigma(z),
+    # not positive homogeneity of degree 1: relu(z)^2 (degree 2) keeps it; the gated form,
+    # which needs degree 1, loses it with relu(z)^2.
+    relu2 = _activation("relu_squared", lambda z: np.maximum(z, 0) ** 2, lambda z: 2 * np.maximum(z, 0))
+    x, p, _ = draw("double_gated_mlp")
+    alpha = np.array([0.5, 1.7, 3.0])
+    for name, kept in (("double_gated_mlp", True), ("gated_mlp", False)):
+        form = bn.FORMULATIONS[name]
+        scaled = bn.transform_params(name, p, "inverse_scaling_pos", alpha)
+        dev = bn.rel_error(form.forward(x, **p, act=relu2)[0], form.forward(x, **scaled, act=relu2)[0])
+        assert (dev < TOL) == kept and (kept or dev > 1e-2)
+    assert not relu2.positively_homogeneous
 
 
 # ----- 5. Consequences for learning ------------------------------------------------------
@@ -515,6 +636,72 @@ def test_tied_reglu_step_is_a_squared_relu_step():
     assert bn.rel_error(tied["V"], halved["V"]) > 1e-3
 
 
+def _loss_gradients(name, params, x, target, act):
+    # Gradients of mean((y - target)^2) with respect to the parameters only.
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, **params, act=act)
+    _, loss_cache = bn.mse_forward(y, target)
+    grads = form.backward(bn.mse_backward(1.0, loss_cache), cache)
+    return {k: grads[k] for k in params}
+
+
+def test_adam_keeps_the_rate_weight_decay_doubles_on_the_keys():
+    # 5.9: with Adam, a tied ReGLU follows the squared-ReLU MLP at the same rate (not half);
+    # with L2 weight decay lambda and gradient descent, at step eta / 2 and decay 2 lambda on the keys.
+    x, p, target = draw("gated_mlp", n=8)
+    squared_relu = _activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
+                               lambda z: 2 * np.maximum(z, 0))
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    same, half = {"K": p["Q"].copy(), "V": p["V"]}, {"K": p["Q"].copy(), "V": p["V"]}
+    s_tied, s_same, s_half = bn.adam_init(tied), bn.adam_init(same), bn.adam_init(half)
+    for _ in range(30):
+        tied, s_tied = bn.adam_step(tied, _loss_gradients("gated_mlp", tied, x, target, "relu"), s_tied, lr=1e-2)
+        same, s_same = bn.adam_step(same, _loss_gradients("mlp", same, x, target, squared_relu), s_same, lr=1e-2)
+        stepped, s_half = bn.adam_step(half, _loss_gradients("mlp", half, x, target, squared_relu), s_half, lr=1e-2)
+        half = {"K": half["K"] + 0.5 * (stepped["K"] - half["K"]), "V": stepped["V"]}   # lr / 2 on keys
+    assert np.array_equal(tied["Q"], tied["K"])
+    assert bn.rel_error(tied["Q"], same["K"]) < 1e-6            # only Adam's epsilon differs
+    assert bn.rel_error(tied["Q"], half["K"]) > 1e-2
+    lam, eta = 0.3, 0.05
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    double, single = {"K": p["Q"].copy(), "V": p["V"]}, {"K": p["Q"].copy(), "V": p["V"]}
+    for _ in range(30):
+        g = _loss_gradients("gated_mlp", tied, x, target, "relu")
+        tied = {k: v - eta * (g[k] + lam * v) for k, v in tied.items()}
+        for net, decay in ((double, 2 * lam), (single, lam)):
+            g = _loss_gradients("mlp", net, x, target, squared_relu)
+            net["K"] = net["K"] - eta / 2 * (g["K"] + decay * net["K"])
+            net["V"] = net["V"] - eta * (g["V"] + lam * net["V"])
+    assert bn.rel_error(tied["Q"], double["K"]) < TOL and bn.rel_error(tied["V"], double["V"]) < TOL
+    assert bn.rel_error(tied["Q"], single["K"]) > 1e-2
+
+
+@pytest.mark.parametrize("name, act", [("gated_mlp", "relu"), ("rank1_bilinear", "silu")])
+def test_tied_factors_are_invariant_not_stable(name, act):
+    # 5.9: from Q = K gradient descent keeps Q = K exactly; from an untie of 1e-6 it grows
+    # by more than a factor 1000 in 2000 steps. For rank-1 the growth needs dA_j with a
+    # positive eigenvalue, which holds at the start.
+    rng = np.random.default_rng(0)
+    x, target = rng.standard_normal((64, 6)), rng.standard_normal((64, 2))
+    p = bn.FORMULATIONS[name].init(rng, 6, 4, 2)
+    form = bn.FORMULATIONS[name]
+    exact = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    near = {"Q": p["Q"], "K": p["Q"] + 1e-6 * rng.standard_normal(p["Q"].shape), "V": p["V"]}
+    start = np.linalg.norm(near["Q"] - near["K"])
+    if name == "rank1_bilinear":
+        y, cache = form.forward(x, **exact, act=act)
+        ds = bn.ACTIVATIONS[act].df(cache["s"]) * ((y - target) @ exact["V"].T)   # (N, m)
+        dA = np.einsum("nj,na,nb->jab", ds, x, x)                     # dA_j = sum_n ds_nj x_n^T x_n
+        assert np.linalg.eigvalsh(dA).max() > 0
+    for _ in range(2000):
+        for params in (exact, near):
+            y, cache = form.forward(x, **params, act=act)
+            g = form.backward((y - target) / len(x), cache)
+            params.update({k: params[k] - 0.05 * g[k] for k in ("Q", "K", "V")})
+    assert np.array_equal(exact["Q"], exact["K"])         # invariant
+    assert np.linalg.norm(near["Q"] - near["K"]) > 1e3 * start   # not stable
+
+
 @pytest.mark.parametrize("act", ACTS)
 def test_static_query_with_biases(act):
     # 5.7: x~ = (1, x), q~_j = e_0, k~_j = (beta_j, k_j): rank-1 = key-value MLP with biases.
@@ -669,6 +856,70 @@ def test_best_rank1_score_keeps_both_signs():
     for _ in range(2000):
         q, k = rng.standard_normal(6), rng.standard_normal(6)
         assert np.linalg.norm(S - (np.outer(q, k) + np.outer(k, q)) / 2) >= error_best
+
+
+def _score_matrix(Q, K):
+    # The symmetric score matrix (Q K^T + K Q^T) / 2 of one rank-r unit, Q and K (d, r).
+    return 0.5 * (Q @ K.T + K @ Q.T)
+
+
+def test_eigen_factors_truncation_is_not_the_best_unit():
+    # 6.3, 6.4, and eigen_factors' docstring: the first r columns of eigen_factors are the
+    # Eckart-Young truncation; as a rank-r unit, best_rank_r_unit does better (both signs).
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((6, 6))
+    S = (B + B.T) / 2
+    lam = np.linalg.eigvalsh(S)                                    # increasing
+    Q, K, _ = bn.eigen_factors(S[None])
+    truncation = _score_matrix(Q[0][:, :1], K[0][:, :1])
+    Qb, Kb = bn.best_rank_r_unit(S[None], 1)
+    best = _score_matrix(Qb[0], Kb[0])
+    assert np.sum((S - best) ** 2) == pytest.approx(np.sum(lam[1:-1] ** 2), rel=1e-12)
+    assert np.sum((S - best) ** 2) < np.sum((S - truncation) ** 2) - 1.0
+    # the unit is a rank_r_bilinear unit: its scores are x best x^T
+    x = rng.standard_normal((7, 6))
+    s = bn.rank_r_bilinear_forward(x, Qb, Kb, np.ones((1, 1)), "identity")[0][:, 0]
+    assert bn.rel_error(s, np.einsum("ni,ij,nj->n", x, best, x)) < TOL
+    # r = 2: the two largest positive and the two most negative eigenvalues
+    Qb, Kb = bn.best_rank_r_unit(S[None], 2)
+    assert np.sum((S - _score_matrix(Qb[0], Kb[0])) ** 2) == pytest.approx(np.sum(lam[2:-2] ** 2), rel=1e-12)
+
+
+def test_function_error_is_two_frobenius_plus_trace_squared():
+    # 6.4: E[(x M x^T)^2] = 2 ||M||_F^2 + (tr M)^2 for x ~ N(0, I), M symmetric: an exact sum
+    # over the Isserlis pairings, then a Monte Carlo check with 200000 draws.
+    rng = np.random.default_rng(2)
+    B = rng.standard_normal((4, 4))
+    M = (B + B.T) / 2
+    delta = np.eye(4)
+    isserlis = (np.einsum("ab,ce->abce", delta, delta) + np.einsum("ac,be->abce", delta, delta)
+                + np.einsum("ae,bc->abce", delta, delta))          # E[x_a x_b x_c x_e]
+    exact = np.einsum("ab,ce,abce->", M, M, isserlis)
+    assert bn.function_error(M, np.zeros((4, 4))) == pytest.approx(exact, rel=1e-12)
+    x = rng.standard_normal((200000, 4))
+    monte_carlo = np.mean(np.einsum("ni,ij,nj->n", x, M, x) ** 2)
+    assert monte_carlo == pytest.approx(exact, rel=0.03)
+
+
+def test_best_rank_r_function_beats_the_best_score_matrix():
+    # 6.4: the best Frobenius score is not the best function; best_rank_r_function is at least
+    # as good, strictly better here, and no small move of its factors improves it.
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((6, 6))
+    S = (B + B.T) / 2
+    for r in (1, 2):
+        Qu, Ku = bn.best_rank_r_unit(S[None], r)
+        Qf, Kf = bn.best_rank_r_function(S[None], r)
+        unit_err = bn.function_error(S, _score_matrix(Qu[0], Ku[0]))
+        best_err = bn.function_error(S, _score_matrix(Qf[0], Kf[0]))
+        assert best_err < unit_err - 0.1
+        for _ in range(300):                                       # a local minimum
+            dQ, dK = 1e-3 * rng.standard_normal((2, 6, r))
+            assert bn.function_error(S, _score_matrix(Qf[0] + dQ, Kf[0] + dK)) >= best_err - 1e-12
+    # with tr S = 0 and r = 1 on diag(1, -1, 0, ...), both answers are the exact unit
+    S0 = np.diag([1.0, -1.0, 0, 0])
+    Qf, Kf = bn.best_rank_r_function(S0[None], 1)
+    assert bn.function_error(S0, _score_matrix(Qf[0], Kf[0])) < 1e-24
 
 
 # ----- 7. Checking derivatives numerically ------------------------------------------------

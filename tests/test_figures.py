@@ -110,6 +110,10 @@ def test_rank_truncation_matches_eckart_young():
     assert ranks[-1] == d and teacher[-1] <= 1e-12 and teacher[0] > 1e-2
     for series in ("rank_r_bilinear identity", "gated_rank_r silu"):
         assert len(fg.pick(rows, "students", series)[1]) == len(ranks)
+    # The best function (derivations.md, 6.4) is exact at r = d and no worse than the
+    # Frobenius-closest score matrix elsewhere (up to the sampling of the held-out tokens).
+    _, best = fg.pick(rows, "students", "teacher best function")
+    assert best[-1] <= 1e-12 and np.all(best <= 1.05 * teacher + 1e-12)
 
 
 def test_a_factor_pair_holds_one_positive_and_one_negative_eigen_term():
@@ -154,3 +158,28 @@ def test_report_says_where_the_figures_are():
     lines = []
     bn.verification_report(out=lines.append)
     assert "python bilinear_numpy.py figures" in lines[-1] and "figures/" in lines[-1]
+
+
+def test_hessian_zero_eigenvalues_equal_the_symmetry_count():
+    # Figure 6 (derivations.md, 5.8): at a minimum, one zero eigenvalue per continuous
+    # symmetry, and a wide gap to the others.
+    rows = fg.hessian_data(**QUICK["fig6_hessian"])
+    for name, act in fg.HESSIAN_CASES:
+        series = f"{name} {act}"
+        _, (measured, theory) = fg.pick(rows, "zeros", series)
+        assert measured == theory == bn.symmetry_dimension(name, act, 5, 2, 3), series
+        _, relative = fg.pick(rows, "spectrum", series)
+        zeros = int(measured)
+        assert np.all(relative[:zeros] < 1e-10) and relative[zeros] > 1e-6, series
+        assert fg.pick(rows, "gradient", series)[1][0] < 1e-9
+    expected = {"rank1_bilinear silu": 2, "gated_mlp silu": 2, "double_gated_mlp silu": 0,
+                "gated_mlp relu": 4}                      # m = 2 units: 1, 1, 0, 2 per unit
+    assert {s: fg.pick(rows, "zeros", s)[1][1] for s in expected} == expected
+
+
+def test_conservation_figure_shows_swiglu_conserved_pair():
+    # SwiGLU conserves ||k_j||^2 - ||v_j||^2: one step changes it at second order in eta.
+    sizes = QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}
+    rows = fg.conservation_data(**sizes)
+    assert abs(fg.loglog_slope(*fg.pick(rows, "one step", fg.KV_SERIES)) - 2) < 0.02
+    assert abs(fg.loglog_slope(*fg.pick(rows, "fixed time", fg.KV_SERIES)) - 1) < 0.2

@@ -292,3 +292,24 @@ def test_bad_sizes(bad):
 def test_unknown_formulation():
     with pytest.raises(ValueError, match="unknown formulation 'glu'; expected one of .*gated_mlp"):
         bn.get_formulation("glu")
+
+
+@pytest.mark.parametrize("name", ["gated_mlp", "rank1_bilinear", "double_gated_mlp", "bilinear"])
+def test_symmetry_code_reads_the_family_not_the_name(monkeypatch, name):
+    # A copy of a formulation under another name is the same form: the same expectations,
+    # the same transformed parameters. A form of no known family gets no expectation.
+    renamed = bn.Formulation(**{**bn.FORMULATIONS[name].__dict__, "name": "renamed"})
+    monkeypatch.setitem(bn.FORMULATIONS, "renamed", renamed)
+    for act in bn.ACTIVATIONS:
+        for symmetry in bn.SYMMETRIES:
+            assert (bn.symmetry_expected("renamed", act, symmetry)
+                    == bn.symmetry_expected(name, act, symmetry))
+    x, p = bn._draw(name, 0)
+    alpha = np.geomspace(0.5, 2.0, p["V"].shape[0])
+    for symmetry in ("exchange", "key_value_rescaling", "permutation"):
+        a, b = (bn.transform_params(n, p, symmetry, alpha) for n in ("renamed", name))
+        assert all(np.array_equal(a[k], b[k]) for k in p)
+    unknown = bn.Formulation(**{**renamed.__dict__, "name": "unknown", "family": ""})
+    monkeypatch.setitem(bn.FORMULATIONS, "unknown", unknown)
+    with pytest.raises(ValueError, match="no theory for family ''"):
+        bn.symmetry_expected("unknown", "relu", "exchange")

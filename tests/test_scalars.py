@@ -179,7 +179,17 @@ def inspect_layer(num, tmp_path):
 
 
 # case -> the public functions (module.qualname) it covers
+def hessian(num, tmp_path):
+    # float64 work throughout (a Hessian by finite differences); the kind of number must not
+    # change a digit.
+    result = bn.hessian_at_minimum("mlp", "relu", d=3, m=1, d_out=2, n_tokens=12,
+                                   noise=num(0.125), step=num(2 ** -16), kink_margin=num(0.25))
+    rows = figures.hessian_data(d=3, m=1, d_out=2, n_tokens=20, noise=num(0.125), n_small=3)
+    return {"eigenvalues": result["eigenvalues"], "rows": [r["y"] for r in rows]}
+
+
 CASES = {
+    hessian: ["bilinear_numpy.hessian_at_minimum", "experiments.figures.hessian_data"],
     rmsnorm: ["bilinear_numpy.rmsnorm_forward"],
     adam: ["bilinear_numpy.adam_step"],
     loss_backwards: ["bilinear_numpy.cross_entropy_backward", "bilinear_numpy.mse_backward"],

@@ -65,7 +65,7 @@ def test_the_wrong_tensor_is_named(name):
     assert named_when_wrong == set(good)          # every tensor was named at least once
 
 
-def test_the_issue_example():
+def test_a_transposed_query_is_named():
     x, Q, K, V = (tensors("gated_mlp")[k] for k in ("x", "Q", "K", "V"))
     with pytest.raises(ValueError, match=r"^Q: expected shape \(m, d\) = \(3, 4\), got \(4, 3\)$"):
         bn.gated_mlp_forward(x, Q.T, K, V)
