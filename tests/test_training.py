@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import data, train
+from experiments import cli, data, train
 
 TEXT_COLUMNS = ["variant", "formulation", "activation", "r", "params", "seed", "steps",
                 "val_bpc", "baseline_bpc"]
@@ -321,14 +321,14 @@ def test_tiny_run_writes_csv_table_and_figures(task, columns, tmp_path):
 def test_default_run_is_verify_then_both_quick_experiments(monkeypatch):
     calls = []
     monkeypatch.setattr(train, "run_task", lambda task, mode: calls.append((task, mode)))
-    monkeypatch.setattr(bn, "verification_report", lambda seed: calls.append("verify") or 0)
+    monkeypatch.setattr(cli, "verification_report", lambda seed: calls.append("verify") or 0)
     assert bn.main([]) == 0
     assert calls == ["verify", ("text", "quick"), ("image", "quick")]
 
 
 def test_default_run_stops_with_a_message_without_pydoc_data(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pydoc_data", None)      # as in a build without it
-    monkeypatch.setattr(bn, "verification_report", lambda seed: 0)
+    monkeypatch.setattr(cli, "verification_report", lambda seed: 0)
 
     def unreadable_image(path=None):
         raise RuntimeError("cannot read the image file test.jpg")
