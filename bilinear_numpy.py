@@ -157,14 +157,15 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigmoid(2u) is exactly 0 or 1 beyond; z^3 finite
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z(1+tanh u)/2 = z sigmoid(2u)
+    # z (1 + tanh u) / 2 = z sigmoid(2u)
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))
 
 
 def _gelu_tanh_grad(z):
     zc = np.clip(z, -50, 50)
     two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
     two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
-    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)    # sigmoid(2u) + z 2u' sigmoid'(2u)
+    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)  # sigmoid(2u) + z 2u' sigmoid'(2u)
 
 
 ACTIVATIONS: dict[str, Activation] = {
@@ -208,16 +209,17 @@ def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
     Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
-    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, sigma_prime = sigma'(z) (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, sigma_prime = sigma'(z) (each
+        (N, m)), act}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ params["K"].T                              # (N, m)       z = x K^T
+    z = X @ params["K"].T                         # (N, m)       z = x K^T
     h = act.f(z)                                  # (N, m)       h = sigma(z)
     sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **params, z=z, h=h,
                                     sigma_prime=sigma_prime)
 
@@ -229,7 +231,7 @@ def mlp_backward(dy, cache):
                                                    "X", "K", "V", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * sigma_prime                              # (N, m)       R2 on h = sigma(z)
+    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
@@ -250,11 +252,11 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
-    xQ = X @ params["Q"]                               # (N, d)       the query x Q
-    z = xQ @ params["K"].T                             # (N, m)       z = x Q K^T
+    xQ = X @ params["Q"]                          # (N, d)       the query x Q
+    z = xQ @ params["K"].T                        # (N, m)       z = x Q K^T
     h = act.f(z)                                  # (N, m)       h = sigma(z)
     sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **params,
                                     xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
 
@@ -265,7 +267,7 @@ def static_query_mlp_backward(dy, cache):
     dY, X, Q, K, V, xQ, h, sigma_prime = _checked_dy_and_cache(
         dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * sigma_prime                      # (N, m)       R1, then R2
+    dz = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
@@ -281,17 +283,18 @@ def bilinear_forward(x, A, V, act="identity"):
     product of the flattened outer products x^T x with the flattened A_j.
 
     Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, sigma_prime = sigma'(s) (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, sigma_prime = sigma'(s) (each
+        (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
     (N, d), m = X.shape, params["A"].shape[0]
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
-    s = xx @ params["A"].reshape(m, d * d).T           # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
+    s = xx @ params["A"].reshape(m, d * d).T      # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
     h = act.f(s)                                  # (N, m)       h = sigma(s)
     sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **params, s=s, h=h,
                                     sigma_prime=sigma_prime)
 
@@ -303,7 +306,7 @@ def bilinear_backward(dy, cache):
                                                    "X", "A", "V", "h", "sigma_prime")
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
     dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
@@ -323,18 +326,19 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
         one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, sigma_prime (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, sigma_prime
+        (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)   # (N, m, r)  queries x Q_j
-    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)   # (N, m, r)  keys    x K_j
+    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  queries x Q_j
+    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  keys    x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
     h = act.f(s)                                  # (N, m)       h = sigma(s)
     sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **params,
                                     a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
 
@@ -345,7 +349,7 @@ def rank_r_bilinear_backward(dy, cache):
     dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
         dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
     db = ds[:, :, None] * a                       # (N, m, r)
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
@@ -372,12 +376,12 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                              # (N, m)       a = x Q^T  (queries)
-    b = X @ params["K"].T                              # (N, m)       b = x K^T  (keys)
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (queries)
+    b = X @ params["K"].T                         # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
     h = act.f(s)                                  # (N, m)       h = sigma(a * b)
     sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **params,
                                     a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
 
@@ -388,7 +392,7 @@ def rank1_bilinear_backward(dy, cache):
     dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
         dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     da = ds * b                                   # (N, m)       R3 on s = a * b
     db = ds * a                                   # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
@@ -415,12 +419,12 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                              # (N, m)       a = x Q^T  (gate)
-    b = X @ params["K"].T                              # (N, m)       b = x K^T  (linear)
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (gate)
+    b = X @ params["K"].T                         # (N, m)       b = x K^T  (linear)
     sigma_a = act.f(a)                            # (N, m)       sigma(a)
     sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
     h = sigma_a * b                               # (N, m)       h = sigma(a) * b
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
                                     sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
 
@@ -432,7 +436,7 @@ def gated_mlp_backward(dy, cache):
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * b * sigma_prime_a                        # (N, m)       R3, then R2
+    da = dh * b * sigma_prime_a                   # (N, m)       R3, then R2
     db = dh * sigma_a                             # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
@@ -458,14 +462,14 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                              # (N, m)       a = x Q^T
-    b = X @ params["K"].T                              # (N, m)       b = x K^T
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T
+    b = X @ params["K"].T                         # (N, m)       b = x K^T
     sigma_a = act.f(a)                            # (N, m)       sigma(a)
     sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
     sigma_b = act.f(b)                            # (N, m)       sigma(b)
     sigma_prime_b = act.df(b)                     # (N, m)       sigma'(b), for the backward
     h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
                                     sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
                                     sigma_prime_b=sigma_prime_b, h=h)
@@ -479,8 +483,8 @@ def double_gated_mlp_backward(dy, cache):
         "sigma_b", "sigma_prime_b", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)
-    da = dh * sigma_prime_a * sigma_b                  # (N, m)       R3, then R2
-    db = dh * sigma_a * sigma_prime_b                  # (N, m)       R3, then R2
+    da = dh * sigma_prime_a * sigma_b             # (N, m)       R3, then R2
+    db = dh * sigma_a * sigma_prime_b             # (N, m)       R3, then R2
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -494,19 +498,19 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a (N, m, r), h (N, m),
-        act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a (N, m, r),
+        h (N, m), act}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
     """
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)   # (N, m, r)  gates x Q_j
-    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)   # (N, m, r)  linear parts x K_j
+    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  gates x Q_j
+    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  linear parts x K_j
     sigma_a = act.f(a)                            # (N, m, r)    sigma(a)
     sigma_prime_a = act.df(a)                     # (N, m, r)    sigma'(a), for the backward
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
-    y = h @ params["V"]                                # (N, d_out)   y = h V
+    y = h @ params["V"]                           # (N, d_out)   y = h V
     return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **params, a=a, b=b,
                                     sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
 
@@ -518,7 +522,7 @@ def gated_rank_r_backward(dy, cache):
         dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
-    da = dh * b * sigma_prime_a                        # (N, m, r)    R3, then R2
+    da = dh * b * sigma_prime_a                   # (N, m, r)    R3, then R2
     db = dh * sigma_a                             # (N, m, r)    R3
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
     dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
@@ -747,9 +751,10 @@ def equiv_rank1_as_bilinear(seed=0):
     (x . q)(x . k) = x (q^T k) x^T. Source: derivations.md, sections 2.3 and 2.5.
     """
     x, params = _draw("rank1_bilinear", seed)
-    A = params["Q"][:, :, None] * params["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
+    A = params["Q"][:, :, None] * params["K"][:, None, :]  # (m, d, d)  A_j = q_j^T k_j
     return _max_over_activations(lambda act: rel_error(
-        rank1_bilinear_forward(x, **params, act=act)[0], bilinear_forward(x, A, params["V"], act)[0]))
+        rank1_bilinear_forward(x, **params, act=act)[0],
+        bilinear_forward(x, A, params["V"], act)[0]))
 
 
 def equiv_rank_r_as_bilinear(seed=0):
@@ -758,9 +763,10 @@ def equiv_rank_r_as_bilinear(seed=0):
     Source: derivations.md, sections 2.3 and 2.4.
     """
     x, params = _draw("rank_r_bilinear", seed, r=3)
-    A = params["Q"] @ params["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
+    A = params["Q"] @ params["K"].transpose(0, 2, 1)      # (m, d, d)  A_j = Q_j K_j^T
     return _max_over_activations(lambda act: rel_error(
-        rank_r_bilinear_forward(x, **params, act=act)[0], bilinear_forward(x, A, params["V"], act)[0]))
+        rank_r_bilinear_forward(x, **params, act=act)[0],
+        bilinear_forward(x, A, params["V"], act)[0]))
 
 
 def equiv_static_query_as_mlp(seed=0):
@@ -770,9 +776,10 @@ def equiv_static_query_as_mlp(seed=0):
     Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
     """
     x, params = _draw("static_query_mlp", seed)
-    K_prime = params["K"] @ params["Q"].T                           # (m, d)
+    K_prime = params["K"] @ params["Q"].T                 # (m, d)
     return _max_over_activations(lambda act: rel_error(
-        static_query_mlp_forward(x, **params, act=act)[0], mlp_forward(x, K_prime, params["V"], act)[0]))
+        static_query_mlp_forward(x, **params, act=act)[0],
+        mlp_forward(x, K_prime, params["V"], act)[0]))
 
 
 def equiv_mlp_as_rank1_static_query(seed=0):
@@ -787,9 +794,10 @@ def equiv_mlp_as_rank1_static_query(seed=0):
     x1 = np.concatenate([np.ones((x.shape[0], 1)), x], axis=1)   # (N, d + 1)
     Q1 = np.zeros((m, d + 1))
     Q1[:, 0] = 1.0                                               # q'_j = e_0
-    K1 = np.concatenate([np.zeros((m, 1)), params["K"]], axis=1)      # k'_j = [0, k_j]
+    K1 = np.concatenate([np.zeros((m, 1)), params["K"]], axis=1)  # k'_j = [0, k_j]
     return _max_over_activations(lambda act: rel_error(
-        mlp_forward(x, **params, act=act)[0], rank1_bilinear_forward(x1, Q1, K1, params["V"], act)[0]))
+        mlp_forward(x, **params, act=act)[0],
+        rank1_bilinear_forward(x1, Q1, K1, params["V"], act)[0]))
 
 
 def equiv_bilinear_glu_as_rank1(seed=0):
@@ -818,8 +826,9 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
     relu(a) * a = relu(a)^2. Source: So et al. (Primer, arXiv 2109.08668); derivations.md, 5.6.
     """
     x, params = _draw("gated_mlp", seed)
-    squared = (np.maximum(x @ params["K"].T, 0) ** 2) @ params["V"]        # (N, d_out)
-    return rel_error(gated_mlp_forward(x, params["K"], params["K"], params["V"], "relu")[0], squared)
+    squared = (np.maximum(x @ params["K"].T, 0) ** 2) @ params["V"]  # (N, d_out)
+    tied = gated_mlp_forward(x, params["K"], params["K"], params["V"], "relu")[0]   # Q = K
+    return rel_error(tied, squared)
 
 
 def equiv_gated_rank_r_at_r1(seed=0):
@@ -828,9 +837,10 @@ def equiv_gated_rank_r_at_r1(seed=0):
     Source: derivations.md, section 2.7.
     """
     x, params = _draw("gated_mlp", seed)
-    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]              # (m, d, 1)
+    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
     return _max_over_activations(lambda act: rel_error(
-        gated_rank_r_forward(x, Q3, K3, params["V"], act)[0], gated_mlp_forward(x, **params, act=act)[0]))
+        gated_rank_r_forward(x, Q3, K3, params["V"], act)[0],
+        gated_mlp_forward(x, **params, act=act)[0]))
 
 
 def equiv_rank_r_at_r1(seed=0):
@@ -839,7 +849,7 @@ def equiv_rank_r_at_r1(seed=0):
     Source: derivations.md, sections 2.4 and 2.5.
     """
     x, params = _draw("rank1_bilinear", seed)
-    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]              # (m, d, 1)
+    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
     return _max_over_activations(lambda act: rel_error(
         rank_r_bilinear_forward(x, Q3, K3, params["V"], act)[0],
         rank1_bilinear_forward(x, **params, act=act)[0]))
@@ -889,7 +899,8 @@ def equiv_bilinear_as_rank_d(seed=0):
     x, params = _draw("bilinear", seed)
     Q, K, _ = eigen_factors(params["A"])
     return _max_over_activations(lambda act: rel_error(
-        bilinear_forward(x, **params, act=act)[0], rank_r_bilinear_forward(x, Q, K, params["V"], act)[0]))
+        bilinear_forward(x, **params, act=act)[0],
+        rank_r_bilinear_forward(x, Q, K, params["V"], act)[0]))
 
 
 EQUIVALENCES = {
@@ -1035,7 +1046,8 @@ def transform_params(formulation, params, symmetry, alpha):
         if form.family == "static-query":            # one global Q: one factor
             new["Q"], new["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
         else:
-            new["Q"], new["K"] = _scale_units(params["Q"], alpha), _scale_units(params["K"], 1 / alpha)
+            new["Q"] = _scale_units(params["Q"], alpha)
+            new["K"] = _scale_units(params["K"], 1 / alpha)
     elif symmetry == "key_value_rescaling":
         new[key], new["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
     else:                                                # permutation: reverse the units
@@ -1120,7 +1132,7 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
 
     def unit_inner(name):
         m = params[name].shape[0]
-        return np.sum((params[name] * grads[name]).reshape(m, -1), axis=1)   # (m,)
+        return np.sum((params[name] * grads[name]).reshape(m, -1), axis=1)  # (m,)
 
     first, second = unit_inner(pair[0]), unit_inner(pair[1])
     return first - second, np.abs(first) + np.abs(second)
@@ -1864,7 +1876,7 @@ def _gate_blocked(act, a, b):
     for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
         sigma_a[rows], sigma_prime = value_and_slope(a[rows])
         np.multiply(sigma_a[rows], b[rows], out=h[rows])        # h = sigma(a) * b
-        np.multiply(sigma_prime, b[rows], out=b_sigma_prime_a[rows])        # b * sigma'(a)
+        np.multiply(sigma_prime, b[rows], out=b_sigma_prime_a[rows])  # b * sigma'(a)
     return sigma_a, h, b_sigma_prime_a
 
 
@@ -1904,7 +1916,7 @@ def _bilinear_forward_fast(x, A, V, act="identity"):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
     (N, d), m = X.shape, params["A"].shape[0]
-    A_flat = params["A"].reshape(m, d * d)             # (m, d^2)
+    A_flat = params["A"].reshape(m, d * d)        # (m, d^2)
     s = np.empty((N, m), X.dtype)                 # (N, m)
     # A deliberate loop over token blocks of about N m outer-product numbers each: never
     # all N d^2 at once (at N = 4096, d = 64 they would outweigh everything else).
@@ -1968,7 +1980,7 @@ def _rank_r_projections_fast(x, Q, K, V, act):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
     m, d, r = params["Q"].shape
-    Q_cols, K_cols = _as_columns(params["Q"]), _as_columns(params["K"])   # (d, r m)
+    Q_cols, K_cols = _as_columns(params["Q"]), _as_columns(params["K"])  # (d, r m)
     a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
     b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
     return act, x, X, params, Q_cols, K_cols, a, b
@@ -1978,14 +1990,16 @@ def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
     act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
     h, sigma_prime = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ params["V"], x, act, X=X, **params,
+    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ params["V"], x, act, X=X,
+                                    **params,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
                                     sigma_prime=sigma_prime)
 
 
 def _rank_r_bilinear_backward_fast(dy, cache):
     dY, X, V, a, b, h, sigma_prime, Q_cols, K_cols = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "sigma_prime", "Q_cols", "K_cols")
+        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "sigma_prime", "Q_cols",
+        "K_cols")
     ds = (dY @ V.T)[:, :, None]                   # (N, m, 1)
     ds *= sigma_prime[:, :, None]
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
@@ -2006,8 +2020,8 @@ def _project_both_back(X, Q, K, da, db):
 def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a, b = X @ params["Q"].T, X @ params["K"].T             # (N, m) each
-    sigma_a, h, b_sigma_prime_a = _gate_blocked(act, a, b)   # sigma(a), sigma(a) b, b sigma'(a)
+    a, b = X @ params["Q"].T, X @ params["K"].T   # (N, m) each
+    sigma_a, h, b_sigma_prime_a = _gate_blocked(act, a, b)  # sigma(a), sigma(a) b, b sigma'(a)
     return _output_and_frozen_cache("gated_mlp_forward", h @ params["V"], x, act, X=X, **params,
                                     a=a, b=b, sigma_a=sigma_a, h=h, b_sigma_prime_a=b_sigma_prime_a)
 
@@ -2016,7 +2030,7 @@ def _gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, sigma_a, h, b_sigma_prime_a = _checked_dy_and_cache(
         dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_sigma_prime_a")
     dh = dY @ V.T                                 # (N, m)
-    da = dh * b_sigma_prime_a                            # dh b sigma'(a)
+    da = dh * b_sigma_prime_a                     # dh b sigma'(a)
     dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a, out=dh))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
@@ -2025,9 +2039,9 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
     m = params["Q"].shape[0]
-    ab = X @ np.concatenate([params["Q"], params["K"]]).T   # (N, 2m)  [a | b]: one product
+    ab = X @ np.concatenate([params["Q"], params["K"]]).T  # (N, 2m)  [a | b]: one product
     h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
-    h_slopes = np.empty_like(ab)                    # (N, 2m)  [dh/da | dh/db]
+    h_slopes = np.empty_like(ab)                  # (N, 2m)  [sigma'(a)sigma(b) | sigma(a)sigma'(b)]
     # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
     # while still in the CPU cache, and never stored whole.
     for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
@@ -2035,16 +2049,18 @@ def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
         np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
         np.multiply(sig_prime[:, :m], sig[:, m:], out=h_slopes[rows, :m])
         np.multiply(sig[:, :m], sig_prime[:, m:], out=h_slopes[rows, m:])
-    return _output_and_frozen_cache("double_gated_mlp_forward", h @ params["V"], x, act, X=X, **params,
-                                    a=ab[:, :m], b=ab[:, m:], h=h, sigma_prime_a_sigma_b=h_slopes[:, :m],
+    return _output_and_frozen_cache("double_gated_mlp_forward", h @ params["V"], x, act, X=X,
+                                    **params, a=ab[:, :m], b=ab[:, m:], h=h,
+                                    sigma_prime_a_sigma_b=h_slopes[:, :m],
                                     sigma_a_sigma_prime_b=h_slopes[:, m:])
 
 
 def _double_gated_mlp_backward_fast(dy, cache):
     dY, X, Q, K, V, h, sigma_prime_a_sigma_b, sigma_a_sigma_prime_b = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "sigma_prime_a_sigma_b", "sigma_a_sigma_prime_b")
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "sigma_prime_a_sigma_b",
+        "sigma_a_sigma_prime_b")
     dh = dY @ V.T                                 # (N, m)
-    da = dh * sigma_prime_a_sigma_b                               # dh sigma'(a) sigma(b)
+    da = dh * sigma_prime_a_sigma_b               # dh sigma'(a) sigma(b)
     dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a_sigma_prime_b, out=dh))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
@@ -2053,7 +2069,7 @@ def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
     act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     sigma_a, b_sigma_prime_a = _value_and_slope_blocked(act, a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
-    b_sigma_prime_a *= b                                 # b sigma'(a)
+    b_sigma_prime_a *= b                          # b sigma'(a)
     return _output_and_frozen_cache("gated_rank_r_forward", h @ params["V"], x, act, X=X, **params,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
                                     h=h, b_sigma_prime_a=b_sigma_prime_a)
@@ -2163,9 +2179,9 @@ FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
                 lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
                                  "V": m ** -0.5}, "symmetric", ("s",)),
     Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                _rank1_bilinear_forward_fast, rank1_bilinear_backward, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
-                "2 m d + m + m d_out", _rank1_scales,
-                "symmetric", ("s",)),
+                _rank1_bilinear_forward_fast, rank1_bilinear_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "symmetric",
+                ("s",)),
     Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
                 _gated_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
                 "2 m d + m + m d_out", _rank1_scales,
