@@ -3,24 +3,31 @@
 A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Bilinear
 Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
-1. Activations          sigma and sigma', one or two lines each, accurate in both tails.
+1. Activations          sigma and sigma' (act.f, act.df), one or two lines each, accurate
+                        in both tails.
 2. Formulations         the plain pairs NAME_forward / NAME_backward (CS231n style), the
                         ones to read and call: each line one step of derivations.md
                         sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
                         project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
-4. The paper's claims   equivalences, the symmetry table, the conservation identity.
+4. The paper's claims   equivalences, the symmetry table, input parity, the number of
+                        continuous symmetries, the conservation identity, best rank-r units.
 5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
 6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
                         them (training, figures, ablation, benchmark); a cache goes back
-                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
+                        to its own path's backward (mlp, static_query_mlp, rank1_bilinear:
+                        a fast forward only, whose cache the plain backward reads).
+                        tests/test_fast_paths.py: equal numbers.
 7. Plumbing             input checks, cache freezing, cache checks.
-8. Command line         `python bilinear_numpy.py [verify | figures | train | bench]`.
+8. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
+                        [verify | figures | train | bench | inspect]`.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
 shape (m, d_out); A has shape (m, d, d). a = x Q^T and b = x K^T are the two projections,
-s the score of a bilinear unit, h the hidden layer, y the output. Gradients are dx, dQ, ...
+s the score of a bilinear unit, h the hidden layer, y the output. A name that starts with
+d is a gradient, dT = dL/dT (dx, dQ, ...); the slope of sigma is sigma' (cache keys
+sigma_prime, sigma_prime_a).
 
 Input checks, one set of rules for every pair (section 7): x, the parameters and dy are
 float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
@@ -570,7 +577,9 @@ def rel_error(a, b) -> float:
 def numerical_gradient(f, x, dy, h=1e-6):
     """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
 
-        dL/dx[i] ~ (L(x + h e_i) - L(x - h e_i)) / (2 h),  error O(h^2) + O(eps / h).
+        dL/dx[i] ~ (L(x + tau e_i) - L(x - tau e_i)) / (2 tau),  error O(tau^2) + O(eps / tau),
+
+    with the step tau = h (derivations.md calls it tau: h is the hidden layer there).
 
     A deliberate teaching loop over the entries of x: each probe changes one entry of a
     private copy of x and restores it before the next, so the caller's x is untouched.
@@ -578,10 +587,10 @@ def numerical_gradient(f, x, dy, h=1e-6):
     Args: f: function of an array of x's shape, returning an array of dy's shape.
         x: float64 array of any shape.
         dy: float64 array, the upstream gradient (use random values, not ones).
-        h: a real number > 0 (Python or NumPy), the step.
+        h: the step tau, a real number > 0 (Python or NumPy).
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
-        by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
+        by a step of 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
         or f(x)'s shape differs from dy's.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
@@ -590,11 +599,11 @@ def numerical_gradient(f, x, dy, h=1e-6):
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "in lower precision, rounding divided by h leaves no correct digit")
+                            "in lower precision, rounding divided by the step leaves no correct digit")
     real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
     if not (real and 0 < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
-    h = _real("h", h)                             # a Python float, also from np.float32
+    step = _real("h", h)                          # a Python float, also from np.float32
     xp = x.copy()
     grad = np.zeros_like(xp)
 
@@ -608,12 +617,12 @@ def numerical_gradient(f, x, dy, h=1e-6):
 
     for i in np.ndindex(xp.shape):
         old = xp[i]
-        xp[i] = old + h
+        xp[i] = old + step
         plus = loss(xp)
-        xp[i] = old - h
+        xp[i] = old - step
         minus = loss(xp)
         xp[i] = old                               # restore before the next probe
-        grad[i] = (plus - minus) / (2 * h)
+        grad[i] = (plus - minus) / (2 * step)
     return grad
 
 
@@ -671,14 +680,15 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     Draws x ~ N(0, 1) of shape x_shape (d = x_shape[-1]), parameters from the
     formulation's init, and a random upstream gradient dy (never all ones, which can
     hide a wrong transpose). For an activation with a kink (relu), a draw in which any
-    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of
-    size h moves a pre-activation by far less than kink_margin, so no probe crosses the
+    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of one
+    step h moves a pre-activation by far less than kink_margin, so no probe crosses the
     kink, ReLU is linear around every probe, and the same tol applies.
 
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
         shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
-        np.random.default_rng; h: the probe step; tol: the relative error a tensor may
-        have; kink_margin: see above (h, tol, kink_margin: Python or NumPy real numbers);
+        np.random.default_rng; h: the probe step (tau in derivations.md, 7); tol: the relative
+        error a tensor may have; kink_margin: see above (h, tol, kink_margin: Python or NumPy
+        real numbers);
         max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
@@ -1533,13 +1543,13 @@ def embedding_forward(ids, E):
     """Embedding lookup: out[..., :] = E[ids[...], :].
 
     Args: ids: integer array of any shape (...), entries in [0, vocab);
-        E: (vocab, e) float32 or float64, one row per token.
-    Returns: out: (..., e), E's dtype; cache for embedding_backward.
+        E: (vocab, d_emb) float32 or float64, one row per token.
+    Returns: out: (..., d_emb), E's dtype; cache for embedding_backward.
     Raises: TypeError if ids are not integers or E is not float; ValueError for an id
         outside [0, vocab) or an E that is not 2-D.
     Source: CS231n word_embedding_forward.
     """
-    E = _check_ndim("E", E, "(vocab, e)")
+    E = _check_ndim("E", E, "(vocab, d_emb)")
     ids = _check_ids("ids", ids, E.shape[0])
     return E[ids], {"forward": "embedding_forward", "ids": ids.copy(), "E_shape": E.shape,
                     "dtype": E.dtype}
@@ -1548,16 +1558,17 @@ def embedding_forward(ids, E):
 def embedding_backward(dout, cache):
     """Backward of embedding_forward: dE[v] = sum of dout over the positions where ids == v.
 
-    Args: dout: (..., e), upstream gradient; cache: from embedding_forward.
-    Returns: dE: (vocab, e), E's dtype.
-    Raises: ValueError if dout's shape is not ids.shape + (e,); TypeError if its dtype is
+    Args: dout: (..., d_emb), upstream gradient; cache: from embedding_forward.
+    Returns: dE: (vocab, d_emb), E's dtype.
+    Raises: ValueError if dout's shape is not ids.shape + (d_emb,); TypeError if its dtype is
         not E's; ValueError / TypeError if the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
-    ids, (vocab, e), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
-    dout = _check_grad("dout", dout, ids.shape + (e,), "ids.shape + (e,)", dtype)
-    dE = np.zeros((vocab, e), dtype=dtype)
-    np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
+    ids, (vocab, d_emb), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape",
+                                                "dtype")
+    dout = _check_grad("dout", dout, ids.shape + (d_emb,), "ids.shape + (d_emb,)", dtype)
+    dE = np.zeros((vocab, d_emb), dtype=dtype)
+    np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, d_emb)))
     return dE
 
 
@@ -1647,31 +1658,33 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     return new_params, {"t": t, "m": m, "v": v}
 
 
-def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dtype=np.float64):
+def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, d_emb=None,
+               dtype=np.float64):
     """Parameters of the one-block model of model_forward.
 
-    Names: "E" (vocab, e) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
+    Names: "E" (vocab, d_emb) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
     RMSNorm gain; the FFN's parameters as "ffn.<name>" (formulation's init, d_out = d);
     "W_out" (d, d_out), "b_out" (d_out,).
 
     Args: rng: np.random.Generator; formulation: key of FORMULATIONS;
-        d_in: width of the input features (for token ids: context * e);
+        d_in: width of the input features (for token ids: context * d_emb);
         d: model width; m: memory units of the FFN; d_out: output width; r: rank;
-        vocab, e: vocabulary size and embedding width, for inputs that are token ids;
+        vocab, d_emb: vocabulary size and embedding width, for inputs that are token ids;
         dtype: float32 or float64.
     Returns: dict name -> array of `dtype`.
     Raises: ValueError for an unknown formulation, a non-positive size, or d_in not a
-        multiple of e; TypeError for a dtype other than float32 and float64.
+        multiple of d_emb; TypeError for a dtype other than float32 and float64.
     Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
     """
     form = get_formulation(formulation)
     _check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
     params = {}
     if vocab is not None:
-        _check_positive(vocab=vocab, e=e)
-        if d_in % e:
-            raise ValueError(f"d_in: expected a multiple of e = {e} (context * e), got {d_in}")
-        params["E"] = rng.standard_normal((vocab, e))
+        _check_positive(vocab=vocab, d_emb=d_emb)
+        if d_in % d_emb:
+            raise ValueError(f"d_in: expected a multiple of d_emb = {d_emb} (context * d_emb), "
+                             f"got {d_in}")
+        params["E"] = rng.standard_normal((vocab, d_emb))
     params["W_in"] = rng.standard_normal((d_in, d)) / math.sqrt(d_in)
     params["b_in"] = np.zeros(d)
     params["g"] = np.ones(d)

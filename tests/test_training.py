@@ -77,8 +77,8 @@ MODEL_CASES = [(name, "silu", 2) for name in bn.FORMULATIONS] + [
 @pytest.mark.parametrize("formulation,act,r", MODEL_CASES)
 def test_whole_model_gradient(formulation, act, r, tokens):
     rng = np.random.default_rng(4)
-    if tokens:    # context k = 3 ids, embedding width e = 2: d_in = 6
-        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, e=2)
+    if tokens:    # context k = 3 ids, embedding width d_emb = 2: d_in = 6
+        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, d_emb=2)
         inputs = rng.integers(0, 7, (5, 3))
     else:
         params = bn.model_init(rng, formulation, 6, 4, 3, 5, r)
@@ -192,8 +192,8 @@ def test_substrate_bad_input():
         args = {"d_in": 4, "d": 4, "m": 3, "d_out": 2} | size
         with pytest.raises(ValueError, match="positive integer"):
             bn.model_init(np.random.default_rng(0), "mlp", **args)
-    with pytest.raises(ValueError, match="multiple of e"):
-        bn.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, e=2)
+    with pytest.raises(ValueError, match="multiple of d_emb"):
+        bn.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, d_emb=2)
 
 
 def test_unknown_names_list_the_valid_ones():
