@@ -136,12 +136,12 @@ def _cmd_default(args):
 
 
 def _cmd_bench(args):
-    from experiments import bench   # here, so that `import bilinear_numpy` needs NumPy alone
+    from experiments import bench   # each subcommand imports only its own driver
     return bench.main(args)
 
 
 def _cmd_inspect(args):
-    from experiments import inspect_model   # here, so that `import bilinear_numpy` needs NumPy alone
+    from experiments import inspect_model   # each subcommand imports only its own driver
     try:
         inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
     except UnicodeEncodeError:                # a ValueError, but never the user's input
@@ -155,8 +155,8 @@ def _cmd_inspect(args):
 def build_parser():
     """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
 
-    Subcommands whose code lives in the experiments/ package import it inside their
-    func, so that `import bilinear_numpy` needs NumPy alone.
+    Each subcommand imports its experiments/ driver inside its func, so that one
+    subcommand loads only what it needs (verify: NumPy alone).
     """
     parser = argparse.ArgumentParser(
         prog="bilinear_numpy.py",
