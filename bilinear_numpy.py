@@ -235,7 +235,7 @@ def mlp_backward(dy, cache):
     """Backward of mlp_forward (derivations.md, section 3.1): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY, X, K, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "h", "sigma_prime")
+                                                        "X", "K", "V", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
     dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
@@ -310,7 +310,7 @@ def bilinear_backward(dy, cache):
     """Backward of bilinear_forward (derivations.md, section 3.3): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}."""
     dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "h", "sigma_prime")
+                                                        "X", "A", "V", "h", "sigma_prime")
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
@@ -599,7 +599,8 @@ def numerical_gradient(f, x, dy, h=1e-6):
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "in lower precision, rounding divided by the step leaves no correct digit")
+                            "in lower precision, rounding divided by the step leaves no "
+                            "correct digit")
     real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
     if not (real and 0 < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
@@ -1942,7 +1943,7 @@ def _bilinear_forward_fast(x, A, V, act="identity"):
 
 def _bilinear_backward_fast(dy, cache):
     dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "h", "sigma_prime")
+                                                        "X", "A", "V", "h", "sigma_prime")
     (N, d), m = X.shape, A.shape[0]
     ds = dY @ V.T                                 # (N, m)
     ds *= sigma_prime
