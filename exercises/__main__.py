@@ -4,7 +4,8 @@
     python -m exercises check N         the checks of exercise N, a row each, what the
                                         failing rows suggest, and a first hint
     python -m exercises check N --hint 2   ... with hints up to level 2 (3: the formula)
-    python -m exercises hint N          hints of levels 1 and 2 (--level 3: the formula)
+    python -m exercises hint N          what the failing rows suggest and hints of levels
+                                        1 and 2 (no table); --level 3 adds the formula
     python -m exercises --solutions     the same on exercises/solutions/
     python -m exercises --folder DIR    the same on DIR (e.g. a student's hand-in)
     --time-limit SECONDS                stop an exercise after this long (default 30; 0: none)
@@ -31,6 +32,21 @@ def shown(path):
         return str(path)
 
 
+def folder_label(folder):
+    """How the progress line names the folder checked: relative to the repository when it
+    is inside it (`exercises`, `exercises/solutions`, the same from any working folder),
+    else relative to the working folder, else in full; never a bare `.`."""
+    folder = Path(folder).resolve()
+    for base in (checker.ROOT, Path.cwd()):
+        try:
+            label = folder.relative_to(base.resolve()).as_posix()
+        except ValueError:
+            continue
+        if label != ".":
+            return label
+    return str(folder)
+
+
 def find_exercise(key):
     """Exercise number from '3', '03', 'ex03', 'ex03_full_bilinear' or 'full_bilinear'."""
     key = key.strip().lower().removesuffix(".py")
@@ -43,7 +59,7 @@ def find_exercise(key):
 
 def show_progress(folder, seconds):
     results = checker.run_exercises(list(enumerate(COURSE, start=1)), folder, seconds)
-    print(f"{checker.progress_bar(results)}   ({shown(folder)})")
+    print(f"{checker.progress_bar(results)}   ({folder_label(folder)})")
     width = max(len(exercise.title) for exercise in COURSE)
     for result in results:
         print(checker.summary_line(result, width))
@@ -55,16 +71,16 @@ def show_progress(folder, seconds):
     return checker.exit_status(results)
 
 
-def print_hints(result, level):
-    """Hint levels 1..level for the first row that is not ok, and how to ask for more."""
-    hints = checker.load_hints()
-    texts = checker.hints_for(result, hints, level)
+def print_hints(result, level, more):
+    """Hint levels 1..level for the first row that is not ok (level 2: the slip when one
+    was recognised; level 3: the formula of each failing gradient first), and how to ask
+    for more: `more` is the command with "{level}" for the next level."""
+    levels = checker.hint_levels(result, checker.load_hints())[:max(1, level)]
     topic = "general" if result.status == "not started" else checker.hint_topic(result)
-    names = {1: "where to look", 2: "the idea", 3: "the formula"}
-    for number, text in enumerate(texts, start=1):
-        print(f"Hint {number} of 3, {names.get(number, '')} ({topic}): {text}")
-    if len(texts) < 3:
-        print(f"More: python -m exercises check {result.number} --hint {len(texts) + 1}")
+    for number, (name, text) in enumerate(levels, start=1):
+        print(f"Hint {number} of 3, {name} ({topic}): {text}")
+    if len(levels) < 3:
+        print("More: " + more.format(level=len(levels) + 1))
 
 
 def show_check(number, folder, seconds, level=1):
@@ -85,13 +101,13 @@ def show_check(number, folder, seconds, level=1):
               + (f"\n  ... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""))
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete the functions and answers marked TODO.")
-        print_hints(result, level)
+        print_hints(result, level, f"python -m exercises check {number} --hint {{level}}")
     elif result.status == "failing":
         row = result.first_failure
         print(f"First failing check: {row.check} ({row.verdict})")
         for text in checker.diagnoses(result):
             print(f"Look at: {text}")
-        print_hints(result, level)
+        print_hints(result, level, f"python -m exercises check {number} --hint {{level}}")
     elif number < len(COURSE):
         print(f"Well done. Next: python -m exercises check {number + 1}")
     return checker.exit_status([result])
@@ -110,7 +126,7 @@ def show_hint(number, folder, seconds, level):
         return 0
     for text in checker.diagnoses(result):
         print(f"Look at: {text}")
-    print_hints(result, level)
+    print_hints(result, level, f"python -m exercises hint {number} --level {{level}}")
     return 0
 
 

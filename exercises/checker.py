@@ -70,9 +70,10 @@ class Exercise:
             any route (see watching): the ones the exercise asks the student to write,
             and those that compute the same thing (gated_rank_r_backward at r = 1 is
             gated_mlp_backward).
-        diagnose: function(rows) -> list of texts: what the pattern of WRONG and ok rows
-            says about the likely mistake (e.g. dK, dV right but dx, dQ wrong: the
-            gradient reaching the gate).
+        diagnose: function(rows) -> list of (point, idea): what the pattern of WRONG and
+            ok rows says. `point` (shown as "Look at:", hint level 1) says which step or
+            quantity to look at and never the fix ("dK and dV right but dx and dQ wrong:
+            look at the gradient reaching a"); `idea` (hint level 2) names the slip.
     """
 
     slug: str
@@ -99,7 +100,8 @@ class Row:
     rel_err: float | None
     verdict: str          # "ok", "WRONG", "ERROR", "TIMEOUT" or "TODO"
     message: str = ""
-    diagnosis: str = ""   # a likely mistake, when the wrong value matches a known one
+    diagnosis: str = ""   # where to look, when the wrong value matches a known slip
+    slip: str = ""        # that slip, named (shown at hint level 2 only)
 
 
 @dataclass
@@ -149,10 +151,17 @@ def watching(names):
     forbidden name. The hook raises nothing (a student's `except:` cannot swallow it); the
     caller turns a record into a ForbiddenCall after the student's code returns.
 
+    An entry of `names` that ends in ".py" (e.g. "experiments/safetensors_reader.py", a
+    path from the repository's folder) forbids every function and class of that file: any
+    code of the file run while the student's code runs, other than its import-time module
+    body (importing it is harmless; using it is not).
+
     Yields: the list the calls are appended to (function names, in order).
     """
     called, verdicts, where = [], {}, bn_file()
-    names = frozenset(names) | {f"_{name}_fast" for name in names}   # the registry's speed paths
+    files = {str((ROOT / name).resolve()): name for name in names if name.endswith(".py")}
+    names = frozenset(name for name in names if not name.endswith(".py"))
+    names = names | {f"_{name}_fast" for name in names}   # the registry's speed paths
 
     def hook(frame, event, arg):
         if event != "call":
@@ -160,13 +169,16 @@ def watching(names):
         code = frame.f_code
         hit = verdicts.get(code)
         if hit is None:           # first call of this code: is it a forbidden one?
-            hit = verdicts[code] = (code.co_name in names and
-                                    str(Path(code.co_filename).resolve()) == where)
-        if hit:                   # named as the student knows it: gated_mlp_backward
+            path = str(Path(code.co_filename).resolve())
+            hit = verdicts[code] = ((code.co_name in names and path == where) or
+                                    (path in files and code.co_name != "<module>"))
+        if hit and code.co_name in names:   # named as the student knows it: gated_mlp_backward
             called.append(code.co_name.removeprefix("_").removesuffix("_fast")
                           if code.co_name.endswith("_fast") else code.co_name)
+        elif hit:
+            called.append(f"{code.co_name} (in {files[str(Path(code.co_filename).resolve())]})")
 
-    if not names:
+    if not names and not files:
         yield called
         return
     previous = sys.getprofile()
@@ -239,8 +251,8 @@ def shape_diagnosis(expected_shape, got_shape):
     if np.prod(got_shape) == np.prod(expected_shape):
         return "the right number of entries in another shape: an axis order or a reshape?"
     if got_shape[1:] == expected_shape and len(got_shape) == len(expected_shape) + 1:
-        return (f"one value per token ({got_shape[0]} of them): a parameter shared by every "
-                f"token gets the sum of their gradients")
+        return (f"one value per token ({got_shape[0]} of them) where one was due: look at how "
+                f"a parameter shared by every token collects its gradient")
     if got_shape == expected_shape[1:]:
         return f"the leading axis ({expected_shape[0]}) is missing: summed over it?"
     if len(got_shape) == len(expected_shape) + 1 and 1 in got_shape:
@@ -351,16 +363,19 @@ def compare_equal(expected, got):
 
 
 def which_mistake(got, mistakes):
-    """The description of the first known mistake whose value `got` matches, or ""."""
-    for description, value in (mistakes or {}).items():
+    """(point, slip) of the first known mistake whose value `got` matches, or ("", "").
+
+    mistakes: {(point, slip): the value that slip gives}; `point` says where to look (hint
+    level 1, never the fix), `slip` names the mistake (hint level 2)."""
+    for (point, slip), value in (mistakes or {}).items():
         try:
             got_array = np.asarray(got, dtype=np.float64)
             value = np.asarray(value, dtype=np.float64)
             if got_array.shape == value.shape and bn.rel_error(value, got_array) <= 1e-8:
-                return description
+                return point, slip
         except (TypeError, ValueError):
             continue
-    return ""
+    return "", ""
 
 
 def student_line(error, path):
@@ -449,16 +464,18 @@ class Checks:
             except Exception as error:  # a comparison that cannot run is a failed one
                 verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
                                                          f"could not compare: {error}")
+            point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
             row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message,
-                      which_mistake(got, mistakes) if verdict == "WRONG" else "")
+                      point, slip)
         self.rows.append(row)
         self.report("row", row)
 
     def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
         """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol.
 
-        mistakes: {description: the value that mistake gives}, e.g. {"σ(a) in place of
-        σ'(a)": ...}; a wrong answer that matches one gets its description as diagnosis."""
+        mistakes: {(point, slip): the value that slip gives}, e.g. {("look at the step
+        through the activation", "σ(a) in place of σ′(a)"): ...}; a wrong answer that matches
+        one gets the point as its diagnosis (level 1) and the slip named (level 2)."""
         self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
                   mistakes)
 
@@ -773,7 +790,8 @@ def child_main(argv):
 
 def load_hints(path=HINTS_FILE):
     """{slug: {topic or "general": [level 1, level 2, level 3]}} from hints.json. Level 1
-    says where to look, level 2 the idea, level 3 the formula (never the code)."""
+    says where to look, level 2 the idea, level 3 the formula (never the code). A backward
+    exercise also has "formulas": {"dx": the formula of dx, ...}, one per gradient."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -784,27 +802,60 @@ def hint_topic(result):
     return None if row is None else row.topic
 
 
-def hints_for(result, hints, level):
-    """Levels 1..level of the hint for the first row that is not ok: a list of texts (the
-    topic's own hints, else the exercise's general ones)."""
-    table = hints.get(result.exercise.slug, {})
-    topic = hint_topic(result) if result.status != "not started" else "general"
-    levels = table.get(topic) or table.get("general") or []
-    return levels[:max(1, level)]
+def _pattern(result):
+    """[(point, idea)] of the exercise's own reading of which rows failed together."""
+    if result.exercise.diagnose is None or result.status != "failing":
+        return []
+    return list(result.exercise.diagnose(result.rows))
 
 
 def diagnoses(result):
-    """What the pattern of rows suggests: each row's known mistake, then the exercise's own
-    reading of which rows failed together (exercise.diagnose). A list of texts."""
-    where = {}                                   # diagnosis -> the rows it explains
+    """The "Look at:" lines: where the pattern of rows points (hint level 1 strength: which
+    step, which quantity, never the fix). Each row's known slip (its point), then the
+    exercise's reading of which rows failed together. A list of texts."""
+    where = {}                                   # point -> the rows it explains
     for row in result.rows:
         if row.diagnosis:
             where.setdefault(row.diagnosis, []).append(row.check.split(",")[0])
     found = [f"{text} (the rows of {', '.join(dict.fromkeys(checks))})"
              for text, checks in where.items()]
-    if result.exercise.diagnose is not None and result.status == "failing":
-        found += [text for text in result.exercise.diagnose(result.rows) if text not in found]
-    return found
+    return found + [point for point, _ in _pattern(result) if point not in found]
+
+
+def slips(result):
+    """The slips recognised (hint level 2): each matched known mistake named, then the idea
+    of the failing pattern. A list of texts, [] when nothing was recognised."""
+    named = [row.slip for row in result.rows if row.slip]
+    named += [idea for _, idea in _pattern(result)]
+    return list(dict.fromkeys(named))
+
+
+def failing_tensors(result, topic):
+    """The gradients ("dx", "dQ", ...) whose rows of `topic` are not ok, in order."""
+    names = [row.check.split(",")[0] for row in result.rows
+             if row.topic == topic and row.verdict != "ok" and re.match(r"d\w+,", row.check)]
+    return list(dict.fromkeys(names))
+
+
+def hint_levels(result, hints):
+    """[level 1, level 2, level 3] of the hint for the first row that is not ok, each a
+    (label, text): level 1 where to look (the topic's own); level 2 the slip recognised in
+    the failing pattern when there is one, else the topic's idea; level 3 the formula of
+    each failing gradient first, then the topic's formula (the whole set), never code."""
+    table = hints.get(result.exercise.slug, {})
+    topic = hint_topic(result) if result.status != "not started" else "general"
+    levels = table.get(topic) or table.get("general") or ["", "", ""]
+    named = slips(result) if result.status == "failing" else []
+    second = (("the slip", "; ".join(named)) if named else ("the idea", levels[1]))
+    formulas = table.get("formulas", {})
+    first = [formulas[name] for name in failing_tensors(result, topic) if name in formulas]
+    third = (f"{'; '.join(first)}. The whole set: {levels[2]}" if first else levels[2])
+    return [("where to look", levels[0]), second, ("the formula", third)]
+
+
+def hints_for(result, hints, level):
+    """Levels 1..level of the hint for the first row that is not ok: a list of texts."""
+    return [text for _, text in hint_levels(result, hints)[:max(1, level)]]
 
 
 # ----- Reports -----------------------------------------------------------------------------

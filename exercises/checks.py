@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 import bilinear_numpy as bn
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
+SHARED_TEXT = "look at how a parameter shared by every token collects its gradient"
 
 
 def draw(formulation, seed, r=R, n=N):
@@ -86,10 +88,13 @@ def key_value_memory(c):
     x, p = draw("mlp", seed=1)
     K, V = p["K"], p["V"]
     for act in ("relu", "gelu"):
-        mistakes = {"σ is missing: you returned (x Kᵀ) V": (x @ K.T) @ V,
-                    "σ is relu whatever act is: use bn.ACTIVATIONS[act]":
+        mistakes = {("look at what happens to the scores before they weigh the values",
+                     "σ is missing: you returned (x Kᵀ) V"): (x @ K.T) @ V,
+                    ("right for ReLU only: look at which activation your code applies",
+                     "σ is relu whatever act is: use bn.ACTIVATIONS[act]"):
                         sigma("relu", x @ K.T) @ V,
-                    "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V":
+                    ("look at the order of the steps: where the activation acts",
+                     "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V"):
                         sigma(act, (x @ K.T) @ V)}
         c.close(f"mlp_forward, {act}, x (N, d)", "mlp_forward",
                 bn.mlp_forward(x, K, V, act)[0],
@@ -119,10 +124,13 @@ def static_query(c):
         c.close(f"static_query_forward, {act}", "static_query_forward",
                 bn.static_query_mlp_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("static_query_forward", x, Q, K, V, act),
-                mistakes={"the query is x Qᵀ: it should be x Q": sigma(act, x @ Q.T @ K.T) @ V})
+                mistakes={("look at the query, the step before the keys",
+                           "the query is x Qᵀ: it should be x Q"):
+                          sigma(act, x @ Q.T @ K.T) @ V})
     c.close("absorb_query(Q, K) = K Q^T", "absorb_query", K @ Q.T,
             lambda: c.call("absorb_query", Q, K),
-            mistakes={"K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ": K @ Q})
+            mistakes={("look at the orientation of Q when it moves into the keys",
+                      "K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ"): K @ Q})
     c.close("mlp(K') = static query, every act", "absorb_query",
             all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
             lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
@@ -139,7 +147,8 @@ def full_bilinear(c):
     c.close("bilinear_scores = x A_j x^T", "bilinear_scores",
             bn.bilinear_forward(x, A, V, "identity")[1]["s"],
             lambda: c.call("bilinear_scores", x, A),
-            mistakes={"one index for both copies of x: only the diagonal of A_j is used":
+            mistakes={("look at the indices of the two copies of x in the score",
+                       "one index for both copies of x: only the diagonal of A_j is used"):
                       np.einsum("nd,jdd,nd->nj", x, A, x)})
     for act in ("identity", "silu"):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
@@ -173,7 +182,8 @@ def rank1(c):
         c.close(f"rank1_forward, {act}", "rank1_forward",
                 bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("rank1_forward", x, Q, K, V, act),
-                mistakes={"σ on one factor only: that is the gated MLP of exercise 5":
+                mistakes={("look at what the activation is applied to",
+                           "σ on one factor only: that is the gated MLP of exercise 5"):
                           bn.gated_mlp_forward(x, Q, K, V, act)[0]})
     K_mlp, V_mlp = bn.FORMULATIONS["mlp"].init(np.random.default_rng(40), D, M, D_OUT).values()
     c.close("rank-1(mlp_as_rank1) = mlp, every act", "mlp_as_rank1",
@@ -197,11 +207,14 @@ def gated_mlp(c):
     x, p = draw("gated_mlp", seed=5)
     Q, K, V = p["Q"], p["K"], p["V"]
     for variant, (_, act) in bn.GLU_VARIANTS.items():
-        mistakes = {"σ on the whole product: that is the rank-1 layer of exercise 4":
+        mistakes = {("look at what the activation is applied to",
+                     "σ on the whole product: that is the rank-1 layer of exercise 4"):
                     bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
-                    "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ":
+                    ("look at which projection goes through the activation",
+                     "Q and K swapped: the gate is σ(x Qᵀ), the linear branch x Kᵀ"):
                     bn.gated_mlp_forward(x, K, Q, V, act)[0],
-                    "K in both factors: the gate is σ(x Qᵀ)":
+                    ("look at the projection inside the activation",
+                     "K in both factors: the gate is σ(x Qᵀ)"):
                     bn.gated_mlp_forward(x, K, K, V, act)[0]}
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
@@ -257,7 +270,8 @@ def inverse_scaling(c):
         c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
                 np.stack([scaled["Q"], scaled["K"]]),
                 lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
-                mistakes={"K is multiplied by α: it is divided, K / α":
+                mistakes={("Q is right, K is not: look at what the symmetry does to K",
+                           "K is multiplied by α: it is divided, K / α"):
                           np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
@@ -415,27 +429,39 @@ def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
 
 
 GATED_MISTAKES = {
-    "σ for σ′": "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)",
-    "b missing": "the factor b = x Kᵀ is missing from da",
-    "one branch": "dx has one branch only: x feeds both a and b",
-    "h without σ": "dV uses a ⊙ b: h is σ(a) ⊙ b",
+    "σ for σ′": ("look at the step through the activation, from g back to a",
+                 "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)"),
+    "b missing": ("look at what the product of g and b passes back to g",
+                  "the factor b = x Kᵀ is missing from da"),
+    "one branch": ("look at every path from x to the output", "dx has one branch only: x "
+                   "feeds both a and b"),
+    "h without σ": ("look at the quantity that dy multiplies in dV", "dV uses a ⊙ b: h is "
+                    "σ(a) ⊙ b"),
 }
 
-# Which gradients are wrong together -> where the mistake is (the gated MLP, exercise 9).
+# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2
+# (the gated MLP, exercise 9).
 GATED_PATTERNS = {
-    frozenset("xQ"): "dK and dV are right but dx and dQ are not: the mistake is in the "
-                     "gradient reaching the gate a = x Qᵀ (da: σ′(a), and the factor b)",
-    frozenset("xK"): "dQ and dV are right but dx and dK are not: the mistake is in the "
-                     "gradient reaching the linear branch b = x Kᵀ (db = dh ⊙ σ(a))",
-    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums h ⊙ dy over the tokens; check h "
-                    "and the order of the product",
-    frozenset("x"): "dx alone is wrong: x feeds both branches, so dx has two terms",
-    frozenset("Q"): "dQ alone is wrong while dx is right: da is right; look at the product "
-                    "that turns da into dQ",
-    frozenset("K"): "dK alone is wrong while dx is right: db is right; look at the product "
-                    "that turns db into dK",
-    frozenset("xQK"): "dV is right and everything else is wrong: look at dh = dy Vᵀ, the "
-                      "gradient every other one starts from",
+    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a, "
+                      "the step between h and a",
+                      "da is wrong: the gradient reaching the gate a = x Qᵀ, through σ′(a) and "
+                      "the factor b"),
+    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b, "
+                      "the linear branch",
+                      "db is wrong: what the product h = σ(a) ⊙ b passes back to b"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); check "
+                     "the h it multiplies and the order of the product"),
+    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
+                     "x feeds both branches, so dx has two terms"),
+    frozenset("Q"): ("dQ alone wrong while dx is right: look at the step from da to dQ",
+                     "da is right; the product that turns da into dQ is not"),
+    frozenset("K"): ("dK alone wrong while dx is right: look at the step from db to dK",
+                     "db is right; the product that turns db into dK is not"),
+    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient every other "
+                       "one starts from, the step through V",
+                       "dh, the gradient of h that every other one starts from, is wrong: "
+                       "check the step back through V"),
 }
 
 
@@ -454,7 +480,7 @@ def wrong_tensors(rows, topic):
 
 
 def pattern_diagnosis(rows, topic, patterns):
-    """[the text of `patterns` for the set of wrong gradients], or []."""
+    """[(point, idea) of `patterns` for the set of wrong gradients], or []."""
     wrong = wrong_tensors(rows, topic)
     text = patterns.get(frozenset(wrong)) if wrong else None
     return [text] if text else []
@@ -501,19 +527,29 @@ def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
 
 
 RANK_R_MISTAKES = {
-    "σ for σ′": "σ(s) in place of σ′(s) in ds",
-    "a for b": "the factors are swapped: the score's gradient with respect to a is b, and "
-               "with respect to b is a",
-    "one branch": "dx has one term only: x feeds both a and b",
+    "σ for σ′": ("look at the step through the activation, from σ(s) back to s",
+                 "σ(s) in place of σ′(s) in ds"),
+    "a for b": ("look at what the product of the two factors passes back to each",
+                "the factors are swapped: the score's gradient with respect to a is b, and "
+                "with respect to b is a"),
+    "one branch": ("look at every path from x to the output",
+                   "dx has one term only: x feeds both a and b"),
 }
 
 RANK_R_PATTERNS = {
-    frozenset("xQK"): "dV is right and everything else is wrong: look at ds = (dy Vᵀ) ⊙ σ′(s), "
-                      "the gradient every other one starts from",
-    frozenset("xQ"): "dK and dV are right but dx and dQ are not: look at da",
-    frozenset("xK"): "dQ and dV are right but dx and dK are not: look at db",
-    frozenset("x"): "dx alone is wrong: x feeds both a and b, so dx has two terms",
-    frozenset("V"): "dV alone is wrong: dV = σ(s)ᵀ dy sums over the tokens",
+    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient of the score "
+                       "s, which every other one starts from",
+                       "ds, the gradient of the score, is wrong: check the step back through V "
+                       "and through the activation"),
+    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a",
+                      "da is wrong: the score's gradient times the other factor"),
+    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b",
+                      "db is wrong: the score's gradient times the other factor"),
+    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
+                     "x feeds both a and b, so dx has two terms"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); check "
+                     "what it multiplies and the order of the product"),
 }
 
 
@@ -574,8 +610,10 @@ def tied_factors(c):
     c.close("squared_relu_forward = relu(xK^T)^2 V", "squared_relu_forward",
             bn.gated_mlp_forward(x, K, K, V, "relu")[0],
             lambda: c.call("squared_relu_forward", x, K, V),
-            mistakes={"relu(x Kᵀ) is not squared": sigma("relu", x @ K.T) @ V,
-                      "the square is taken after V": (sigma("relu", x @ K.T) @ V) ** 2})
+            mistakes={("look at how many times the tied factor enters each unit",
+                       "relu(x Kᵀ) is not squared"): sigma("relu", x @ K.T) @ V,
+                      ("look at the order of the steps: the square and the values",
+                       "the square is taken after V"): (sigma("relu", x @ K.T) @ V) ** 2})
     rng = np.random.default_rng(15)
     x, T = rng.standard_normal((8, D)), rng.standard_normal((8, D_OUT))
     W = rng.standard_normal((M, D)) / np.sqrt(D)
@@ -611,8 +649,10 @@ def higher_rank(c):
     Q_ref, K_ref, lam_ref = bn.eigen_factors(A)
     c.close("eigen_factors: lam, sorted by |lam|", "eigen_factors", lam_ref,
             lambda: c.call("eigen_factors", A)[2],
-            mistakes={"sorted by λ, not by |λ|": -np.sort(-lam_ref, axis=1),
-                      "smallest first: largest |λ| first": lam_ref[:, ::-1]})
+            mistakes={("the right eigenvalues in another order: look at the sort key",
+                       "sorted by λ, not by |λ|"): -np.sort(-lam_ref, axis=1),
+                      ("the right eigenvalues in the reverse order: look at the direction of the sort",
+                       "smallest first: largest |λ| first"): lam_ref[:, ::-1]})
     c.close("eigen_factors: sum_i Q_i K_i^T = sym(A)", "eigen_factors",
             0.5 * (A + A.transpose(0, 2, 1)),
             lambda: np.einsum("jdi,jei->jde", *c.call("eigen_factors", A)[:2]))
@@ -655,21 +695,32 @@ def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
 
 
 BIAS_MISTAKES = {
-    "σ′ without c": "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c",
-    "e missing": "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e",
+    "σ′ without c": ("look at the point where the gate's derivative is evaluated",
+                     "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c"),
+    "e missing": ("look at what the linear branch passes back to the gate",
+                  "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e"),
 }
 
+# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2.
 BIAS_PATTERNS = {
-    frozenset("xQc"): "dK, dV, de and df are right but dx, dQ and dc are not: the mistake is "
-                      "in the gradient reaching the gate's input a = x Qᵀ + c",
-    frozenset("xKe"): "the gradients of the linear branch (dx, dK, de) are wrong: look at db",
-    frozenset("c"): "dc alone is wrong: c is added to every token, so its gradient adds up "
-                    "the gradient of a over the tokens",
-    frozenset("e"): "de alone is wrong: e is added to every token, so its gradient adds up "
-                    "the gradient of b over the tokens",
-    frozenset("f"): "df alone is wrong: f is added to every token, so its gradient adds up dy "
-                    "over the tokens",
-    frozenset("V"): "dV alone is wrong: dV = hᵀ dy sums over the tokens; h = σ(a) ⊙ b with both biases",
+    frozenset("xQc"): ("dK, dV, de and df right but dx, dQ and dc wrong: look at the gradient "
+                       "reaching the gate's input a, the step between the gate and a",
+                       "da is wrong: the chain rule through σ, at a with its bias, and through "
+                       "the product with b"),
+    frozenset("xKe"): ("dx, dK and de wrong, the rest right: look at the gradient reaching the "
+                       "linear branch b",
+                       "db is wrong: what the product with σ(a) passes back to b"),
+    frozenset("c"): ("dc alone wrong: " + SHARED_TEXT,
+                     "c is added to every token, so its gradient adds up the gradient of a "
+                     "over the tokens"),
+    frozenset("e"): ("de alone wrong: " + SHARED_TEXT,
+                     "e is added to every token, so its gradient adds up the gradient of b "
+                     "over the tokens"),
+    frozenset("f"): ("df alone wrong: " + SHARED_TEXT,
+                     "f is added to every token, so its gradient adds up dy over the tokens"),
+    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
+                     "dV must add up every token's contribution (a sum, not a mean); the h it "
+                     "multiplies has both biases in it"),
 }
 
 
@@ -688,7 +739,8 @@ def gated_biases(c):
         c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
                 gated_bias_reference(x, **p, act=act),
                 lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
-                mistakes={"a bias is missing (c, e or f)":
+                mistakes={("look at the biases: is each one added where it belongs?",
+                           "a bias is missing (c, e or f)"):
                           gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
     zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
     c.close("zero biases: the gated MLP", "gated_bias_forward",
@@ -732,15 +784,19 @@ def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
 
 
 TEMPERATURE_MISTAKES = {
-    "no β in da": "the chain rule through u = β ⊙ a is missing its factor β",
-    "no a in dβ": "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)",
+    "no β in da": ("look at the gradient reaching a through the temperature",
+                   "the chain rule through u = β ⊙ a is missing its factor β"),
+    "no a in dβ": ("look at the gradient reaching β",
+                   "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)"),
 }
 
 TEMPERATURE_PATTERNS = {
-    frozenset("xQ"): "dK, dV and dβ are right but dx and dQ are not: the gradient reaching "
-                     "a = x Qᵀ goes through u = β ⊙ a",
-    frozenset(["beta"]): "dβ alone is wrong: β_j multiplies a_j for every token, so its "
-                         "gradient adds up, over the tokens, the gradient of u times a",
+    frozenset("xQ"): ("dK, dV and dβ right but dx and dQ wrong: look at the gradient reaching "
+                      "a, the step between u and a",
+                      "da is wrong: the gradient reaching a goes through u = β ⊙ a"),
+    frozenset(["beta"]): ("dβ alone wrong: " + SHARED_TEXT,
+                          "β_j multiplies a_j for every token, so its gradient adds up, over "
+                          "the tokens, the gradient of u times a"),
 }
 
 
@@ -779,6 +835,128 @@ def gate_temperature(c):
             lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
             tol=1e-8)
     c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
+
+
+# ----- A trained model's file, read by hand ------------------------------------------------
+# The files are written by exercises/tiny_checkpoint.py into a temporary folder; the
+# references below read nothing back: they are the arrays that were written.
+
+
+def balances_reference(Q, K, V):
+    """(b_qk, b_kv), each (m,), from np.linalg.norm of the rows, in float64."""
+    q, k, v = (np.linalg.norm(np.asarray(a, dtype=np.float64), axis=1) ** 2 for a in (Q, K, V))
+    return np.stack([(q - k) / (q + k), (k - v) / (k + v)])
+
+
+def read_raw_from_file_start(path, name):
+    """The slip of counting data_offsets from the file's start: that tensor, misread."""
+    import json
+    import struct
+    raw = Path(path).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    entry = json.loads(raw[8:8 + n])[name]
+    begin, end = entry["data_offsets"]
+    return np.frombuffer(raw[begin:end], dtype="<f4").reshape(entry["shape"])
+
+
+CHECKPOINT_PATTERNS = {
+    # (which topics fail together) -> (where to look, the idea)
+    frozenset(["load_layer"]): ("the reader is right but the layer is not: look at how each "
+                                "stored projection maps to Q, K and V",
+                                "gate_proj is Q, up_proj is K, and V is the down projection "
+                                "transposed, (d, m) to (m, d)"),
+}
+
+
+def diagnose_read_a_checkpoint(rows):
+    failing = frozenset(row.topic for row in rows if row.verdict in ("WRONG", "ERROR"))
+    found = CHECKPOINT_PATTERNS.get(failing & {"read_f32_tensor", "load_layer"})
+    return [found] if found and "read_f32_tensor" not in failing else []
+
+
+def read_a_checkpoint(c):
+    import shutil
+    import tempfile
+    from exercises.tiny_checkpoint import (odd_unit, tiny_weights, write_safetensors,
+                                           write_tiny_checkpoint)
+    folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
+    try:
+        for file, seed in ((1, 0), (2, 6)):                   # the course's file, and another
+            (folder / f"file{file}").mkdir()
+            path = write_tiny_checkpoint(folder / f"file{file}", seed)
+            weights = tiny_weights(seed)
+            for name in ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                         "model.layers.1.post_attention_layernorm.weight",
+                         "model.embed_tokens.weight"):
+                label = (name.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
+                         .replace("mlp.", "").replace("post_attention_layernorm", "norm"))
+                misread = {}
+                try:
+                    misread[("the values come from another place in the file: look at where "
+                             "the byte offsets count from",
+                             "data_offsets count from the first byte after the header "
+                             "(8 + n), not from the start of the file")] = \
+                        read_raw_from_file_start(path, name)
+                except ValueError:
+                    pass
+                c.close(f"read_f32_tensor, file {file}, {label}", "read_f32_tensor",
+                        weights[name], lambda path=path, name=name: c.call("read_f32_tensor", path, name),
+                        tol=0.0, mistakes=misread)
+            c.equal(f"read_f32_tensor, file {file}: float32", "read_f32_tensor", "float32",
+                    lambda path=path: str(np.asarray(c.call(
+                        "read_f32_tensor", path, "model.layers.0.mlp.up_proj.weight")).dtype))
+            for i in ((0, 1) if file == 1 else (1,)):
+                prefix = f"model.layers.{i}.mlp."
+                Q, K = weights[prefix + "gate_proj.weight"], weights[prefix + "up_proj.weight"]
+                QKV = {"Q": Q, "K": K, "V": weights[prefix + "down_proj.weight"].T}   # each (m, d)
+                swapped = ("look at which stored projection goes through the gate",
+                           "Q and K swapped: Q is gate_proj (the gate), K is up_proj")
+                for k, name in enumerate("QKV"):
+                    c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[name],
+                            lambda path=path, i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
+                            mistakes={swapped: {"Q": K, "K": Q}[name]} if name != "V" else None)
+
+        def raises(name, path, expected):
+            def got():
+                try:
+                    c.call("read_f32_tensor", path, name)
+                except expected:
+                    return expected.__name__
+                return "no error"
+            return got
+
+        path = folder / "file1" / "tiny_model.safetensors"
+        c.equal("read_f32_tensor, a missing name raises KeyError", "read_f32_tensor", "KeyError",
+                raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
+        half = write_safetensors(folder / "half.safetensors",
+                                 {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
+        c.equal("read_f32_tensor, an F16 tensor raises ValueError", "read_f32_tensor",
+                "ValueError", raises("b", half, ValueError))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rng = np.random.default_rng(165)
+    scale = rng.uniform(0.5, 2.0, (3, M, 1))
+    Q, K = rng.standard_normal((M, D)) * scale[0], rng.standard_normal((M, D)) * scale[1]
+    V = rng.standard_normal((M, D + 1)) * scale[2]            # d_out = 6 here, m = 4, d = 5
+    expected = balances_reference(Q, K, V)
+    q, k, v = (np.linalg.norm(a, axis=1) for a in (Q, K, V))
+    c.close("unit_balances, random units", "unit_balances", expected,
+            lambda: np.stack(c.call("unit_balances", Q, K, V)),
+            mistakes={("look at the power of the norms in each balance",
+                       "the norms are not squared: the balance compares ‖q‖² with ‖k‖²"):
+                      np.stack([(q - k) / (q + k), (k - v) / (k + v)]),
+                      ("look at which pair each of the two returned balances compares",
+                       "the two balances are swapped: (q, k) first, then (k, v)"):
+                      expected[::-1]})
+    c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
+            lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
+    c.answer_is("UNBALANCED", odd_unit(0), tuple)
+    c.answer_is("DECAY_BALANCES", "kv")
+    c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
+            lambda: str(c.answer("WHY_DECAY")),
+            lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",
+                                                                           "orbit", "scal")),
+            "a sentence of 8 words or more that says which symmetry (a rescaling) and why")
 
 
 # ----- Capstone: design a variant --------------------------------------------------------
@@ -836,6 +1014,14 @@ def short_training(forward, backward, act, steps=300, seed=161):
     return losses[0], losses[-1]
 
 
+@functools.lru_cache(maxsize=None)
+def named_training(formulation):
+    """short_training of a named variant with SiLU: (loss at the start, loss at the end),
+    computed once per process (it does not depend on the student's code)."""
+    return short_training(getattr(bn, f"{formulation}_forward"),
+                          getattr(bn, f"{formulation}_backward"), "silu")
+
+
 def design_a_variant(c):
     names_before = set(bn.FORMULATIONS)
     name = lambda: c.answer("NAME")             # noqa: E731
@@ -873,7 +1059,8 @@ def design_a_variant(c):
 
         def gradcheck_error(tensor):
             if "report" not in report:
-                report["report"] = bn.gradcheck(name(), act(), x_shape=(3, 4))
+                # N = 5, d = 4, m = 3, d_out = 2: a shape slip shows as a shape
+                report["report"] = bn.gradcheck(name(), act(), x_shape=(5, 4))
             return next(row.rel_error for row in report["report"].rows if row.tensor == tensor)
 
         for tensor in ("x", "Q", "K", "V"):
@@ -891,14 +1078,14 @@ def design_a_variant(c):
                     "deviation is at most 1e-10)")
             c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
                     lambda s=symmetry: len(str(c.answer("WHY")[s]).split()), lambda n: n >= 8)
-        variants = {"your variant": (student, lambda *args: c.call("backward", *args), act),
-                    "SwiGLU": (bn.gated_mlp_forward, bn.gated_mlp_backward, lambda: "silu"),
-                    "rank1-silu": (bn.rank1_bilinear_forward, bn.rank1_bilinear_backward,
-                                   lambda: "silu")}
-        for label, (fwd, bwd, a) in variants.items():
-            def ratio(fwd=fwd, bwd=bwd, a=a):
+        variants = {"your variant": lambda: short_training(
+                        student, lambda *args: c.call("backward", *args), act()),
+                    "SwiGLU": lambda: named_training("gated_mlp"),
+                    "rank1-silu": lambda: named_training("rank1_bilinear")}
+        for label, train in variants.items():
+            def ratio(train=train):
                 name()                                   # beside your variant: once it is named
-                start, end = short_training(fwd, bwd, a())
+                start, end = train()
                 return end / start
             c.holds(f"300 Adam steps: {label}", "training", "loss ratio < 0.5", ratio,
                     lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")

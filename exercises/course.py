@@ -45,6 +45,10 @@ COURSE = [
     Exercise("gate_temperature", "Backprop IV: a gate with a learned temperature (new)",
              checks.gate_temperature, ("gated_mlp_backward", "gated_rank_r_backward",
                                        "_project_both_back"), checks.diagnose_gate_temperature),
+    Exercise("read_a_checkpoint", "A trained model's file, read by hand: the balances",
+             checks.read_a_checkpoint, ("experiments/safetensors_reader.py",
+                                        "experiments/inspect_model.py"),
+             checks.diagnose_read_a_checkpoint),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
 ]

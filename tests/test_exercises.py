@@ -4,7 +4,9 @@ own implementation) fools or hangs the checker.
 
 These tests never read the files a student edits (exercises/exNN_*.py): they check the
 solutions and a release made from them in a temporary folder."""
+import contextlib
 import functools
+import io
 import json
 import re
 import runpy
@@ -26,6 +28,7 @@ from exercises.release import make_stub, write_stubs
 ROOT = Path(__file__).resolve().parent.parent
 NUMBERED = list(enumerate(COURSE, start=1))
 IDS = [exercise.slug for exercise in COURSE]
+CAPSTONE = IDS.index("design_a_variant") + 1
 
 
 def run_cli(*args, cwd=ROOT):
@@ -57,15 +60,91 @@ def released(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def solution_results():
-    """Every solution checked, all in one child process."""
-    return checker.run_exercises(NUMBERED, checker.SOLUTIONS_FOLDER)
+def cli_run(*argv):
+    """`python -m exercises ARGV` in this process: (exit status, what it printed, the results
+    of the exercises it checked). Each child process the checker starts costs a NumPy import:
+    the module-scoped fixtures below run the checker once and share what it printed and found."""
+    found = []
+    real = checker.run_exercises
+
+    def recording(*args, **kwargs):
+        results = real(*args, **kwargs)
+        found.extend(results)
+        return results
+
+    checker.run_exercises = recording
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            status = main(list(argv))
+    finally:
+        checker.run_exercises = real
+    return status, out.getvalue(), found
 
 
 @pytest.fixture(scope="module")
-def release_results(released):
-    return checker.run_exercises(NUMBERED, released)
+def solutions_cli():
+    """`python -m exercises --solutions`: every solution checked, all in one child process."""
+    return cli_run("--solutions")
+
+
+@pytest.fixture(scope="module")
+def solution_results(solutions_cli):
+    return solutions_cli[2]
+
+
+@pytest.fixture(scope="module")
+def release_cli(released):
+    """`python -m exercises --folder RELEASE`: every stub made afresh, in one child process."""
+    return cli_run("--folder", str(released))
+
+
+@pytest.fixture(scope="module")
+def release_results(release_cli):
+    return release_cli[2]
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    """Every solution checked in this process (no child), with what the checks pass to the
+    student's functions recorded: {number: (module, result)}, the points of every known
+    mistake, and the sizes (N, d, m, d_out) of each call."""
+    import inspect
+    points, sizes_seen = [], []
+    real_close, real_call = checker.Checks.close, checker.Checks.call
+
+    def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
+        points.extend(point for point, _ in (mistakes or {}))
+        return real_close(self, check, topic, expected, got_fn, tol, mistakes)
+
+    def call(self, name, *args, **kwargs):
+        fn = getattr(self.module, name, None)
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            bound = {}
+        arrays = {k: v for k, v in bound.items() if isinstance(v, np.ndarray)}
+        sizes = {}
+        if arrays.get("x") is not None and arrays["x"].ndim == 2:
+            sizes["N"], sizes["d"] = arrays["x"].shape
+        for key in ("K", "Q", "V", "A"):
+            if key in arrays and arrays[key].ndim >= 2 and not (key == "Q" and "K" in arrays
+                                                                and name.startswith(("static", "absorb"))):
+                sizes.setdefault("m", arrays[key].shape[0])
+        if "V" in arrays and arrays["V"].ndim == 2:
+            sizes["d_out"] = arrays["V"].shape[1]
+        if len(sizes) >= 2:
+            sizes_seen.append((self.module.__name__, name, sizes))
+        return real_call(self, name, *args, **kwargs)
+
+    checker.Checks.close, checker.Checks.call = close, call
+    try:
+        runs = {}
+        for number, exercise in NUMBERED:
+            module = checker.load_module(checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise))
+            runs[number] = (module, checker.check_module(number, exercise, module))
+    finally:
+        checker.Checks.close, checker.Checks.call = real_close, real_call
+    return runs, points, sizes_seen
 
 
 # ----- The developer check (rustlings): every solution passes, every stub is not started --
@@ -85,9 +164,8 @@ def test_released_stub_is_not_started(number, release_results):
     assert result.status == "not started", [(r.check, r.verdict, r.message) for r in result.rows]
 
 
-def test_cli_solutions_all_done(capsys):
-    status = main(["--solutions"])
-    out = capsys.readouterr().out
+def test_cli_solutions_all_done(solutions_cli):
+    status, out, _ = solutions_cli
     assert status == 0, out
     n = len(COURSE)
     assert f"Progress [{'#' * n}] {n}/{n}" in out
@@ -95,16 +173,18 @@ def test_cli_solutions_all_done(capsys):
     assert "Traceback" not in out
 
 
-def test_cli_release_not_started_exit_0(released, capsys):
-    status = main(["--folder", str(released)])
-    out = capsys.readouterr().out
+def test_cli_release_not_started_exit_0(release_cli):
+    status, out, _ = release_cli
     assert status == 0, out
     assert f"0/{len(COURSE)}" in out
     assert out.count("not started") == len(COURSE)
     assert "Traceback" not in out
 
 
-def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released, capsys):
+def test_cli_check_one_stub_shows_todo_rows_and_a_hint(released, release_results, capsys,
+                                                      monkeypatch):
+    # The stub's result as its child process found it (release_cli), shown by `check 1`.
+    monkeypatch.setattr(checker, "run_exercise", lambda *args: release_results[0])
     status = main(["--folder", str(released), "check", "1"])
     out = capsys.readouterr().out
     assert status == 0, out
@@ -194,12 +274,12 @@ HOSTILE = {
         ("ERROR", "SystemExit: your code called sys.exit(0)")),
     2: ("EXTRA_PARAMS = 768 * 768",                # loops at import, whatever it catches
         "while True:\n    try:\n        z = np.add(0, 1)\n    except:\n        pass\n"
-        "EXTRA_PARAMS = 768 * 768", ("TIMEOUT", "stopped at its time limit of 1 s (line")),
+        "EXTRA_PARAMS = 768 * 768", ("TIMEOUT", "stopped at its time limit of 0.6 s (line")),
     3: ("    return 0.5 * (A + A.transpose(0, 2, 1))", "    raise KeyboardInterrupt",
         ("ERROR", "KeyboardInterrupt")),
     5: ("    gate = bn.ACTIVATIONS[act].f(x @ Q.T)",     # prints without end
         "    while True:\n        print('x' * 1000, flush=True)\n    gate = 0",
-        ("TIMEOUT", "stopped at its time limit of 1 s")),
+        ("TIMEOUT", "stopped at its time limit of 0.6 s")),
     6: ('    return bn.ACTIVATIONS[act].f(z) / z\n',     # ends its own process
         "    import os; os._exit(0)\n", ("ERROR", "process checking exercise 6 ended")),
     13: ("RANK_FOR_EXACT = 8", "raise SystemExit(3)",    # exits at import
@@ -208,13 +288,30 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def hostile_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hostile")
+def hostile_cli(tmp_path_factory):
+    """The hostile files and a solved exercise 4, in three folders checked at the same time
+    (a TIMEOUT is mostly waiting, a killed child a restart): `python -m exercises --folder A
+    --time-limit 0.6` on exercises 1 and 2, and run_exercises on 3 to 5 and on 6 and 13.
+    (status, output of A, {number: result})."""
+    from concurrent.futures import ThreadPoolExecutor
+    groups = [(1, 2), (3, 4, 5), (6, 13)]
+    folders = [tmp_path_factory.mktemp(f"hostile-{k}") for k in range(len(groups))]
     for number, (old, new, _) in HOSTILE.items():
-        solved_copy(folder, number, old, new)
-    shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(4, COURSE[3]), folder)  # solved
-    numbered = [(n, COURSE[n - 1]) for n in sorted(set(HOSTILE) | {4})]
-    return {result.number: result for result in checker.run_exercises(numbered, folder, 1.0)}
+        solved_copy(next(f for f, g in zip(folders, groups) if number in g), number, old, new)
+    shutil.copy(checker.SOLUTIONS_FOLDER / checker.file_name(4, COURSE[3]), folders[1])  # solved
+    run = checker.run_exercises                   # the real one, whatever cli_run records
+    with ThreadPoolExecutor(len(groups) - 1) as pool:
+        later = [pool.submit(run, [(n, COURSE[n - 1]) for n in group], folder, 0.6)
+                 for folder, group in zip(folders[1:], groups[1:])]
+        status, out, results = cli_run("--folder", str(folders[0]), "--time-limit", "0.6")
+        for future in later:
+            results = results + future.result()
+    return status, out, {result.number: result for result in results}
+
+
+@pytest.fixture(scope="module")
+def hostile_results(hostile_cli):
+    return hostile_cli[2]
 
 
 @pytest.mark.parametrize("number", sorted(HOSTILE))
@@ -231,11 +328,11 @@ def test_the_exercise_after_a_hostile_one_still_runs(hostile_results):
     assert len(hostile_results[5].output) < checker.OUTPUT_KEPT + 100   # printing is cut
 
 
-def test_hostile_answers_give_exit_status_1(tmp_path, capsys):
-    solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "import sys; sys.exit(0)")
-    status = main(["--folder", str(tmp_path)])
-    out = capsys.readouterr().out
+def test_hostile_answers_give_exit_status_1(hostile_cli):
+    status, out, results = hostile_cli
     assert status == 1 and "SystemExit" in out, out
+    assert {n for n, r in results.items() if r.status != "missing"} == set(HOSTILE) | {4}
+    assert re.search(r"^ +1 .* failing: .*SystemExit", out, re.M), out
 
 
 def test_answers_are_compared_with_their_type(tmp_path):
@@ -297,6 +394,29 @@ def test_no_route_to_the_library_implementation_passes(route, tmp_path):
     assert "called the library's" in rows[0].message, rows[0].message
 
 
+READER_ROUTES = {
+    # the project's own reader and inspector, which exercise 16 asks the student not to use
+    "read_f32_tensor": ("    raw = Path(path).read_bytes()\n",
+                        "    from experiments.safetensors_reader import open_checkpoint\n"
+                        "    return np.array(open_checkpoint(path).get(name))\n"),
+    "load_layer": ('    prefix = f"model.layers.{i}.mlp."\n',
+                   "    from experiments import inspect_model, safetensors_reader\n"
+                   "    ckpt = safetensors_reader.open_checkpoint(path)\n"
+                   "    return inspect_model.layer_weights(ckpt, i)[:3]\n"),
+}
+
+
+@pytest.mark.parametrize("topic", READER_ROUTES)
+def test_the_projects_own_reader_is_refused_in_exercise_16(topic, tmp_path):
+    number = IDS.index("read_a_checkpoint") + 1
+    old, new = READER_ROUTES[topic]
+    path = solved_copy(tmp_path, number, old, new + old)
+    rows = [row for row in checker.check_file(number, COURSE[number - 1], path).rows
+            if row.topic == topic]
+    assert rows and all(row.verdict == "ERROR" and "experiments/" in row.message
+                        for row in rows), [(r.verdict, r.message) for r in rows]
+
+
 def test_a_forbidden_function_reached_through_another_public_one_is_caught(tmp_path):
     # bn.gradcheck calls bn.numerical_gradient, which exercise 9 asks the student to write.
     path = solved_copy(tmp_path, 9, "    x = x.copy()                                  # never",
@@ -342,18 +462,27 @@ def wrapped(fn):
 
 
 @pytest.mark.parametrize("number, exercise", NUMBERED, ids=IDS)
-def test_every_function_and_answer_is_really_checked(number, exercise):
-    path = checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)
-    module = checker.load_module(path)
-    topics = {row.topic for row in checker.check_module(number, exercise, module).rows}
+def test_every_function_and_answer_is_really_checked(number, exercise, in_process):
+    module, result = in_process[0][number]
+    assert result.status == "done"
+    topics = {row.topic for row in result.rows}
     # Not "training" (the capstone's baselines), nor the capstone's NAME (any new name is
-    # right) and WHY (any sentence passes: the instructor reads it).
-    for topic in topics & set(vars(module)) - {"NAME", "WHY"}:
+    # right) and WHY, WHY_DECAY (any sentence of the kind passes: the instructor reads it).
+    for topic in topics & set(vars(module)) - {"NAME", "WHY", "WHY_DECAY"}:
         value = getattr(module, topic)
         wrong = types.SimpleNamespace(**vars(module))
         setattr(wrong, topic, wrapped(value) if callable(value) else perturbed(value))
         result = checker.check_module(number, exercise, wrong)
         assert any(row.verdict != "ok" for row in result.rows if row.topic == topic), topic
+
+
+def test_checks_use_distinct_sizes_so_a_shape_slip_shows_as_a_shape(in_process):
+    # With N, d, m and d_out all different, a transpose or a wrong axis gives a wrong shape
+    # (the checker then says so), not just wrong values. (Sizes recorded by in_process.)
+    sizes_seen = in_process[2]
+    assert len(sizes_seen) > 50
+    for where, name, sizes in sizes_seen:
+        assert len(set(sizes.values())) == len(sizes), (where, name, sizes)
 
 
 def test_compare_close_is_strict_and_never_broadcasts():
@@ -405,8 +534,11 @@ def test_hints_cover_every_exercise_and_name_real_topics(solution_results):
     for number, exercise in NUMBERED:
         topics = {row.topic for row in solution_results[number - 1].rows}
         assert hints[exercise.slug].get("general"), exercise.slug
-        assert set(hints[exercise.slug]) <= topics | {"general"}, exercise.slug
+        assert set(hints[exercise.slug]) <= topics | {"general", "formulas"}, exercise.slug
         assert topics <= set(hints[exercise.slug]) | {"general"}, exercise.slug
+        gradients = {row.check.split(",")[0] for row in solution_results[number - 1].rows
+                     if row.topic.endswith("_backward") and re.match(r"d\w+,", row.check)}
+        assert set(hints[exercise.slug].get("formulas", {})) == gradients, exercise.slug
 
 
 def github_anchor(heading):
@@ -435,9 +567,12 @@ def test_every_exercise_links_to_derivations(number, exercise):
 def test_solutions_run_as_scripts(capsys, monkeypatch):
     # The capstone registers its unit: on a copy of the registry, not the library's own.
     monkeypatch.setattr(bn, "FORMULATIONS", dict(bn.FORMULATIONS))
+    # The "Try it" cell never calls what the exercise forbids (the function being written).
     for number, exercise in NUMBERED:
-        runpy.run_path(str(checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)),
-                       run_name="__main__")
+        with checker.watching(exercise.forbidden) as called:
+            runpy.run_path(str(checker.SOLUTIONS_FOLDER / checker.file_name(number, exercise)),
+                           run_name="__main__")
+        assert not called, (exercise.slug, called)
         assert capsys.readouterr().out.strip(), exercise.slug
 
 
@@ -484,68 +619,136 @@ def test_a_crash_of_the_checks_themselves_is_a_row_not_a_traceback():
 
 
 # ----- Diagnostic hints: each deliberate mistake gets its own diagnosis ------------------
+# Level 1 (the "Look at:" lines, the row messages and hint 1) POINTS: which step, which
+# quantity. Level 2 names the slip recognised in the failing pattern, level 3 gives the
+# formula of the failing tensor(s) first. So a slip's name never shows at level 1.
+
+
+def levels_of(result):
+    """(level 1 text: the Look at lines, the row messages and hint 1; level 2; level 3)."""
+    levels = checker.hint_levels(result, checker.load_hints())
+    level1 = "\n".join(checker.diagnoses(result) + [row.message for row in result.rows]
+                       + [levels[0][1]])
+    return level1, levels[1][1], levels[2][1]
+
+
+def assert_points_then_names(result, points, slip):
+    level1, level2, _ = levels_of(result)
+    assert result.status == "failing"
+    for phrase in points:
+        assert phrase in level1, (phrase, level1)
+    assert slip in level2, (slip, level2)
+    assert slip not in level1, (slip, level1)
+
 
 GATED_SLIPS = {
-    # the solution's line -> the mistaken line, and what `check 9` must say about it
+    # the solution's line -> the mistaken line, where `check 9` points, the slip it names
     "σ for σ′": ("da = dh * b * sigma.df(a)", "da = dh * b * sigma.f(a)",
-                 ["σ(a) in place of σ′(a)", "dK and dV are right but dx and dQ are not"]),
+                 ["the step through the activation", "dK and dV right but dx and dQ wrong: "
+                  "look at the gradient reaching a"], "σ(a) in place of σ′(a)"),
     "b missing": ("da = dh * b * sigma.df(a)", "da = dh * sigma.df(a)",
-                  ["the factor b = x Kᵀ is missing", "gradient reaching the gate"]),
-    "one branch": ("dx = da @ Q + db @ K", "dx = da @ Q", ["dx has one branch only",
-                                                          "dx alone is wrong"]),
-    "transpose": ("dV = h.T @ dy", "dV = dy.T @ h", ["a transpose? got (3, 4) where (4, 3)",
-                                                     "dV alone is wrong"]),
+                  ["what the product of g and b passes back", "gradient reaching a"],
+                  "the factor b = x Kᵀ is missing"),
+    "one branch": ("dx = da @ Q + db @ K", "dx = da @ Q",
+                   ["every path from x to the output", "dx alone wrong"],
+                   "dx has one branch only"),
+    "transpose": ("dV = h.T @ dy", "dV = dy.T @ h",
+                  ["a transpose? got (3, 4) where (4, 3)", "dV alone wrong"], "a sum, not a mean"),
     "mean over tokens": ("dV = h.T @ dy", "dV = h.T @ dy / len(x)",
-                         ["a constant factor", "dV alone is wrong: dV = hᵀ dy sums"]),
-    "wrong dh": ("dh = dy @ V.T", "dh = 2 * dy @ V.T", ["gradient every other one starts from"]),
+                         ["a constant factor", "dV alone wrong: look at how a parameter "
+                          "shared by every token collects its gradient"], "a sum, not a mean"),
+    "wrong dh": ("dh = dy @ V.T", "dh = 2 * dy @ V.T", ["gradient every other one starts from"],
+                 "dh, the gradient of h"),
 }
 
 
 @pytest.mark.parametrize("slip", GATED_SLIPS)
-def test_each_backprop_slip_gets_its_diagnosis(slip, tmp_path):
-    old, new, says = GATED_SLIPS[slip]
+def test_each_backprop_slip_is_pointed_at_then_named(slip, tmp_path):
+    old, new, points, name = GATED_SLIPS[slip]
     path = solved_copy(tmp_path, 9, old, new)
-    result = checker.check_file(9, COURSE[8], path)
-    assert result.status == "failing"
-    text = "\n".join(checker.diagnoses(result) + [row.message for row in result.rows])
-    for phrase in says:
-        assert phrase in text, (phrase, text)
+    assert_points_then_names(checker.check_file(9, COURSE[8], path), points, name)
+
+
+def test_level_two_depends_on_the_slip_and_level_three_starts_with_the_failing_formula(tmp_path):
+    seconds = {}
+    for slip in ("σ for σ′", "one branch", "mean over tokens"):
+        old, new, _, _ = GATED_SLIPS[slip]
+        result = checker.check_file(9, COURSE[8], solved_copy(tmp_path, 9, old, new))
+        _, seconds[slip], third = levels_of(result)
+        whole = checker.load_hints()["backprop_gated"]["gated_mlp_backward"][2]
+        first = {"σ for σ′": "dx = da Q + db K", "one branch": "dx = da Q + db K",
+                 "mean over tokens": "dV = hᵀ dy"}[slip]
+        assert third.startswith(first) and third.endswith("The whole set: " + whole), third
+    assert len(set(seconds.values())) == 3, seconds
+    result = checker.check_file(9, COURSE[8], solved_copy(tmp_path, 9, *GATED_SLIPS["σ for σ′"][:2]))
+    third = levels_of(result)[2]
+    assert third.index("dQ = daᵀ x") < third.index("The whole set"), third   # dx and dQ first
 
 
 FORWARD_SLIPS = [
+    # (exercise, the solution's text, the mistaken text, where it points, the slip named)
     (3, 'np.einsum("nd,jde,ne->nj", x, A, x)', 'np.einsum("nd,jdd,nd->nj", x, A, x)',
-     "only the diagonal of A_j"),
+     "the indices of the two copies of x", "only the diagonal of A_j"),
     (4, "return bn.ACTIVATIONS[act].f(s) @ V", "return (bn.ACTIVATIONS[act].f(x @ Q.T) * (x @ K.T)) @ V",
-     "σ on one factor only"),
-    (7, "return alpha * Q, K / alpha", "return alpha * Q, K * alpha", "K is multiplied by α"),
+     "what the activation is applied to", "σ on one factor only"),
+    (7, "return alpha * Q, K / alpha", "return alpha * Q, K * alpha",
+     "what the symmetry does to K", "K is multiplied by α"),
     (12, "return np.maximum(x @ K.T, 0) ** 2 @ V", "return np.maximum(x @ K.T, 0) @ V",
-     "is not squared"),
+     "how many times the tied factor enters", "is not squared"),
     (13, "order = np.argsort(-np.abs(lam), axis=1)", "order = np.argsort(-lam, axis=1)",
-     "sorted by λ, not by |λ|"),
-    (2, "return K @ Q.T ", "return K @ Q ", "K Q in place of K Qᵀ"),
-    (2, "z = (x @ Q) @ K.T ", "z = (x @ Q.T) @ K.T ", "the query is x Qᵀ"),
+     "look at the sort key", "sorted by λ, not by |λ|"),
+    (2, "return K @ Q.T ", "return K @ Q ", "the orientation of Q", "K Q in place of K Qᵀ"),
+    (2, "z = (x @ Q) @ K.T ", "z = (x @ Q.T) @ K.T ", "the query, the step before the keys",
+     "the query is x Qᵀ"),
     (5, "gate = bn.ACTIVATIONS[act].f(x @ Q.T)", "gate = bn.ACTIVATIONS[act].f(x @ K.T)",
-     "K in both factors"),
+     "the projection inside the activation", "K in both factors"),
     (5, "return (gate * (x @ K.T)) @ V", "return bn.ACTIVATIONS[act].f((x @ Q.T) * (x @ K.T)) @ V",
-     "the rank-1 layer of exercise 4"),
+     "what the activation is applied to", "the rank-1 layer of exercise 4"),
+    (1, "return bn.ACTIVATIONS[act].f(z) @ V", "return z @ V",
+     "what happens to the scores before they weigh the values", "σ is missing"),
+    (1, "return bn.ACTIVATIONS[act].f(z) @ V", "return bn.ACTIVATIONS['relu'].f(z) @ V",
+     "right for ReLU only", "σ is relu whatever act is"),
+    (16, "data = raw[8 + n + begin:8 + n + end]", "data = raw[begin:end]",
+     "where the byte offsets count from", "not from the start of the file"),
+    (16, "    return Q, K, V\n", "    return K, Q, V\n",
+     "which stored projection goes through the gate", "Q and K swapped"),
+    (16, 'prefix + "down_proj.weight").T', 'prefix + "down_proj.weight")',
+     "a transpose? got (6, 4) where (4, 6)", "V is the down projection transposed"),
+    (16, "return (q2 - k2) / (q2 + k2), (k2 - v2) / (k2 + v2)",
+     "return (k2 - v2) / (k2 + v2), (q2 - k2) / (q2 + k2)",
+     "which pair each of the two returned balances compares", "the two balances are swapped"),
+    (16, "return (q2 - k2) / (q2 + k2), (k2 - v2) / (k2 + v2)",
+     "q, k, v = np.sqrt(q2), np.sqrt(k2), np.sqrt(v2)\n    return (q - k) / (q + k), (k - v) / (k + v)",
+     "the power of the norms", "the norms are not squared"),
 ]
 
 
-@pytest.mark.parametrize("number, old, new, says", FORWARD_SLIPS)
-def test_forward_slips_in_later_exercises_get_their_diagnosis(number, old, new, says, tmp_path):
+@pytest.mark.parametrize("number, old, new, point, slip", FORWARD_SLIPS)
+def test_forward_slips_are_pointed_at_then_named(number, old, new, point, slip, tmp_path):
     path = solved_copy(tmp_path, number, old, new)
-    result = checker.check_file(number, COURSE[number - 1], path)
-    assert any(says in text for text in checker.diagnoses(result)), checker.diagnoses(result)
+    assert_points_then_names(checker.check_file(number, COURSE[number - 1], path), [point], slip)
 
 
-def test_forward_slips_get_their_diagnosis(tmp_path):
-    path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V", "return z @ V")
-    result = checker.check_file(1, COURSE[0], path)
-    assert any("σ is missing" in text for text in checker.diagnoses(result))
-    path = solved_copy(tmp_path, 1, "return bn.ACTIVATIONS[act].f(z) @ V",
-                       "return bn.ACTIVATIONS['relu'].f(z) @ V")
-    result = checker.check_file(1, COURSE[0], path)
-    assert any("σ is relu whatever act is" in text for text in checker.diagnoses(result))
+# A level-1 text names no formula of the answer: no equation, no derivative's code, no
+# transposed symbol, elementwise product, sum or API call, and never "in place of".
+FORMULA = re.compile(r"=|\.df\b|\.f\(|bn\.|np\.|@|ᵀ|⊙|σ′|Σ|in place of")
+
+
+def test_no_level_one_text_gives_a_formula(in_process):
+    from exercises import checks
+    points = list(in_process[1])                     # every mistake an exercise knows
+    for name in dir(checks):                         # every pattern and named mistake
+        if name.endswith(("_PATTERNS", "_MISTAKES")):
+            points += [point for point, _ in getattr(checks, name).values()]
+    assert len(points) > 30
+    y = np.ones((4, 3))
+    points += [checker.shape_diagnosis((4, 3), s) for s in [(3, 4), (2, 6), (6, 4, 3), (3,),
+                                                              (4, 1, 3), (4,)]]
+    points += [checker.value_diagnosis(y, g) for g in (-y, 2 * y)]
+    points += [levels[0] for table in checker.load_hints().values()
+               for topic, levels in table.items() if topic != "formulas"]
+    for text in points:
+        assert not FORMULA.search(text), text
 
 
 def test_hints_are_graded_and_the_last_level_is_a_formula_not_code():
@@ -553,24 +756,36 @@ def test_hints_are_graded_and_the_last_level_is_a_formula_not_code():
     code = re.compile(r"np\.|bn\.\w+\(|\.T\b|@|einsum|\[:, *None\]|axis=|reshape\(")
     for slug, table in hints.items():
         for topic, levels in table.items():
+            if topic == "formulas":              # one formula per gradient, no code either
+                assert levels and all(text.strip() and not code.search(text)
+                                      for text in levels.values()), (slug, levels)
+                continue
             assert isinstance(levels, list) and len(levels) == 3, (slug, topic)
             assert all(text.strip() for text in levels), (slug, topic)
             assert not code.search(levels[2]), (slug, topic, levels[2])
 
 
-def test_check_shows_level_one_and_hint_shows_more(tmp_path, capsys):
+def test_check_shows_level_one_and_hint_shows_more(tmp_path, capsys, monkeypatch):
     solved_copy(tmp_path, 9, "da = dh * b * sigma.df(a)", "da = dh * b * sigma.f(a)")
-    hints = checker.load_hints()["backprop_gated"]["gated_mlp_backward"]
+    result = checker.run_exercise(9, COURSE[8], tmp_path)       # one child for every command
+    monkeypatch.setattr(checker, "run_exercise", lambda *args: result)
+    levels = [text for _, text in checker.hint_levels(result, checker.load_hints())]
+    assert "σ(a) in place of σ′(a)" in levels[1] and levels[2].startswith("dx = da Q + db K")
     assert main(["--folder", str(tmp_path), "check", "9"]) == 1
     out = capsys.readouterr().out
-    assert hints[0] in out and hints[1] not in out and "--hint 2" in out
-    assert "Look at:" in out and "σ(a) in place of σ′(a)" in out
+    assert levels[0] in out and levels[1] not in out
+    assert "More: python -m exercises check 9 --hint 2" in out
+    assert "Look at:" in out and "σ(a) in place of σ′(a)" not in out    # named at level 2
     assert main(["--folder", str(tmp_path), "check", "9", "--hint", "3"]) == 1
     out = capsys.readouterr().out
-    assert all(text in out for text in hints)
-    assert main(["--folder", str(tmp_path), "hint", "9"]) == 0
+    assert all(text in out for text in levels) and "More:" not in out
+    assert main(["--folder", str(tmp_path), "hint", "9"]) == 0       # levels 1 and 2
     out = capsys.readouterr().out
-    assert hints[1] in out and hints[2] not in out
+    assert levels[1] in out and levels[2] not in out
+    assert "More: python -m exercises hint 9 --level 3" in out
+    assert main(["--folder", str(tmp_path), "hint", "9", "--level", "3"]) == 0
+    out = capsys.readouterr().out
+    assert levels[2] in out and "More:" not in out
 
 
 # ----- From any folder, from a notebook ---------------------------------------------------
@@ -579,6 +794,18 @@ def test_check_shows_level_one_and_hint_shows_more(tmp_path, capsys):
 def test_cli_runs_from_the_exercises_folder(released):
     status, out = run_cli("--folder", str(released), cwd=ROOT / "exercises")
     assert status == 0 and f"0/{len(COURSE)}" in out, out
+
+
+def test_progress_line_names_the_folder_the_same_from_any_folder(tmp_path, monkeypatch, capsys):
+    from exercises.__main__ import folder_label
+    for cwd in (ROOT, ROOT / "exercises", tmp_path):
+        monkeypatch.chdir(cwd)
+        assert folder_label(checker.STUDENT_FOLDER) == "exercises"
+        assert folder_label(checker.SOLUTIONS_FOLDER) == "exercises/solutions"
+    monkeypatch.chdir(tmp_path)                 # an empty folder: every exercise missing
+    assert main(["--folder", "."]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "(.)" not in line and line.endswith(f"({tmp_path.resolve()})"), line
 
 
 def test_one_line_call_from_a_notebook_cell_in_the_exercises_folder():
@@ -634,30 +861,33 @@ def test_scaffolds_fade_and_every_exercise_names_its_api(number, exercise):
 # ----- The new problems and the capstone: their slips are caught and named ----------------
 
 NEW_SLIPS = [
-    # (exercise, the solution's text, the mistaken text, what the checker must say)
+    # (exercise, the solution's text, the mistaken text, where it points, the slip named)
     (14, "da = dh * b * sigma.df(a)", "da = dh * b * sigma.df(x @ Q.T)",
-     ["σ′ evaluated at x Qᵀ without the bias c", "gradient reaching the gate's input"]),
-    (14, '"c": da.sum(axis=0)', '"c": da', ["one value per token (6 of them)"]),
-    (14, "df = dy.sum(axis=0)", "df = dy.mean(axis=0)", ["df alone is wrong"]),
+     ["where the gate's derivative is evaluated", "gradient reaching the gate's input"],
+     "σ′ evaluated at x Qᵀ without the bias c"),
+    (14, '"c": da.sum(axis=0)', '"c": da', ["one value per token (6 of them)", "dc alone wrong"],
+     "c is added to every token"),
+    (14, "df = dy.sum(axis=0)", "df = dy.mean(axis=0)", ["df alone wrong"],
+     "f is added to every token"),
     (10, "ds = (dy @ V.T) * sigma.df(s)", "ds = (dy @ V.T) * sigma.f(s)",
-     ["σ(s) in place of σ′(s)", "dV is right and everything else is wrong"]),
+     ["the step through the activation", "dV right and everything else wrong"],
+     "σ(s) in place of σ′(s)"),
     (10, "da = ds[:, :, None] * b ", "da = ds[:, :, None] * a ",
-     ["dK and dV are right but dx and dQ are not"]),
-    (10, '+ np.einsum("njr,jdr->nd", db, K)', "", ["dx has one term only", "dx alone is wrong"]),
-    (15, "da = du * beta ", "da = du ", ["missing its factor β", "goes through u = β ⊙ a"]),
+     ["dK and dV right but dx and dQ wrong"], "da is wrong"),
+    (10, '+ np.einsum("njr,jdr->nd", db, K)', "", ["every path from x", "dx alone wrong"],
+     "dx has one term only"),
+    (15, "da = du * beta ", "da = du ", ["the gradient reaching a through the temperature",
+                                         "the step between u and a"], "missing its factor β"),
     (15, '"beta": (du * a).sum(axis=0)', '"beta": du.sum(axis=0)',
-     ["dβ is missing the factor a", "dβ alone is wrong"]),
+     ["the gradient reaching β", "dβ alone wrong"], "dβ is missing the factor a"),
 ]
 
 
-@pytest.mark.parametrize("number, old, new, says", NEW_SLIPS)
-def test_slips_in_the_new_problems_get_their_diagnosis(number, old, new, says, tmp_path):
+@pytest.mark.parametrize("number, old, new, points, slip", NEW_SLIPS)
+def test_slips_in_the_new_problems_are_pointed_at_then_named(number, old, new, points, slip,
+                                                               tmp_path):
     path = solved_copy(tmp_path, number, old, new)
-    result = checker.check_file(number, COURSE[number - 1], path)
-    assert result.status == "failing"
-    text = "\n".join(checker.diagnoses(result) + [row.message for row in result.rows])
-    for phrase in says:
-        assert phrase in text, (phrase, text)
+    assert_points_then_names(checker.check_file(number, COURSE[number - 1], path), points, slip)
 
 
 CAPSTONE_SLIPS = {
@@ -676,8 +906,9 @@ CAPSTONE_SLIPS = {
 def test_the_capstone_catches_a_wrong_design(slip, tmp_path):
     old, new, check = CAPSTONE_SLIPS[slip]
     before = set(bn.FORMULATIONS)
-    path = solved_copy(tmp_path, 16, old, new)
-    result = checker.check_file(16, COURSE[15], path)
+    number = CAPSTONE
+    path = solved_copy(tmp_path, number, old, new)
+    result = checker.check_file(number, COURSE[number - 1], path)
     assert set(bn.FORMULATIONS) == before                   # the registry is left as it was
     failing = {row.check for row in result.rows if row.verdict != "ok"}
     assert result.status == "failing" and any(c.startswith(check) for c in failing), failing
@@ -702,3 +933,26 @@ def test_replacing_the_library_does_not_fool_the_checker(tmp_path):
                for row in rows), [(r.verdict, r.message) for r in rows]
     assert (bn.gated_mlp_forward, bn.rel_error, dict(bn.FORMULATIONS),
             dict(bn.ACTIVATIONS)) == before
+
+
+@pytest.mark.parametrize("seed", [0, 6])
+def test_the_course_checkpoint_is_a_safetensors_file_with_one_odd_unit(seed, tmp_path):
+    # Read back by the project's own reader (not the exercise's): every tensor byte for byte,
+    # in float32; the (k, v) balance is 0 in every unit but odd_unit(seed).
+    from experiments.safetensors_reader import SafetensorsFile
+    from exercises.tiny_checkpoint import odd_unit, tiny_weights, write_tiny_checkpoint
+    stored = SafetensorsFile(write_tiny_checkpoint(tmp_path, seed))
+    weights = tiny_weights(seed)
+    assert set(stored.names()) == set(weights) and stored.metadata == {"format": "pt"}
+    assert list(stored.entries) != sorted(stored.entries)        # not in the obvious order
+    for name, value in weights.items():
+        assert stored.get(name).dtype == np.float32 and np.array_equal(stored.get(name), value)
+    odd = []
+    for i in range(2):
+        K = np.asarray(stored.get(f"model.layers.{i}.mlp.up_proj.weight"), dtype=np.float64)
+        V = np.asarray(stored.get(f"model.layers.{i}.mlp.down_proj.weight"), dtype=np.float64).T
+        k, v = np.sum(K ** 2, axis=1), np.sum(V ** 2, axis=1)
+        kv = (k - v) / (k + v)
+        odd += [(i, j) for j in range(len(kv)) if abs(kv[j]) > 0.5]
+        assert all(abs(kv[j]) < 1e-6 for j in range(len(kv)) if (i, j) != odd_unit(seed))
+    assert odd == [odd_unit(seed)]

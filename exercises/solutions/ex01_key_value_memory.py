@@ -108,10 +108,11 @@ N_PARAMS = 2 * 3072 * 768  # ANSWER: the number of parameters, an int
 # %%
 if __name__ == "__main__":
     K = np.eye(3, 4)                              # (m, d) = (3, 4): keys e_0, e_1, e_2
-    V = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])  # (m, d_out): one word per slot
+    V = np.eye(3, 5)                              # (m, d_out) = (3, 5): one word per slot
     x = np.array([0.1, 0.9, -0.2, 0.3])           # mostly along key 1
     print("output (ReLU):      ", mlp_forward(x, K, V, "relu"))
-    print("same as bn.mlp_forward:", np.allclose(mlp_forward(x, K, V), bn.mlp_forward(x, K, V)[0]))
+    print("same as the sum of the slots:",
+          np.allclose(mlp_forward(x, K, V), memory_contributions(x, K, V).sum(axis=0)))
     print("slot contributions:\n", memory_contributions(x, K, V, "relu"))
     print("scores x.k_j:       ", K @ x)
     print("top key:            ", top_key(x, K))

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 16: capstone, design a variant and test what the paper predicts
+# # Exercise 17: capstone, design a variant and test what the paper predicts
 #
 # The paper reads the gated MLP as a rank-1 bilinear unit whose symmetries (exchange, inverse
 # scaling) the gate breaks, and suggests that the broken symmetries give the two factors
@@ -12,13 +12,13 @@
 # `σ(a) ⊙ b / (1 + |a|)`; a unit whose gate sees the linear branch `σ(a ⊙ b) ⊙ b`.
 # Here `a = x Qᵀ`, `b = x Kᵀ`.
 #
-# Read first: derivations.md, [4.1 What "symmetry" means here](../../derivations.md#41-what-symmetry-means-here-and-two-lemmas),
-# [4.7 The table](../../derivations.md#47-the-table) and
-# [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them).
+# Read first: derivations.md, [4.1 What "symmetry" means here](../derivations.md#41-what-symmetry-means-here-and-two-lemmas),
+# [4.7 The table](../derivations.md#47-the-table) and
+# [3.0 Four rules](../derivations.md#30-four-rules-and-two-ways-to-check-them).
 #
 # **What to do.** Set `NAME`, `ACT`, `KEEPS` and `WHY`; write `forward`, `backward` and
 # `register`. You may call anything in `bilinear_numpy`. **Check:**
-# `python -m exercises check 16`: it registers your variant, runs `bn.gradcheck` on it,
+# `python -m exercises check 17`: it registers your variant, runs `bn.gradcheck` on it,
 # measures each symmetry and compares it with your claim, and trains your variant for a few
 # hundred Adam steps beside SwiGLU and the rank-1 bilinear unit on a small regression.
 #
@@ -57,23 +57,10 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # property of σ it needs, or the reason none is needed).
 
 # %%
-NAME = "symmetric-gate"  # ANSWER: a new name for your variant, a str
-ACT = "silu"  # ANSWER: the activation you study, a name such as "silu"
-KEEPS = {"exchange": True, "inverse_scaling_pos": False,  # ANSWER: a dict symmetry -> bool
-         "inverse_scaling_neg": False, "key_value_rescaling": False, "permutation": True}
-WHY = {  # ANSWER: a dict symmetry -> one sentence
-    "exchange": "The gate (σ(a) b + σ(b) a) / 2 is the same expression with a and b swapped, "
-                "so swapping Q and K changes nothing, for every σ.",
-    "inverse_scaling_pos": "It would need σ(α a) b / α + σ(b / α) α a = σ(a) b + σ(b) a for "
-                           "every α > 0, which holds for homogeneous σ (identity, relu) and "
-                           "not for silu.",
-    "inverse_scaling_neg": "For α < 0 it would need σ(α z) = α σ(z), a linear σ; silu is not "
-                           "linear.",
-    "key_value_rescaling": "Scaling k_j by α scales b inside σ(b) as well, so the unit is not "
-                           "α times larger unless σ is homogeneous; silu is not.",
-    "permutation": "The units are summed, so reordering the rows of Q, K and V together "
-                   "reorders the terms of a sum.",
-}
+NAME = None  # TODO: a new name for your variant, a str
+ACT = None  # TODO: the activation you study, a name such as "silu"
+KEEPS = None  # TODO: a dict symmetry -> bool
+WHY = None  # TODO: a dict symmetry -> one sentence
 
 
 # %% [markdown]
@@ -91,34 +78,20 @@ SCALES = lambda d, m, r: {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}     # 
 
 def forward(x, Q, K, V, act="silu"):
     """Your variant's output y (N, d_out) and a cache dict."""
-    # BEGIN SOLUTION: y (N, d_out) of your design, and a dict cache
-    s = bn.get_activation(act)                    # a name or an Activation (gradcheck's)
-    a, b = x @ Q.T, x @ K.T                       # (N, m)
-    h = 0.5 * (s.f(a) * b + s.f(b) * a)           # (N, m)   symmetric in a and b
-    return h @ V, {"x": x, "Q": Q, "K": K, "V": V, "a": a, "b": b, "h": h, "act": s,
-                   "z": np.concatenate([a, b], axis=1)}
-    # END SOLUTION
+    # TODO: y (N, d_out) of your design, and a dict cache
+    raise NotImplementedError("forward: not written yet (complete its TODO)")
 
 
 def backward(dy, cache):
     """The gradients of L with dL/dy = dy: {"x", "Q", "K", "V"}."""
-    # BEGIN SOLUTION: the dict {"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out)}
-    s = cache["act"]
-    x, Q, K, V, a, b = (cache[k] for k in ("x", "Q", "K", "V", "a", "b"))
-    dh = dy @ V.T                                 # (N, m)
-    da = 0.5 * dh * (s.df(a) * b + s.f(b))        # (N, m)
-    db = 0.5 * dh * (s.f(a) + s.df(b) * a)        # (N, m)
-    return {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": cache["h"].T @ dy}
-    # END SOLUTION
+    # TODO: the dict {"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out)}
+    raise NotImplementedError("backward: not written yet (complete its TODO)")
 
 
 def register():
     """Add your variant to bn.FORMULATIONS under NAME."""
-    # BEGIN SOLUTION: a Formulation of your forward and backward, in the registry under NAME
-    bn.FORMULATIONS[NAME] = bn.Formulation(
-        NAME, "y = ((sigma(x Q^T) * (x K^T) + sigma(x K^T) * (x Q^T)) / 2) V", forward,
-        backward, ("Q", "K", "V"), SHAPES, "2 m d + 3 m + m d_out", SCALES)
-    # END SOLUTION
+    # TODO: a Formulation of your forward and backward, in the registry under NAME
+    raise NotImplementedError("register: not written yet (complete its TODO)")
 
 
 # %% Try it: the gradient check of your registered variant
