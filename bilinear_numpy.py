@@ -1255,7 +1255,7 @@ def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
 
     Moving the parameters along a continuous symmetry changes no output, so each symmetry
     direction is in the null space of the Jacobian; with enough generic inputs (at least
-    8 n_params output rows, 32 n_params for ReLU, whose units are each on for only a share
+    2 n_params output rows, 16 n_params for ReLU, whose units are each on for only a share
     of the inputs), the null space
     holds nothing else. The rank is read from the singular values s_1 >= s_2 >= ... of the
     float64 Jacobian: s_i > 1e-8 s_1 counts, and every s_i must lie outside
