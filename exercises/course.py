@@ -47,4 +47,10 @@ COURSE = [
                                        "_project_both_back"), checks.diagnose_gate_temperature),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
+    Exercise("count_symmetries", "Count the continuous symmetries: the Jacobian's rank",
+             checks.count_symmetries, ("symmetry_dimension", "output_jacobian",
+                                       "symmetry_dimension_expected", "symmetry_dimension_table",
+                                       "hessian_at_minimum"), checks.diagnose_count_symmetries),
+    Exercise("adam_and_ties", "Adam, weight decay and tied factors",
+             checks.adam_and_ties, (), checks.diagnose_adam_and_ties),
 ]
