@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -1180,61 +1181,89 @@ def diagnose_adam_and_ties(rows):
     return found
 
 
-def adam_and_ties(c):
+LAMBDA, RATES = 0.3, {"gd": 0.05, "adam": 1e-2}      # the decay; the rate of each optimizer
+TIED_CASES = (("gd", "gd", 0.0), ("adam", "adam", 0.0), ("gd, decay", "gd", LAMBDA))
+SQUARED_CASES = (("gd, K at lr/2", "gd", {"K": 0.025, "V": 0.05}, None),
+                 ("adam, K at lr", "adam", {"K": 1e-2, "V": 1e-2}, None),
+                 ("adam, K at lr/2", "adam", {"K": 5e-3, "V": 1e-2}, None),
+                 ("gd, decay 2λ on K", "gd", {"K": 0.025, "V": 0.05},
+                  {"K": 2 * LAMBDA, "V": LAMBDA}))
+UNTIE_CASES = (("gated_mlp", "relu"), ("rank1_bilinear", "silu"))
+
+
+def closest(candidates, run, target):
+    """The candidate f whose run(f) ends nearest the target (both {"K", "V"})."""
+    errors = [bn.rel_error(flat(run(f), "KV"), flat(target, "KV")) for f in candidates]
+    return candidates[int(np.argmin(errors))]
+
+
+@functools.lru_cache(maxsize=1)
+def adam_and_ties_problem():
+    """The data, every reference run and mistake, and the expected answers of the exercise,
+    computed once (the developer tests run the checks many times)."""
     rng = np.random.default_rng(180)
     x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
-    lam, runs = 0.3, {"gd": 0.05, "adam": 1e-2}
-    cases = (("gd", "gd", 0.0), ("adam", "adam", 0.0), ("gd, decay", "gd", lam))
-    for label, optimizer, decay in cases:
-        lr = runs[optimizer]
-        reference = reglu_reference(x, T, W, V, lr, 30, optimizer, decay)
+    tied = {}
+    for label, optimizer, decay in TIED_CASES:
+        lr = RATES[optimizer]
+        reference = flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay), "QKV")
         mistakes = {text: flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay, key), "QKV")
                     for key, text in TIE_MISTAKES.items()}
-        c.close(f"train_tied_reglu, {label}", "train_tied_reglu", flat(reference, "QKV"),
-                lambda optimizer=optimizer, decay=decay, lr=lr: flat(c.call(
-                    "train_tied_reglu", x, T, W, V, lr, 30, optimizer, decay), "QKV"),
-                mistakes={k: v for k, v in mistakes.items()
-                          if bn.rel_error(v, flat(reference, "QKV")) > 1e-8})
+        tied[label] = (reference, {k: v for k, v in mistakes.items()
+                                   if bn.rel_error(v, reference) > 1e-8})
+    squared = {}
+    for label, optimizer, lr, decay in SQUARED_CASES:
+        reference = flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay), "KV")
+        mistakes = {text: flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay, key),
+                               "KV") for key, text in SQUARED_MISTAKES.items()}
+        squared[label] = (reference, {k: v for k, v in mistakes.items()
+                                      if bn.rel_error(v, reference) > 1e-8})
+    untie = {}
+    for name, act in UNTIE_CASES:
+        Q = rng.standard_normal((M, D)) / np.sqrt(D)
+        K = Q + 1e-6 * rng.standard_normal(Q.shape)                  # an untie of about 1e-6
+        start = {"Q": Q, "K": K, "V": V}
+        untie[name] = (Q, K, untie_reference(name, act, x, T, Q, K, V, 0.05, 300),
+                       gd_reference(name, act, x, T, start, 0.05, 300, factor_gap))
+    factors = (0.5, 1.0, 2.0)
+    answers = {"KEY_LR_FACTOR": {opt: closest(factors, lambda f, opt=opt, lr=lr: squared_relu_reference(
+                   x, T, W, V, {"K": f * lr, "V": lr}, 30, opt),
+                   as_squared_relu(reglu_reference(x, T, W, V, lr, 30, opt)))
+                   for opt, lr in RATES.items()},
+               "KEY_DECAY_FACTOR": closest(factors, lambda f: squared_relu_reference(
+                   x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd", {"K": f * LAMBDA, "V": LAMBDA}),
+                   as_squared_relu(reglu_reference(x, T, W, V, 0.05, 30, "gd", LAMBDA))),
+               "UNTIE_GROWS": {name: bool(h[-1] > h[0]) for name, (_, _, h, _) in untie.items()}}
+    answers["TIE_STABLE"] = not any(answers["UNTIE_GROWS"].values())
+    return (x, T, W, V), tied, squared, untie, answers
+
+
+def adam_and_ties(c):
+    data, tied, squared, untie, answers = adam_and_ties_problem()
+    x, T, W, V = (a.copy() for a in data)        # copies: the cached arrays stay as they were
+    for label, optimizer, decay in TIED_CASES:
+        reference, mistakes = tied[label]
+        c.close(f"train_tied_reglu, {label}", "train_tied_reglu", reference,
+                lambda optimizer=optimizer, decay=decay: flat(c.call(
+                    "train_tied_reglu", x, T, W, V, RATES[optimizer], 30, optimizer, decay), "QKV"),
+                mistakes=mistakes)
     unchanged(c, "train_tied_reglu leaves W, V unchanged", "train_tied_reglu", [W, V],
               lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0))
-    squared_cases = (("gd, K at lr/2", "gd", {"K": 0.025, "V": 0.05}, None),
-                     ("adam, K at lr", "adam", {"K": 1e-2, "V": 1e-2}, None),
-                     ("adam, K at lr/2", "adam", {"K": 5e-3, "V": 1e-2}, None),
-                     ("gd, decay 2λ on K", "gd", {"K": 0.025, "V": 0.05}, {"K": 2 * lam, "V": lam}))
-    for label, optimizer, lr, decay in squared_cases:
-        reference = squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay)
-        mistakes = {text: flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay, key), "KV")
-                    for key, text in SQUARED_MISTAKES.items()}
-        c.close(f"train_squared_relu, {label}", "train_squared_relu", flat(reference, "KV"),
+    for label, optimizer, lr, decay in SQUARED_CASES:
+        reference, mistakes = squared[label]
+        c.close(f"train_squared_relu, {label}", "train_squared_relu", reference,
                 lambda optimizer=optimizer, lr=lr, decay=decay: flat(c.call(
                     "train_squared_relu", x, T, W, V, lr, 30, optimizer, decay), "KV"),
-                mistakes={k: v for k, v in mistakes.items()
-                          if bn.rel_error(v, flat(reference, "KV")) > 1e-8})
-    grows = {}
-    for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu")):
-        Q = rng.standard_normal((M, D)) / np.sqrt(D)
-        K = Q + 1e-6 * rng.standard_normal(Q.shape)
-        reference = untie_reference(name, act, x, T, Q, K, V, 0.05, 300)
-        grows[name] = bool(reference[-1] > reference[0])
+                mistakes=mistakes)
+    for name, act in UNTIE_CASES:
+        Q, K, reference, max_gap = untie[name]
+        Q, K = Q.copy(), K.copy()
         c.close(f"untie_history, {name}, {act}", "untie_history", reference,
                 lambda name=name, act=act, Q=Q, K=K: c.call(
                     "untie_history", name, act, x, T, Q, K, V, 0.05, 300), tol=1e-6,
-                mistakes={"max|Q − K| in place of the Frobenius norm ‖Q − K‖": gd_reference(
-                    name, act, x, T, {"Q": Q, "K": K, "V": V}, 0.05, 300, factor_gap)})
-
-    def closest(candidates, run, target, keys):
-        errors = [bn.rel_error(flat(run(f), keys), flat(target, keys)) for f in candidates]
-        return candidates[int(np.argmin(errors))]
-
-    factors = (0.5, 1.0, 2.0)
-    c.answer_is("KEY_LR_FACTOR", {
-        opt: closest(factors, lambda f, opt=opt, lr=lr: squared_relu_reference(
-            x, T, W, V, {"K": f * lr, "V": lr}, 30, opt),
-            as_squared_relu(reglu_reference(x, T, W, V, lr, 30, opt)), "KV")
-        for opt, lr in runs.items()}, dict)
-    c.answer_is("KEY_DECAY_FACTOR", closest(factors, lambda f: squared_relu_reference(
-        x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd", {"K": f * lam, "V": lam}),
-        as_squared_relu(reglu_reference(x, T, W, V, 0.05, 30, "gd", lam)), "KV"))
-    c.answer_is("UNTIE_GROWS", grows, dict)
-    c.answer_is("TIE_STABLE", not any(grows.values()))
+                mistakes={"max|Q − K| in place of the Frobenius norm ‖Q − K‖": max_gap})
+    for name in ("KEY_LR_FACTOR", "UNTIE_GROWS"):
+        c.answer_is(name, answers[name], dict)
+    for name in ("KEY_DECAY_FACTOR", "TIE_STABLE"):
+        c.answer_is(name, answers[name])
