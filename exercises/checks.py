@@ -1004,18 +1004,18 @@ def diagnose_count_symmetries(rows):
 
     if counts and all(row.got.isdigit() and int(row.got) + int(row.expected) == n_params(row)
                       for row in counts):
-        found.append("each count is the rank of J (P minus the right count): the number of "
-                     "symmetries is what the rank leaves over of the P parameters")
+        found.append("in every row your count and the right one add up to P, the number of "
+                     "parameters: look at what count_symmetries returns")
     by_check = {row.check: row for row in rows if row.topic == "numerical_rank"}
     tiny = by_check.get("numerical_rank, rank 4, times 1e-10")
     if tiny is not None and tiny.verdict == "WRONG" and by_check.get(
             "numerical_rank, rank 4 of (20, 9)", tiny).verdict == "ok":
-        found.append("the rank of a small matrix is wrong but that of the same matrix at scale 1 "
-                     "is right: compare each singular value with the largest, not with a fixed number")
+        found.append("the same matrix has the right rank at scale 1 and a wrong one times 1e-10: "
+                     "does your threshold scale with the matrix?")
     gap = by_check.get("numerical_rank raises in the gap")
     if gap is not None and gap.verdict == "WRONG":
-        found.append("a singular value 1e-8 of the largest is neither clearly zero nor clearly "
-                     "not: numerical_rank must refuse it (ValueError), not count it")
+        found.append("that matrix has a singular value 1e-8 times the largest, in the gap: read "
+                     "again what section 2 asks numerical_rank to do then")
     return found
 
 
@@ -1028,7 +1028,8 @@ def count_symmetries(c):
                 jacobian_reference(name, act, x, unit, rows="output"),
                 "the columns are not in the order of the keys of params (Q, K, V)":
                 jacobian_reference(name, act, x, unit, order=("K", "Q", "V")),
-                "each row adds up the ones before: dy is not reset to zeros for each output":
+                "each of your rows adds up the rows before it: what does dy hold when the "
+                "next backward pass starts?":
                 np.cumsum(J, axis=0)}
     c.close("jacobian, SwiGLU unit: vs backward passes", "jacobian", J,
             lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), mistakes=mistakes)
@@ -1144,13 +1145,16 @@ def squared_relu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=None, mi
 
 TIE_MISTAKES = {
     "aliased": "Q and K moved by dQ + dK: are they one array (no copy), updated in place?",
-    "half decay": "the decay is half what it should be: the gradient of (λ/2)‖P‖² is λ P",
+    "half decay": "every parameter ends as if the decay were half as strong: differentiate "
+                  "(λ/2)‖P‖² again",
     "no decay on V": "V is not decayed: the penalty is on Q, K and V",
-    "fresh state": "Adam started afresh at every step: carry the state adam_step returns",
+    "fresh state": "your run is Adam restarted at every step: where does each step's state "
+                   "come from?",
 }
 SQUARED_MISTAKES = {
-    "no 2": "dK is missing a factor 2: the derivative of relu(z)² is 2 relu(z)",
-    "one rate": "the values moved at the keys' rate: each parameter has its own rate",
+    "no 2": "your keys move as if the derivative of relu(z)² were relu(z): differentiate "
+            "the square again",
+    "one rate": "your values move at the keys' rate: look at which rate each parameter gets",
 }
 
 
@@ -1174,10 +1178,11 @@ def diagnose_adam_and_ties(rows):
     verdict = {row.check: row.verdict for row in rows}
     found = []
     if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, adam") == "WRONG":
-        found.append("gradient descent is right and Adam is not: call adam_step with the "
-                     "gradients of this step and the state the last call returned")
+        found.append("gradient descent is right and Adam is not: look at what you give "
+                     "adam_step at each step")
     if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, gd, decay") == "WRONG":
-        found.append("without decay it is right: the decay adds λ P to the gradient of every parameter")
+        found.append("the runs without decay are right, the one with decay is not: look at the "
+                     "gradient of the penalty, and which parameters it reaches")
     return found
 
 
