@@ -785,3 +785,16 @@ def test_symmetry_answers_are_typed(slug, old, new, why, tmp_path):
     path = solved_copy(tmp_path, number, old, new)
     rows = {row.topic: row for row in checker.check_file(number, COURSE[number - 1], path).rows}
     assert rows[why].verdict == "WRONG", rows[why]
+
+
+def test_a_file_that_changes_its_inputs_leaves_the_next_check_intact(tmp_path):
+    # Exercise 18 computes its references once: a file that updates W in place (Q, K and W
+    # one array) fails, and the solution checked after it in the same process still passes.
+    number = NUMBER["adam_and_ties"]
+    path = solved_copy(tmp_path, number, "            params = {k: p - lr * grads[k] for k, p in params.items()}",
+                       "            for k in params:\n                params[k] -= lr * grads[k]")
+    text = path.read_text(encoding="utf-8").replace('"Q": W.copy(), "K": W.copy()', '"Q": W, "K": W')
+    path.write_text(text, encoding="utf-8")
+    assert checker.check_file(number, COURSE[number - 1], path).status == "failing"
+    solution = checker.SOLUTIONS_FOLDER / checker.file_name(number, COURSE[number - 1])
+    assert checker.check_file(number, COURSE[number - 1], solution).status == "done"
