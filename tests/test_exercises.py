@@ -956,3 +956,99 @@ def test_the_course_checkpoint_is_a_safetensors_file_with_one_odd_unit(seed, tmp
         odd += [(i, j) for j in range(len(kv)) if abs(kv[j]) > 0.5]
         assert all(abs(kv[j]) < 1e-6 for j in range(len(kv)) if (i, j) != odd_unit(seed))
     assert odd == [odd_unit(seed)]
+
+
+# ----- The symmetry accounting exercises: counting symmetries; Adam, decay and ties -------
+
+NUMBER = {exercise.slug: number for number, exercise in NUMBERED}
+
+SYMMETRY_SLIPS = [
+    # (slug, the solution's text, the mistaken text, what the checker must say)
+    ("count_symmetries", "return J.shape[1] - numerical_rank(J)", "return numerical_rank(J)",
+     ["your count and the right one add up to P"]),
+    ("count_symmetries", "return int(np.sum(rel > 1e-8))", "return int(np.sum(s > 1e-8))",
+     ["does your threshold scale with the matrix?"]),
+    ("count_symmetries", "    if np.any((rel > 1e-12) & (rel < 1e-5)):\n", "    if False:\n",
+     ["a singular value 1e-8 times the largest, in the gap"]),
+    ("count_symmetries", "            dy = np.zeros_like(y)\n",
+     "            dy = dy if n + c else np.zeros_like(y)\n", ["what does dy hold when the next backward pass starts?"]),
+    ("count_symmetries", "for name in params]))", "for name in sorted(params)]))",
+     ["not in the order of the keys of params"]),
+    ("count_symmetries", "    for n in range(y.shape[0]):                               # a deliberate loop: one\n"
+     "        for c in range(y.shape[1]):",
+     "    for c in range(y.shape[1]):                               # a deliberate loop: one\n"
+     "        for n in range(y.shape[0]):", ["the rows are ordered output by output"]),
+    ("count_symmetries", "return np.array(rows)  ", "return np.array(rows).T  ", ["a transpose?"]),
+    ("adam_and_ties",                  # no copies, then an update in place: Q is K is W
+     ('params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}\n    state',
+      "            params = {k: p - lr * grads[k] for k, p in params.items()}"),
+     ('params = {"Q": W, "K": W, "V": V.copy()}\n    state',
+      "            for k in params:\n                params[k] -= lr * grads[k]"),
+     ["are they one array (no copy)", "changed an input array in place"]),
+    ("adam_and_ties", "grads = {k: g[k] + decay * p for", "grads = {k: g[k] + decay / 2 * p for",
+     ["as if the decay were half as strong", "the runs without decay are right"]),
+    ("adam_and_ties", "bn.adam_step(params, grads, state, lr=lr)",
+     "bn.adam_step(params, grads, bn.adam_init(params), lr=lr)",
+     ["Adam restarted at every step", "gradient descent is right and Adam is not"]),
+    ("adam_and_ties", "lambda z: 2 * np.maximum(z, 0), False, False, True)",
+     "lambda z: np.maximum(z, 0), False, False, True)", ["as if the derivative of relu(z)² were relu(z)"]),
+    ("adam_and_ties", "{k: grad}, states[k], lr=lr[k])", '{k: grad}, states[k], lr=lr["K"])',
+     ["your values move at the keys' rate"]),
+    ("adam_and_ties", "np.linalg.norm(params[\"Q\"] - params[\"K\"])",
+     "np.max(np.abs(params[\"Q\"] - params[\"K\"]))", ["in place of the Frobenius norm"]),
+]
+
+
+@pytest.mark.parametrize("slug, old, new, says", SYMMETRY_SLIPS)
+def test_slips_in_the_symmetry_exercises_get_their_diagnosis(slug, old, new, says, tmp_path):
+    number = NUMBER[slug]
+    text = solution_text(number)
+    for before, after in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert before in text, before
+        text = text.replace(before, after)
+    path = tmp_path / checker.file_name(number, COURSE[number - 1])
+    path.write_text(text, encoding="utf-8")
+    result = checker.check_file(number, COURSE[number - 1], path)
+    assert result.status == "failing"
+    found = "\n".join(checker.diagnoses(result) + [row.message for row in result.rows])
+    for phrase in says:
+        assert phrase in found, (phrase, found)
+
+
+@pytest.mark.parametrize("route", ["bn.symmetry_dimension('gated_mlp', act)",
+                                   "bn.output_jacobian('gated_mlp', act).shape[1] - 12"])
+def test_counting_by_the_library_is_refused(route, tmp_path):
+    number = NUMBER["count_symmetries"]
+    path = solved_copy(tmp_path, number, "    J = jacobian(forward, backward, x, params, act)\n"
+                       "    return J.shape[1] - numerical_rank(J)", "    return " + route)
+    rows = [row for row in checker.check_file(number, COURSE[number - 1], path).rows
+            if row.topic == "count_symmetries"]
+    assert rows and all(row.verdict == "ERROR" and "called the library's" in row.message
+                        for row in rows), [(r.verdict, r.message) for r in rows]
+
+
+@pytest.mark.parametrize("slug, old, new, why", [
+    ("count_symmetries", "SWIGLU_RANK = 12", "SWIGLU_RANK = 12.0", "SWIGLU_RANK"),
+    ("count_symmetries", '"rank1_with_biases": 1}', '"rank1_with_biases": True}', "PREDICTED"),
+    ("adam_and_ties", "TIE_STABLE = False", "TIE_STABLE = 0", "TIE_STABLE"),
+    ("adam_and_ties", '"rank1_bilinear": True}', '"rank1_bilinear": 1}', "UNTIE_GROWS"),
+])
+def test_symmetry_answers_are_typed(slug, old, new, why, tmp_path):
+    # 1 is not True, 12.0 is not the rank 12: each typed answer fails with the wrong type.
+    number = NUMBER[slug]
+    path = solved_copy(tmp_path, number, old, new)
+    rows = {row.topic: row for row in checker.check_file(number, COURSE[number - 1], path).rows}
+    assert rows[why].verdict == "WRONG", rows[why]
+
+
+def test_a_file_that_changes_its_inputs_leaves_the_next_check_intact(tmp_path):
+    # Exercise 18 computes its references once: a file that updates W in place (Q, K and W
+    # one array) fails, and the solution checked after it in the same process still passes.
+    number = NUMBER["adam_and_ties"]
+    path = solved_copy(tmp_path, number, "            params = {k: p - lr * grads[k] for k, p in params.items()}",
+                       "            for k in params:\n                params[k] -= lr * grads[k]")
+    text = path.read_text(encoding="utf-8").replace('"Q": W.copy(), "K": W.copy()', '"Q": W, "K": W')
+    path.write_text(text, encoding="utf-8")
+    assert checker.check_file(number, COURSE[number - 1], path).status == "failing"
+    solution = checker.SOLUTIONS_FOLDER / checker.file_name(number, COURSE[number - 1])
+    assert checker.check_file(number, COURSE[number - 1], solution).status == "done"
