@@ -1183,6 +1183,7 @@ def symmetry_along_null_space(J, unit):
 
 
 def diagnose_count_symmetries(rows):
+    """[(point, idea)] read from which rows of count_symmetries and numerical_rank fail."""
     found = []
     counts = [row for row in rows if row.topic == "count_symmetries" and row.verdict == "WRONG"]
     def n_params(row):                                  # "count_symmetries, ..., P 13"
@@ -1190,18 +1191,24 @@ def diagnose_count_symmetries(rows):
 
     if counts and all(row.got.isdigit() and int(row.got) + int(row.expected) == n_params(row)
                       for row in counts):
-        found.append("in every row your count and the right one add up to P, the number of "
-                     "parameters: look at what count_symmetries returns")
+        found.append(("in every row your count and the right one add up to P, the number of "
+                      "parameters: look at what count_symmetries returns",
+                      "your count is the rank of J: the symmetries are the directions J does "
+                      "not see, P − rank J"))
     by_check = {row.check: row for row in rows if row.topic == "numerical_rank"}
     tiny = by_check.get("numerical_rank, rank 4, times 1e-10")
     if tiny is not None and tiny.verdict == "WRONG" and by_check.get(
             "numerical_rank, rank 4 of (20, 9)", tiny).verdict == "ok":
-        found.append("the same matrix has the right rank at scale 1 and a wrong one times 1e-10: "
-                     "does your threshold scale with the matrix?")
+        found.append(("the same matrix has the right rank at scale 1 and a wrong one times "
+                      "1e-10: look at what your singular values are compared with",
+                      "your threshold is absolute, it does not scale with the matrix: divide "
+                      "the singular values by the largest before comparing"))
     gap = by_check.get("numerical_rank raises in the gap")
     if gap is not None and gap.verdict == "WRONG":
-        found.append("that matrix has a singular value 1e-8 times the largest, in the gap: read "
-                     "again what section 2 asks numerical_rank to do then")
+        found.append(("that matrix has a singular value 1e-8 times the largest: read again "
+                      "what section 2 asks numerical_rank to do then",
+                      "no ValueError for a singular value in the gap (between 1e-12 and 1e-5 "
+                      "of the largest): there the rank is not clear"))
     return found
 
 
@@ -1210,13 +1217,17 @@ def count_symmetries(c):
     name, act, x, unit = problems["gated_mlp, silu"]
     fn = bn.FORMULATIONS[name]
     J = jacobian_reference(name, act, x, unit)
-    mistakes = {"the rows are ordered output by output: row n d_out + c is token n, output c":
-                jacobian_reference(name, act, x, unit, rows="output"),
-                "the columns are not in the order of the keys of params (Q, K, V)":
+    mistakes = {("look at the order of the rows: which output does each row hold?",
+                 "the rows are ordered output by output; row n d_out + c must be token n, "
+                 "output c"): jacobian_reference(name, act, x, unit, rows="output"),
+                ("look at the order of the columns: which parameter does each column hold?",
+                 "the columns are not in the order of the keys of params (Q, K, V)"):
                 jacobian_reference(name, act, x, unit, order=("K", "Q", "V")),
-                "each of your rows adds up the rows before it: what does dy hold when the "
-                "next backward pass starts?":
-                np.cumsum(J, axis=0)}
+                ("look at the upstream gradient each backward pass starts from",
+                 "dy is not fresh for each output: each row adds up the rows before it"):
+                np.cumsum(J, axis=0),
+                ("look at which axis holds the outputs and which the parameters",
+                 "J is transposed: one row per output, one column per parameter"): J.T}
     c.close("jacobian, SwiGLU unit: vs backward passes", "jacobian", J,
             lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), mistakes=mistakes)
     c.close("jacobian, SwiGLU unit: vs differences", "jacobian",
@@ -1329,18 +1340,25 @@ def squared_relu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=None, mi
     return params
 
 
+# key -> (where to look: hint level 1, the slip named: hint level 2)
 TIE_MISTAKES = {
-    "aliased": "Q and K moved by dQ + dK: are they one array (no copy), updated in place?",
-    "half decay": "every parameter ends as if the decay were half as strong: differentiate "
-                  "(λ/2)‖P‖² again",
-    "no decay on V": "V is not decayed: the penalty is on Q, K and V",
-    "fresh state": "your run is Adam restarted at every step: where does each step's state "
-                   "come from?",
+    "aliased": ("Q and K move together: look at how they are made from W and how each step "
+                "updates them",
+                "Q and K are one array (no copy), updated in place: both move by dQ + dK"),
+    "half decay": ("every parameter ends as if the decay were weaker: look at the gradient "
+                   "of the penalty",
+                   "the decay is half as strong: the gradient of (λ/2)‖P‖² is λ P, not λ P / 2"),
+    "no decay on V": ("look at which parameters the penalty reaches",
+                      "V is not decayed: the penalty is on Q, K and V"),
+    "fresh state": ("look at the state you give adam_step at each step",
+                    "Adam restarted at every step: a fresh state in place of the one the last "
+                    "step returned"),
 }
 SQUARED_MISTAKES = {
-    "no 2": "your keys move as if the derivative of relu(z)² were relu(z): differentiate "
-            "the square again",
-    "one rate": "your values move at the keys' rate: look at which rate each parameter gets",
+    "no 2": ("look at the derivative of the squared ReLU in the keys' gradient",
+             "the derivative of relu(z)² taken as relu(z): it is 2 relu(z)"),
+    "one rate": ("look at which rate each parameter moves with",
+                 "your values move at the keys' rate"),
 }
 
 
@@ -1361,14 +1379,19 @@ def untie_reference(formulation, act, x, T, Q, K, V, lr, steps):
 
 
 def diagnose_adam_and_ties(rows):
+    """[(point, idea)] read from which training runs fail (gd right, Adam or decay not)."""
     verdict = {row.check: row.verdict for row in rows}
     found = []
     if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, adam") == "WRONG":
-        found.append("gradient descent is right and Adam is not: look at what you give "
-                     "adam_step at each step")
+        found.append(("gradient descent is right and Adam is not: look at what you give "
+                      "adam_step at each step",
+                      "Adam's state must carry over: each step starts from the state the last "
+                      "one returned"))
     if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, gd, decay") == "WRONG":
-        found.append("the runs without decay are right, the one with decay is not: look at the "
-                     "gradient of the penalty, and which parameters it reaches")
+        found.append(("the runs without decay are right, the one with decay is not: look at "
+                      "the gradient of the penalty, and which parameters it reaches",
+                      "the decay's gradient is wrong: (λ/2)‖P‖² on each of Q, K and V adds "
+                      "λ P to its gradient"))
     return found
 
 
@@ -1453,7 +1476,8 @@ def adam_and_ties(c):
         c.close(f"untie_history, {name}, {act}", "untie_history", reference,
                 lambda name=name, act=act, Q=Q, K=K: c.call(
                     "untie_history", name, act, x, T, Q, K, V, 0.05, 300), tol=1e-6,
-                mistakes={"max|Q − K| in place of the Frobenius norm ‖Q − K‖": max_gap})
+                mistakes={("look at the norm you record", "max|Q − K| in place of the "
+                           "Frobenius norm ‖Q − K‖"): max_gap})
     for name in ("KEY_LR_FACTOR", "UNTIE_GROWS"):
         c.answer_is(name, answers[name], dict)
     for name in ("KEY_DECAY_FACTOR", "TIE_STABLE"):
