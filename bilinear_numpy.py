@@ -3,24 +3,31 @@
 A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Bilinear
 Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
-1. Activations          sigma and sigma', one or two lines each, accurate in both tails.
+1. Activations          sigma and sigma' (act.f, act.df), one or two lines each, accurate
+                        in both tails.
 2. Formulations         the plain pairs NAME_forward / NAME_backward (CS231n style), the
                         ones to read and call: each line one step of derivations.md
                         sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
                         project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
-4. The paper's claims   equivalences, the symmetry table, the conservation identity.
+4. The paper's claims   equivalences, the symmetry table, input parity, the number of
+                        continuous symmetries, the conservation identity, best rank-r units.
 5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
 6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
                         them (training, figures, ablation, benchmark); a cache goes back
-                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
+                        to its own path's backward (mlp, static_query_mlp, rank1_bilinear:
+                        a fast forward only, whose cache the plain backward reads).
+                        tests/test_fast_paths.py: equal numbers.
 7. Plumbing             input checks, cache freezing, cache checks.
-8. Command line         `python bilinear_numpy.py [verify | figures | train | bench]`.
+8. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
+                        [verify | figures | train | bench | inspect]`.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
 shape (m, d_out); A has shape (m, d, d). a = x Q^T and b = x K^T are the two projections,
-s the score of a bilinear unit, h the hidden layer, y the output. Gradients are dx, dQ, ...
+s the score of a bilinear unit, h the hidden layer, y the output. A name that starts with
+d is a gradient, dT = dL/dT (dx, dQ, ...); the slope of sigma is sigma' (cache keys
+sigma_prime, sigma_prime_a).
 
 Input checks, one set of rules for every pair (section 7): x, the parameters and dy are
 float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
@@ -33,7 +40,6 @@ never modified. Parameter gradients are summed over every leading axis of x.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import os
@@ -91,10 +97,6 @@ class Activation:
     positively_homogeneous: bool
     kink: bool = False
 
-    def value_and_grad(self, z):
-        """(f(z), df(z)), computed together and block by block (section 6, for speed)."""
-        return _value_and_slope_blocked(self, z)
-
 
 def _identity(z):
     return np.array(z, copy=True)                 # sigma(z) = z
@@ -119,15 +121,15 @@ def _sigmoid(z):
 
 def _sigmoid_grad(z):
     e = np.exp(-np.abs(z))
-    return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigma(z) sigma(-z)
+    return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigmoid(z) sigmoid(-z)
 
 
 def _silu(z):
-    return z * _sigmoid(z)                        # Swish_1(z) = z sigma(z)
+    return z * _sigmoid(z)                        # Swish_1(z) = z sigmoid(z)
 
 
 def _silu_grad(z):
-    return _sigmoid(z) + z * _sigmoid_grad(z)     # product rule: sigma(z) + z sigma'(z)
+    return _sigmoid(z) + z * _sigmoid_grad(z)     # product rule: sigmoid(z) + z sigmoid'(z)
 
 
 def _normal_cdf(z64):
@@ -161,15 +163,16 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 
 def _gelu_tanh(z):
-    zc = np.clip(z, -50, 50)                      # sigma(2u) is exactly 0 or 1 beyond; z^3 finite
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))   # z(1+tanh u)/2 = z sigma(2u)
+    zc = np.clip(z, -50, 50)                      # sigmoid(2u) is exactly 0 or 1 beyond; z^3 finite
+    # z (1 + tanh u) / 2 = z sigmoid(2u)
+    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))
 
 
 def _gelu_tanh_grad(z):
     zc = np.clip(z, -50, 50)
     two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
     two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
-    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)    # sigma(2u) + z 2u' sigma'(2u)
+    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)  # sigmoid(2u) + z 2u' sigmoid'(2u)
 
 
 ACTIVATIONS: dict[str, Activation] = {
@@ -202,7 +205,7 @@ def get_activation(act: str | Activation) -> Activation:
 # 2. Formulations: plain forward/backward pairs
 # =============================================================================
 # Each forward starts with _checked_copies (section 7): shapes checked, the wrong tensor
-# named, one float dtype; X a private (N, d) copy of x's rows, p private copies of the
+# named, one float dtype; X a private (N, d) copy of x's rows, params private copies of the
 # parameters; it ends with _output_and_frozen_cache: y as (..., d_out), the cache made
 # read-only. Each backward starts with _checked_dy_and_cache: dy like y, the cache from
 # the right forward, dY = dy as (N, d_out) rows.
@@ -213,27 +216,29 @@ def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
     Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
-    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, dsigma = sigma'(z) (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, sigma_prime = sigma'(z) (each
+        (N, m)), act}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ p["K"].T                              # (N, m)       z = x K^T
-    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **p, z=z, h=h,
-                                    dsigma=dsigma)
+    x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
+    z = X @ params["K"].T                         # (N, m)       z = x K^T
+    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **params, z=z, h=h,
+                                    sigma_prime=sigma_prime)
 
 
 def mlp_backward(dy, cache):
     """Backward of mlp_forward (derivations.md, section 3.1): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, K, V, h, dsigma = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                   "X", "K", "V", "h", "dsigma")
+    dY, X, K, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                        "X", "K", "V", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * dsigma                              # (N, m)       R2 on h = sigma(z)
+    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
@@ -249,26 +254,27 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z, h, dsigma (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z, h, sigma_prime (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
-    xQ = X @ p["Q"]                               # (N, d)       the query x Q
-    z = xQ @ p["K"].T                             # (N, m)       z = x Q K^T
-    h, dsigma = act.value_and_grad(z)             # (N, m)       h = sigma(z); sigma'(z) kept
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **p,
-                                    xQ=xQ, z=z, h=h, dsigma=dsigma)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
+    xQ = X @ params["Q"]                          # (N, d)       the query x Q
+    z = xQ @ params["K"].T                        # (N, m)       z = x Q K^T
+    h = act.f(z)                                  # (N, m)       h = sigma(z)
+    sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **params,
+                                    xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
 
 
 def static_query_mlp_backward(dy, cache):
     """Backward of static_query_mlp_forward (derivations.md, section 3.2): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, xQ, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "dsigma")
+    dY, X, Q, K, V, xQ, h, sigma_prime = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
+    dz = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
@@ -284,28 +290,30 @@ def bilinear_forward(x, A, V, act="identity"):
     product of the flattened outer products x^T x with the flattened A_j.
 
     Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, dsigma = sigma'(s) (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, sigma_prime = sigma'(s) (each
+        (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    (N, d), m = X.shape, p["A"].shape[0]
+    x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
+    (N, d), m = X.shape, params["A"].shape[0]
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
-    s = xx @ p["A"].reshape(m, d * d).T           # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
-    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **p, s=s, h=h,
-                                    dsigma=dsigma)
+    s = xx @ params["A"].reshape(m, d * d).T      # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
+    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **params, s=s, h=h,
+                                    sigma_prime=sigma_prime)
 
 
 def bilinear_backward(dy, cache):
     """Backward of bilinear_forward (derivations.md, section 3.3): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}."""
-    dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "h", "dsigma")
+    dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                        "X", "A", "V", "h", "sigma_prime")
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
     dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
@@ -325,28 +333,30 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
         one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, dsigma (N, m), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, sigma_prime
+        (N, m), act}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  queries x Q_j
-    b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  keys    x K_j
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  queries x Q_j
+    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  keys    x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
-    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(s); sigma'(s) kept
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
+    h = act.f(s)                                  # (N, m)       h = sigma(s)
+    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **params,
+                                    a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
 
 
 def rank_r_bilinear_backward(dy, cache):
     """Backward of rank_r_bilinear_forward (derivations.md, section 3.4): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
+    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
     db = ds[:, :, None] * a                       # (N, m, r)
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
@@ -368,27 +378,28 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
     Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, dsigma (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, sigma_prime (each (N, m)), act}.
     Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (queries)
-    b = X @ p["K"].T                              # (N, m)       b = x K^T  (keys)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (queries)
+    b = X @ params["K"].T                         # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
-    h, dsigma = act.value_and_grad(s)             # (N, m)       h = sigma(a * b); sigma'(s) kept
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **p,
-                                    a=a, b=b, s=s, h=h, dsigma=dsigma)
+    h = act.f(s)                                  # (N, m)       h = sigma(a * b)
+    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **params,
+                                    a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
 
 
 def rank1_bilinear_backward(dy, cache):
     """Backward of rank1_bilinear_forward (derivations.md, section 3.5): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, a, b, h, dsigma = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "dsigma")
+    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * dsigma                      # (N, m)       R1, then R2
+    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
     da = ds * b                                   # (N, m)       R3 on s = a * b
     db = ds * a                                   # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
@@ -408,30 +419,31 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
         V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, h (each
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a, h (each
         (N, m)), act}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)       a = x Q^T  (gate)
-    b = X @ p["K"].T                              # (N, m)       b = x K^T  (linear)
-    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (gate)
+    b = X @ params["K"].T                         # (N, m)       b = x K^T  (linear)
+    sigma_a = act.f(a)                            # (N, m)       sigma(a)
+    sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
     h = sigma_a * b                               # (N, m)       h = sigma(a) * b
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
-                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
+                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
 
 
 def gated_mlp_backward(dy, cache):
     """Backward of gated_mlp_forward (derivations.md, section 3.6): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
+    dY, X, Q, K, V, b, sigma_a, sigma_prime_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * b * dsigma_a                        # (N, m)       R3, then R2
+    da = dh * b * sigma_prime_a                   # (N, m)       R3, then R2
     db = dh * sigma_a                             # (N, m)       R3
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
@@ -450,34 +462,36 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a, sigma_b,
-        dsigma_b, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a, sigma_b,
+        sigma_prime_b, h (each (N, m)), act}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ p["Q"].T                              # (N, m)       a = x Q^T
-    b = X @ p["K"].T                              # (N, m)       b = x K^T
-    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m)       sigma(a), sigma'(a)
-    sigma_b, dsigma_b = act.value_and_grad(b)     # (N, m)       sigma(b), sigma'(b)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a = X @ params["Q"].T                         # (N, m)       a = x Q^T
+    b = X @ params["K"].T                         # (N, m)       b = x K^T
+    sigma_a = act.f(a)                            # (N, m)       sigma(a)
+    sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
+    sigma_b = act.f(b)                            # (N, m)       sigma(b)
+    sigma_prime_b = act.df(b)                     # (N, m)       sigma'(b), for the backward
     h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **p, a=a, b=b,
-                                    sigma_a=sigma_a, dsigma_a=dsigma_a, sigma_b=sigma_b,
-                                    dsigma_b=dsigma_b, h=h)
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
+                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
+                                    sigma_prime_b=sigma_prime_b, h=h)
 
 
 def double_gated_mlp_backward(dy, cache):
     """Backward of double_gated_mlp_forward (derivations.md, section 3.8): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, sigma_a, dsigma_a, sigma_b, dsigma_b, h = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "dsigma_a",
-        "sigma_b", "dsigma_b", "h")
+    dY, X, Q, K, V, sigma_a, sigma_prime_a, sigma_b, sigma_prime_b, h = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "sigma_prime_a",
+        "sigma_b", "sigma_prime_b", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)
-    da = dh * dsigma_a * sigma_b                  # (N, m)       R3, then R2
-    db = dh * sigma_a * dsigma_b                  # (N, m)       R3, then R2
+    da = dh * sigma_prime_a * sigma_b             # (N, m)       R3, then R2
+    db = dh * sigma_a * sigma_prime_b             # (N, m)       R3, then R2
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -491,30 +505,31 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, dsigma_a (N, m, r), h (N, m),
-        act}.
+    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a (N, m, r),
+        h (N, m), act}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
     """
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, p["Q"], optimize=True)   # (N, m, r)  gates x Q_j
-    b = np.einsum("nd,mdr->nmr", X, p["K"], optimize=True)   # (N, m, r)  linear parts x K_j
-    sigma_a, dsigma_a = act.value_and_grad(a)     # (N, m, r)    sigma(a), sigma'(a)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  gates x Q_j
+    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  linear parts x K_j
+    sigma_a = act.f(a)                            # (N, m, r)    sigma(a)
+    sigma_prime_a = act.df(a)                     # (N, m, r)    sigma'(a), for the backward
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
-    y = h @ p["V"]                                # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **p, a=a, b=b,
-                                    sigma_a=sigma_a, dsigma_a=dsigma_a, h=h)
+    y = h @ params["V"]                           # (N, d_out)   y = h V
+    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **params, a=a, b=b,
+                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
 
 
 def gated_rank_r_backward(dy, cache):
     """Backward of gated_rank_r_forward (derivations.md, section 3.7): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, b, sigma_a, dsigma_a, h = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "dsigma_a", "h")
+    dY, X, Q, K, V, b, sigma_a, sigma_prime_a, h = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
-    da = dh * b * dsigma_a                        # (N, m, r)    R3, then R2
+    da = dh * b * sigma_prime_a                   # (N, m, r)    R3, then R2
     db = dh * sigma_a                             # (N, m, r)    R3
     dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
     dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
@@ -562,7 +577,9 @@ def rel_error(a, b) -> float:
 def numerical_gradient(f, x, dy, h=1e-6):
     """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
 
-        dL/dx[i] ~ (L(x + h e_i) - L(x - h e_i)) / (2 h),  error O(h^2) + O(eps / h).
+        dL/dx[i] ~ (L(x + tau e_i) - L(x - tau e_i)) / (2 tau),  error O(tau^2) + O(eps / tau),
+
+    with the step tau = h (derivations.md calls it tau: h is the hidden layer there).
 
     A deliberate teaching loop over the entries of x: each probe changes one entry of a
     private copy of x and restores it before the next, so the caller's x is untouched.
@@ -570,10 +587,10 @@ def numerical_gradient(f, x, dy, h=1e-6):
     Args: f: function of an array of x's shape, returning an array of dy's shape.
         x: float64 array of any shape.
         dy: float64 array, the upstream gradient (use random values, not ones).
-        h: a real number > 0 (Python or NumPy), the step.
+        h: the step tau, a real number > 0 (Python or NumPy).
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
-        by h = 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
+        by a step of 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
         or f(x)'s shape differs from dy's.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
@@ -582,11 +599,12 @@ def numerical_gradient(f, x, dy, h=1e-6):
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "in lower precision, rounding divided by h leaves no correct digit")
+                            "in lower precision, rounding divided by the step leaves no "
+                            "correct digit")
     real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
     if not (real and 0 < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, got {h!r}")
-    h = _real("h", h)                             # a Python float, also from np.float32
+    step = _real("h", h)                          # a Python float, also from np.float32
     xp = x.copy()
     grad = np.zeros_like(xp)
 
@@ -600,12 +618,12 @@ def numerical_gradient(f, x, dy, h=1e-6):
 
     for i in np.ndindex(xp.shape):
         old = xp[i]
-        xp[i] = old + h
+        xp[i] = old + step
         plus = loss(xp)
-        xp[i] = old - h
+        xp[i] = old - step
         minus = loss(xp)
         xp[i] = old                               # restore before the next probe
-        grad[i] = (plus - minus) / (2 * h)
+        grad[i] = (plus - minus) / (2 * step)
     return grad
 
 
@@ -663,14 +681,15 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     Draws x ~ N(0, 1) of shape x_shape (d = x_shape[-1]), parameters from the
     formulation's init, and a random upstream gradient dy (never all ones, which can
     hide a wrong transpose). For an activation with a kink (relu), a draw in which any
-    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of
-    size h moves a pre-activation by far less than kink_margin, so no probe crosses the
+    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of one
+    step h moves a pre-activation by far less than kink_margin, so no probe crosses the
     kink, ReLU is linear around every probe, and the same tol applies.
 
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
         shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
-        np.random.default_rng; h: the probe step; tol: the relative error a tensor may
-        have; kink_margin: see above (h, tol, kink_margin: Python or NumPy real numbers);
+        np.random.default_rng; h: the probe step (tau in derivations.md, 7); tol: the relative
+        error a tensor may have; kink_margin: see above (h, tol, kink_margin: Python or NumPy
+        real numbers);
         max_draws: how many draws to try before giving up.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
@@ -742,10 +761,11 @@ def equiv_rank1_as_bilinear(seed=0):
 
     (x . q)(x . k) = x (q^T k) x^T. Source: derivations.md, sections 2.3 and 2.5.
     """
-    x, p = _draw("rank1_bilinear", seed)
-    A = p["Q"][:, :, None] * p["K"][:, None, :]           # (m, d, d)  A_j = q_j^T k_j
+    x, params = _draw("rank1_bilinear", seed)
+    A = params["Q"][:, :, None] * params["K"][:, None, :]  # (m, d, d)  A_j = q_j^T k_j
     return _max_over_activations(lambda act: rel_error(
-        rank1_bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A, p["V"], act)[0]))
+        rank1_bilinear_forward(x, **params, act=act)[0],
+        bilinear_forward(x, A, params["V"], act)[0]))
 
 
 def equiv_rank_r_as_bilinear(seed=0):
@@ -753,10 +773,11 @@ def equiv_rank_r_as_bilinear(seed=0):
 
     Source: derivations.md, sections 2.3 and 2.4.
     """
-    x, p = _draw("rank_r_bilinear", seed, r=3)
-    A = p["Q"] @ p["K"].transpose(0, 2, 1)                # (m, d, d)  A_j = Q_j K_j^T
+    x, params = _draw("rank_r_bilinear", seed, r=3)
+    A = params["Q"] @ params["K"].transpose(0, 2, 1)      # (m, d, d)  A_j = Q_j K_j^T
     return _max_over_activations(lambda act: rel_error(
-        rank_r_bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A, p["V"], act)[0]))
+        rank_r_bilinear_forward(x, **params, act=act)[0],
+        bilinear_forward(x, A, params["V"], act)[0]))
 
 
 def equiv_static_query_as_mlp(seed=0):
@@ -765,10 +786,11 @@ def equiv_static_query_as_mlp(seed=0):
     x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys.
     Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
     """
-    x, p = _draw("static_query_mlp", seed)
-    K_prime = p["K"] @ p["Q"].T                           # (m, d)
+    x, params = _draw("static_query_mlp", seed)
+    K_prime = params["K"] @ params["Q"].T                 # (m, d)
     return _max_over_activations(lambda act: rel_error(
-        static_query_mlp_forward(x, **p, act=act)[0], mlp_forward(x, K_prime, p["V"], act)[0]))
+        static_query_mlp_forward(x, **params, act=act)[0],
+        mlp_forward(x, K_prime, params["V"], act)[0]))
 
 
 def equiv_mlp_as_rank1_static_query(seed=0):
@@ -778,14 +800,15 @@ def equiv_mlp_as_rank1_static_query(seed=0):
     (x' . e_0)(x' . k'_j) = x . k_j: a bilinear unit whose query ignores the input.
     Source: derivations.md, section 5.7.
     """
-    x, p = _draw("mlp", seed)
-    m, d = p["K"].shape
+    x, params = _draw("mlp", seed)
+    m, d = params["K"].shape
     x1 = np.concatenate([np.ones((x.shape[0], 1)), x], axis=1)   # (N, d + 1)
     Q1 = np.zeros((m, d + 1))
     Q1[:, 0] = 1.0                                               # q'_j = e_0
-    K1 = np.concatenate([np.zeros((m, 1)), p["K"]], axis=1)      # k'_j = [0, k_j]
+    K1 = np.concatenate([np.zeros((m, 1)), params["K"]], axis=1)  # k'_j = [0, k_j]
     return _max_over_activations(lambda act: rel_error(
-        mlp_forward(x, **p, act=act)[0], rank1_bilinear_forward(x1, Q1, K1, p["V"], act)[0]))
+        mlp_forward(x, **params, act=act)[0],
+        rank1_bilinear_forward(x1, Q1, K1, params["V"], act)[0]))
 
 
 def equiv_bilinear_glu_as_rank1(seed=0):
@@ -793,9 +816,9 @@ def equiv_bilinear_glu_as_rank1(seed=0):
 
     Source: Breslow (arXiv 2606.22172); derivations.md, section 2.6.
     """
-    x, p = _draw("gated_mlp", seed)
-    return rel_error(gated_mlp_forward(x, **p, act="identity")[0],
-                     rank1_bilinear_forward(x, **p, act="identity")[0])
+    x, params = _draw("gated_mlp", seed)
+    return rel_error(gated_mlp_forward(x, **params, act="identity")[0],
+                     rank1_bilinear_forward(x, **params, act="identity")[0])
 
 
 def equiv_double_gated_identity_as_rank1(seed=0):
@@ -803,9 +826,9 @@ def equiv_double_gated_identity_as_rank1(seed=0):
 
     Source: derivations.md, section 2.8.
     """
-    x, p = _draw("double_gated_mlp", seed)
-    return rel_error(double_gated_mlp_forward(x, **p, act="identity")[0],
-                     rank1_bilinear_forward(x, **p, act="identity")[0])
+    x, params = _draw("double_gated_mlp", seed)
+    return rel_error(double_gated_mlp_forward(x, **params, act="identity")[0],
+                     rank1_bilinear_forward(x, **params, act="identity")[0])
 
 
 def equiv_squared_relu_as_tied_reglu(seed=0):
@@ -813,9 +836,10 @@ def equiv_squared_relu_as_tied_reglu(seed=0):
 
     relu(a) * a = relu(a)^2. Source: So et al. (Primer, arXiv 2109.08668); derivations.md, 5.6.
     """
-    x, p = _draw("gated_mlp", seed)
-    squared = (np.maximum(x @ p["K"].T, 0) ** 2) @ p["V"]        # (N, d_out)
-    return rel_error(gated_mlp_forward(x, p["K"], p["K"], p["V"], "relu")[0], squared)
+    x, params = _draw("gated_mlp", seed)
+    squared = (np.maximum(x @ params["K"].T, 0) ** 2) @ params["V"]  # (N, d_out)
+    tied = gated_mlp_forward(x, params["K"], params["K"], params["V"], "relu")[0]   # Q = K
+    return rel_error(tied, squared)
 
 
 def equiv_gated_rank_r_at_r1(seed=0):
@@ -823,10 +847,11 @@ def equiv_gated_rank_r_at_r1(seed=0):
 
     Source: derivations.md, section 2.7.
     """
-    x, p = _draw("gated_mlp", seed)
-    Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
+    x, params = _draw("gated_mlp", seed)
+    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
     return _max_over_activations(lambda act: rel_error(
-        gated_rank_r_forward(x, Q3, K3, p["V"], act)[0], gated_mlp_forward(x, **p, act=act)[0]))
+        gated_rank_r_forward(x, Q3, K3, params["V"], act)[0],
+        gated_mlp_forward(x, **params, act=act)[0]))
 
 
 def equiv_rank_r_at_r1(seed=0):
@@ -834,11 +859,11 @@ def equiv_rank_r_at_r1(seed=0):
 
     Source: derivations.md, sections 2.4 and 2.5.
     """
-    x, p = _draw("rank1_bilinear", seed)
-    Q3, K3 = p["Q"][:, :, None], p["K"][:, :, None]              # (m, d, 1)
+    x, params = _draw("rank1_bilinear", seed)
+    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
     return _max_over_activations(lambda act: rel_error(
-        rank_r_bilinear_forward(x, Q3, K3, p["V"], act)[0],
-        rank1_bilinear_forward(x, **p, act=act)[0]))
+        rank_r_bilinear_forward(x, Q3, K3, params["V"], act)[0],
+        rank1_bilinear_forward(x, **params, act=act)[0]))
 
 
 def equiv_bilinear_symmetric_part(seed=0):
@@ -847,10 +872,10 @@ def equiv_bilinear_symmetric_part(seed=0):
 
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.2.
     """
-    x, p = _draw("bilinear", seed)
-    A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
+    x, params = _draw("bilinear", seed)
+    A_sym = 0.5 * (params["A"] + params["A"].transpose(0, 2, 1))
     return _max_over_activations(lambda act: rel_error(
-        bilinear_forward(x, **p, act=act)[0], bilinear_forward(x, A_sym, p["V"], act)[0]))
+        bilinear_forward(x, **params, act=act)[0], bilinear_forward(x, A_sym, params["V"], act)[0]))
 
 
 def eigen_factors(A):
@@ -882,10 +907,11 @@ def equiv_bilinear_as_rank_d(seed=0):
 
     Source: Pearce et al. (arXiv 2410.08417); derivations.md, section 6.2.
     """
-    x, p = _draw("bilinear", seed)
-    Q, K, _ = eigen_factors(p["A"])
+    x, params = _draw("bilinear", seed)
+    Q, K, _ = eigen_factors(params["A"])
     return _max_over_activations(lambda act: rel_error(
-        bilinear_forward(x, **p, act=act)[0], rank_r_bilinear_forward(x, Q, K, p["V"], act)[0]))
+        bilinear_forward(x, **params, act=act)[0],
+        rank_r_bilinear_forward(x, Q, K, params["V"], act)[0]))
 
 
 EQUIVALENCES = {
@@ -1020,24 +1046,25 @@ def transform_params(formulation, params, symmetry, alpha):
         raise ValueError(f"alpha: {symmetry} needs alpha > 0, got {alpha}")
     if symmetry == "inverse_scaling_neg" and np.any(alpha > 0):
         raise ValueError(f"alpha: inverse_scaling_neg needs alpha < 0, got {alpha}")
-    p = {k: v.copy() for k, v in params.items()}
+    new = {k: v.copy() for k, v in params.items()}
     key = "A" if form.family == "full-bilinear" else "K"     # the key factor
     if symmetry == "exchange":
         if form.family == "full-bilinear":
-            p["A"] = params["A"].transpose(0, 2, 1).copy()
+            new["A"] = params["A"].transpose(0, 2, 1).copy()
         else:
-            p["Q"], p["K"] = params["K"].copy(), params["Q"].copy()
+            new["Q"], new["K"] = params["K"].copy(), params["Q"].copy()
     elif symmetry in ("inverse_scaling_pos", "inverse_scaling_neg"):
         if form.family == "static-query":            # one global Q: one factor
-            p["Q"], p["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
+            new["Q"], new["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
         else:
-            p["Q"], p["K"] = _scale_units(params["Q"], alpha), _scale_units(params["K"], 1 / alpha)
+            new["Q"] = _scale_units(params["Q"], alpha)
+            new["K"] = _scale_units(params["K"], 1 / alpha)
     elif symmetry == "key_value_rescaling":
-        p[key], p["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
+        new[key], new["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
     else:                                                # permutation: reverse the units
-        for name in (key, "V") + (("Q",) if "Q" in p and form.family != "static-query" else ()):
-            p[name] = params[name][::-1].copy()
-    return p
+        for name in (key, "V") + (("Q",) if "Q" in new and form.family != "static-query" else ()):
+            new[name] = params[name][::-1].copy()
+    return new
 
 
 def symmetry_deviation(formulation, act, symmetry, seed=0):
@@ -1051,14 +1078,14 @@ def symmetry_deviation(formulation, act, symmetry, seed=0):
     Raises: ValueError for an unknown name or a symmetry that does not apply.
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
-    x, p = _draw(formulation, seed)
-    m = p["V"].shape[0]
+    x, params = _draw(formulation, seed)
+    m = params["V"].shape[0]
     alpha = np.geomspace(0.5, 2.0, m) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     form = get_formulation(formulation)
-    y = form.forward(x, **p, act=act)[0]
+    y = form.forward(x, **params, act=act)[0]
     if symmetry == "parity":                              # y(-x) against y(x)
-        return rel_error(y, form.forward(-x, **p, act=act)[0])
-    y_t = form.forward(x, **transform_params(formulation, p, symmetry, alpha), act=act)[0]
+        return rel_error(y, form.forward(-x, **params, act=act)[0])
+    y_t = form.forward(x, **transform_params(formulation, params, symmetry, alpha), act=act)[0]
     return rel_error(y, y_t)
 
 
@@ -1109,14 +1136,14 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
     per_unit = [n for n in form.param_names if not (form.family == "static-query" and n == "Q")]
     if len(pair) != 2 or any(n not in per_unit for n in pair):
         raise ValueError(f"pair: expected two of {per_unit} for {formulation!r}, got {pair}")
-    x, p = _draw(formulation, seed)
-    y, cache = form.forward(x, **p, act=act)
+    x, params = _draw(formulation, seed)
+    y, cache = form.forward(x, **params, act=act)
     G = np.random.default_rng(seed + 1).standard_normal(y.shape)
     grads = form.backward(G, cache)
 
     def unit_inner(name):
-        m = p[name].shape[0]
-        return np.sum((p[name] * grads[name]).reshape(m, -1), axis=1)   # (m,)
+        m = params[name].shape[0]
+        return np.sum((params[name] * grads[name]).reshape(m, -1), axis=1)  # (m,)
 
     first, second = unit_inner(pair[0]), unit_inner(pair[1])
     return first - second, np.abs(first) + np.abs(second)
@@ -1228,7 +1255,7 @@ def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
 
     Moving the parameters along a continuous symmetry changes no output, so each symmetry
     direction is in the null space of the Jacobian; with enough generic inputs (at least
-    8 n_params output rows, 32 n_params for ReLU, whose units are each on for only a share
+    2 n_params output rows, 16 n_params for ReLU, whose units are each on for only a share
     of the inputs), the null space
     holds nothing else. The rank is read from the singular values s_1 >= s_2 >= ... of the
     float64 Jacobian: s_i > 1e-8 s_1 counts, and every s_i must lie outside
@@ -1439,96 +1466,6 @@ def best_rank_r_function(A, r):
     return Q, K
 
 
-# ----- The same count in the loss landscape: zero modes of the Hessian at a minimum ------
-
-
-def _flat_loss_grad(form, act, x, target, names, shapes):
-    # theta (flat) -> (loss, flat gradient) of L = mean((y - target)^2), by the module's
-    # forward, mse and backward passes.
-    sizes = [math.prod(shapes[n]) for n in names]
-
-    def loss_grad(theta):
-        parts = np.split(theta, np.cumsum(sizes)[:-1])
-        params = {n: part.reshape(shapes[n]) for n, part in zip(names, parts)}
-        y, cache = form.forward(x, **params, act=act)
-        loss, loss_cache = mse_forward(y, target)
-        grads = form.backward(mse_backward(1.0, loss_cache), cache)
-        return loss, np.concatenate([grads[n].ravel() for n in names])
-    return loss_grad
-
-
-def _hessian(grad, theta, step):
-    # Central differences of the gradient, column by column, then symmetrised:
-    # H[:, i] = (g(theta + step e_i) - g(theta - step e_i)) / (2 step).
-    H = np.empty((theta.size, theta.size))
-    for i in range(theta.size):                          # a deliberate loop over coordinates
-        e = np.zeros_like(theta)
-        e[i] = step
-        H[:, i] = (grad(theta + e) - grad(theta - e)) / (2 * step)
-    return 0.5 * (H + H.T)
-
-
-def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, noise=0.1,
-                       seed=0, step=1e-5, max_iter=100, kink_margin=0.25):
-    """Eigenvalues of the Hessian of a small regression loss at a minimum.
-
-    Data: x ~ N(0, I) (n_tokens, d); targets = a teacher of the same formulation (random
-    parameters) plus Gaussian noise of standard deviation `noise`, so the student cannot fit
-    exactly and its minimum is isolated up to the symmetries. With a kink (relu), inputs
-    whose teacher puts an argument of sigma within kink_margin of 0 are redrawn, so that
-    near the minimum no argument crosses the kink and the loss is smooth there. The student starts at the
-    teacher and moves by damped Newton steps (Hessian by central differences of the
-    module's own gradients, eigen-directions with |lambda| < 1e-9 max |lambda| left alone,
-    |lambda| used where lambda < 0) until the gradient is below 1e-12. At a minimum every
-    continuous symmetry is a flat direction, so the Hessian has symmetry_dimension zero
-    eigenvalues, and generically no others (derivations.md, 5.8).
-
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; n_tokens: int;
-        noise: float >= 0; seed: int; step: the finite-difference step; max_iter: Newton steps.
-    Returns: dict with "eigenvalues" (P,) float64 ascending, "grad_norm" (float, at the end),
-        "loss" (float), "iterations" (int).
-    Raises: ValueError for an unknown name or a bad size; RuntimeError if the gradient does
-        not fall below 1e-9 (no minimum found).
-    Source: derivations.md, section 5.8.
-    """
-    form, act = get_formulation(formulation), get_activation(act)
-    rng = np.random.default_rng(seed)
-    names, shapes = form.param_names, form.param_shapes(d, m, d_out, r)
-    teacher = form.init(rng, d, m, d_out, r)
-    x = rng.standard_normal((n_tokens, d))
-    for _ in range(1000):                                 # redraw the inputs near the kink
-        cache = form.forward(x, **teacher, act=act)[1]
-        z = np.concatenate([cache[k].reshape(n_tokens, -1) for k in form.sigma_args], axis=1)
-        near = np.any(np.abs(z) < kink_margin, axis=1) if act.kink else np.zeros(n_tokens, bool)
-        if not near.any():
-            break
-        x[near] = rng.standard_normal((int(near.sum()), d))
-    target = form.forward(x, **teacher, act=act)[0] + noise * rng.standard_normal((n_tokens, d_out))
-    loss_grad = _flat_loss_grad(form, act, x, target, names, shapes)
-    grad = lambda theta: loss_grad(theta)[1]              # noqa: E731 (a one-line view)
-    theta = np.concatenate([teacher[n].ravel() for n in names])
-    for iteration in range(1, max_iter + 1):
-        loss, g = loss_grad(theta)
-        if np.linalg.norm(g) < 1e-12:
-            break
-        lam, U = np.linalg.eigh(_hessian(grad, theta, step))
-        keep = np.abs(lam) > 1e-9 * np.abs(lam).max()    # leave the flat directions alone
-        coeff = (U.T @ g)[keep] / np.abs(lam[keep])       # Newton (saddle-free) in the others
-        move = U[:, keep] @ coeff
-        for _ in range(30):                               # halve the step until the loss falls
-            if loss_grad(theta - move)[0] <= loss:
-                break
-            move = move / 2
-        theta = theta - move
-    loss, g = loss_grad(theta)
-    if np.linalg.norm(g) > 1e-9:
-        raise RuntimeError(f"hessian_at_minimum: gradient {np.linalg.norm(g):.1e} after "
-                           f"{max_iter} Newton steps; no minimum found")
-    eigenvalues = np.linalg.eigvalsh(_hessian(grad, theta, step))
-    return {"eigenvalues": eigenvalues, "grad_norm": float(np.linalg.norm(g)), "loss": loss,
-            "iterations": iteration}
-
-
 # =============================================================================
 # 5. Training substrate: losses, embedding, RMSNorm, Adam, a one-block model
 # =============================================================================
@@ -1540,11 +1477,11 @@ def hessian_at_minimum(formulation, act, d=5, m=2, d_out=3, r=2, n_tokens=60, no
 def cross_entropy_forward(logits, targets):
     """Mean softmax cross-entropy in nats: L = mean_n (logsumexp(z_n) - z_n[t_n]).
 
-    Stable: log p = (z - max z) - log sum exp(z - max z); every exponent is <= 0, so
-    nothing overflows, and a logit far below the maximum underflows harmlessly to p = 0.
+    Stable: log softmax(z) = (z - max z) - log sum exp(z - max z); every exponent is <= 0,
+    so nothing overflows, and a logit far below the maximum underflows harmlessly to 0.
 
     Args: logits: (N, C) float32 or float64, z; targets: (N,) integers in [0, C).
-    Returns: loss: float; cache for cross_entropy_backward (holds the probabilities p).
+    Returns: loss: float; cache for cross_entropy_backward (holds probs = softmax(z), (N, C)).
     Raises: ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
     Source: CS231n softmax_loss; Goodfellow et al., Deep Learning, section 6.2.2.
     """
@@ -1554,13 +1491,13 @@ def cross_entropy_forward(logits, targets):
     if len(t) == 0:
         raise ValueError("logits: expected at least one row, got shape (0, C)")
     shifted = z - z.max(axis=1, keepdims=True)                          # (N, C), <= 0
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (N, C)
-    loss = -float(np.mean(log_p[np.arange(len(t)), t]))
-    return loss, {"forward": "cross_entropy_forward", "p": np.exp(log_p), "t": t.copy()}
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (N, C)
+    loss = -float(np.mean(log_probs[np.arange(len(t)), t]))
+    return loss, {"forward": "cross_entropy_forward", "probs": np.exp(log_probs), "t": t.copy()}
 
 
 def cross_entropy_backward(dloss, cache):
-    """Backward of cross_entropy_forward: dz = dloss (p - onehot(t)) / N.
+    """Backward of cross_entropy_forward: dz = dloss (softmax(z) - onehot(t)) / N.
 
     Args: dloss: float, upstream gradient dJ/dL (1.0 when L is the objective);
         cache: from cross_entropy_forward.
@@ -1568,9 +1505,9 @@ def cross_entropy_backward(dloss, cache):
     Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: CS231n softmax_loss.
     """
-    p, t = _checked_cache(cache, "cross_entropy_forward", "p", "t")
-    dz = p.copy()                                 # (N, C)
-    dz[np.arange(len(t)), t] -= 1                 # p - onehot(t)
+    probs, t = _checked_cache(cache, "cross_entropy_forward", "probs", "t")
+    dz = probs.copy()                             # (N, C)
+    dz[np.arange(len(t)), t] -= 1                 # probs - onehot(t)
     return dz * (_real("dloss", dloss) / len(t))
 
 
@@ -1607,13 +1544,13 @@ def embedding_forward(ids, E):
     """Embedding lookup: out[..., :] = E[ids[...], :].
 
     Args: ids: integer array of any shape (...), entries in [0, vocab);
-        E: (vocab, e) float32 or float64, one row per token.
-    Returns: out: (..., e), E's dtype; cache for embedding_backward.
+        E: (vocab, d_emb) float32 or float64, one row per token.
+    Returns: out: (..., d_emb), E's dtype; cache for embedding_backward.
     Raises: TypeError if ids are not integers or E is not float; ValueError for an id
         outside [0, vocab) or an E that is not 2-D.
     Source: CS231n word_embedding_forward.
     """
-    E = _check_ndim("E", E, "(vocab, e)")
+    E = _check_ndim("E", E, "(vocab, d_emb)")
     ids = _check_ids("ids", ids, E.shape[0])
     return E[ids], {"forward": "embedding_forward", "ids": ids.copy(), "E_shape": E.shape,
                     "dtype": E.dtype}
@@ -1622,16 +1559,17 @@ def embedding_forward(ids, E):
 def embedding_backward(dout, cache):
     """Backward of embedding_forward: dE[v] = sum of dout over the positions where ids == v.
 
-    Args: dout: (..., e), upstream gradient; cache: from embedding_forward.
-    Returns: dE: (vocab, e), E's dtype.
-    Raises: ValueError if dout's shape is not ids.shape + (e,); TypeError if its dtype is
+    Args: dout: (..., d_emb), upstream gradient; cache: from embedding_forward.
+    Returns: dE: (vocab, d_emb), E's dtype.
+    Raises: ValueError if dout's shape is not ids.shape + (d_emb,); TypeError if its dtype is
         not E's; ValueError / TypeError if the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
-    ids, (vocab, e), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape", "dtype")
-    dout = _check_grad("dout", dout, ids.shape + (e,), "ids.shape + (e,)", dtype)
-    dE = np.zeros((vocab, e), dtype=dtype)
-    np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, e)))
+    ids, (vocab, d_emb), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape",
+                                                "dtype")
+    dout = _check_grad("dout", dout, ids.shape + (d_emb,), "ids.shape + (d_emb,)", dtype)
+    dE = np.zeros((vocab, d_emb), dtype=dtype)
+    np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, d_emb)))
     return dE
 
 
@@ -1684,7 +1622,7 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     """One Adam step, returning new parameters and a new state (nothing updated in place).
 
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-        p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        theta = theta - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
     Args: params, grads: dicts name -> float array with the same keys, shapes and dtypes;
         state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (each a
@@ -1706,46 +1644,48 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         raise ValueError(f"grads: expected keys {sorted(params)}, got {sorted(grads)}")
     t = state["t"] + 1
     new_params, m, v = {}, {}, {}
-    for k, p in params.items():
+    for k, theta in params.items():
         for name, a in ((f"grads[{k!r}]", grads[k]), (f"state['m'][{k!r}]", state["m"][k]),
                         (f"state['v'][{k!r}]", state["v"][k])):   # no broadcasting, no upcast
             a = np.asarray(a)
-            _check_shape(name, a, p.shape, f"params[{k!r}].shape")
-            if a.dtype != p.dtype:
-                raise TypeError(f"{name}: expected dtype {p.dtype} (params[{k!r}]'s), "
+            _check_shape(name, a, theta.shape, f"params[{k!r}].shape")
+            if a.dtype != theta.dtype:
+                raise TypeError(f"{name}: expected dtype {theta.dtype} (params[{k!r}]'s), "
                                 f"got {a.dtype}")
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
-        new_params[k] = (p - lr * step).astype(p.dtype, copy=False)
+        new_params[k] = (theta - lr * step).astype(theta.dtype, copy=False)
     return new_params, {"t": t, "m": m, "v": v}
 
 
-def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, e=None, dtype=np.float64):
+def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, d_emb=None,
+               dtype=np.float64):
     """Parameters of the one-block model of model_forward.
 
-    Names: "E" (vocab, e) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
+    Names: "E" (vocab, d_emb) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
     RMSNorm gain; the FFN's parameters as "ffn.<name>" (formulation's init, d_out = d);
     "W_out" (d, d_out), "b_out" (d_out,).
 
     Args: rng: np.random.Generator; formulation: key of FORMULATIONS;
-        d_in: width of the input features (for token ids: context * e);
+        d_in: width of the input features (for token ids: context * d_emb);
         d: model width; m: memory units of the FFN; d_out: output width; r: rank;
-        vocab, e: vocabulary size and embedding width, for inputs that are token ids;
+        vocab, d_emb: vocabulary size and embedding width, for inputs that are token ids;
         dtype: float32 or float64.
     Returns: dict name -> array of `dtype`.
     Raises: ValueError for an unknown formulation, a non-positive size, or d_in not a
-        multiple of e; TypeError for a dtype other than float32 and float64.
+        multiple of d_emb; TypeError for a dtype other than float32 and float64.
     Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
     """
     form = get_formulation(formulation)
     _check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
     params = {}
     if vocab is not None:
-        _check_positive(vocab=vocab, e=e)
-        if d_in % e:
-            raise ValueError(f"d_in: expected a multiple of e = {e} (context * e), got {d_in}")
-        params["E"] = rng.standard_normal((vocab, e))
+        _check_positive(vocab=vocab, d_emb=d_emb)
+        if d_in % d_emb:
+            raise ValueError(f"d_in: expected a multiple of d_emb = {d_emb} (context * d_emb), "
+                             f"got {d_in}")
+        params["E"] = rng.standard_normal((vocab, d_emb))
     params["W_in"] = rng.standard_normal((d_in, d)) / math.sqrt(d_in)
     params["b_in"] = np.zeros(d)
     params["g"] = np.ones(d)
@@ -1861,7 +1801,7 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
 # block's temporaries stay in the CPU cache; gated forms cache sigma' already multiplied by
 # what the backward needs; bilinear takes tokens in blocks (never all N d^2 outer products);
 # rank-r lays Q, K out as (d, r m) matrices (one BLAS product per projection), da and db
-# taking turns in one buffer. mlp, static_query_mlp, rank1_bilinear: one version (section 2).
+# taking turns in one buffer. mlp, static_query_mlp, rank1_bilinear: a fast forward only.
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
@@ -1878,12 +1818,12 @@ def _sigmoid_value_and_slope(z):
     # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place;
     # max(e, z >= 0) is where(z >= 0, 1, e) without a new mask of floats.
     e = np.exp(-np.abs(z))                        # e^-|z|, never overflows
-    r = e + 1
-    np.reciprocal(r, out=r)                       # 1 / (1 + e)
+    inv = e + 1
+    np.reciprocal(inv, out=inv)                   # 1 / (1 + e)
     s = np.maximum(e, z >= 0, dtype=z.dtype)      # 1 for z >= 0, e below
-    s *= r                                        # sigma(z)
-    r *= r
-    e *= r                                        # e / (1 + e)^2 = sigma'(z)
+    s *= inv                                      # sigmoid(z)
+    inv *= inv
+    e *= inv                                      # e / (1 + e)^2 = sigmoid'(z)
     return s, e
 
 
@@ -1912,8 +1852,8 @@ def _gelu_tanh_value_and_slope(z):
     s, ds = _sigmoid_value_and_slope(two_u)
     two_du *= zc
     two_du *= ds
-    two_du += s                                   # sigma(2u) + z 2u' sigma'(2u)
-    s *= z                                        # z sigma(2u)
+    two_du += s                                   # sigmoid(2u) + z 2u' sigmoid'(2u)
+    s *= z                                        # z sigmoid(2u)
     return s, two_du
 
 
@@ -1946,36 +1886,67 @@ def _gate_blocked(act, a, b):
     if value_and_slope is None:                   # identity, relu: one step each, no blocks
         sigma_a = act.f(a)
         return sigma_a, sigma_a * b, act.df(a) * b
-    sigma_a, h, b_dsigma = (np.empty_like(a) for _ in range(3))
+    sigma_a, h, b_sigma_prime_a = (np.empty_like(a) for _ in range(3))
     for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
-        sigma_a[rows], dsigma = value_and_slope(a[rows])
+        sigma_a[rows], sigma_prime = value_and_slope(a[rows])
         np.multiply(sigma_a[rows], b[rows], out=h[rows])        # h = sigma(a) * b
-        np.multiply(dsigma, b[rows], out=b_dsigma[rows])        # b * sigma'(a)
-    return sigma_a, h, b_dsigma
+        np.multiply(sigma_prime, b[rows], out=b_sigma_prime_a[rows])  # b * sigma'(a)
+    return sigma_a, h, b_sigma_prime_a
 
 
 # ----- the fast pairs -----------------------------------------------------------
+# mlp, static_query_mlp, rank1_bilinear: only sigma and sigma' go faster; the cache is the
+# plain forward's, so the plain backward is their backward.
+def _mlp_forward_fast(x, K, V, act="relu"):
+    act = get_activation(act)
+    x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
+    z = X @ params["K"].T                         # (N, m)
+    h, sigma_prime = _value_and_slope_blocked(act, z)
+    return _output_and_frozen_cache("mlp_forward", h @ params["V"], x, act, X=X, **params,
+                                    z=z, h=h, sigma_prime=sigma_prime)
+
+
+def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
+    act = get_activation(act)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
+    xQ = X @ params["Q"]                          # (N, d)
+    z = xQ @ params["K"].T                        # (N, m)
+    h, sigma_prime = _value_and_slope_blocked(act, z)
+    return _output_and_frozen_cache("static_query_mlp_forward", h @ params["V"], x, act, X=X,
+                                    **params, xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
+
+
+def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
+    act = get_activation(act)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a, b = X @ params["Q"].T, X @ params["K"].T   # (N, m) each
+    s = a * b                                     # (N, m)
+    h, sigma_prime = _value_and_slope_blocked(act, s)
+    return _output_and_frozen_cache("rank1_bilinear_forward", h @ params["V"], x, act, X=X,
+                                    **params, a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
+
+
 def _bilinear_forward_fast(x, A, V, act="identity"):
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    (N, d), m = X.shape, p["A"].shape[0]
-    A_flat = p["A"].reshape(m, d * d)             # (m, d^2)
+    x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
+    (N, d), m = X.shape, params["A"].shape[0]
+    A_flat = params["A"].reshape(m, d * d)        # (m, d^2)
     s = np.empty((N, m), X.dtype)                 # (N, m)
     # A deliberate loop over token blocks of about N m outer-product numbers each: never
     # all N d^2 at once (at N = 4096, d = 64 they would outweigh everything else).
     for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
         s[rows] = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d) @ A_flat.T
-    h, dsigma = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("bilinear_forward", h @ p["V"], x, act, X=X, **p, s=s,
-                                    h=h, dsigma=dsigma)
+    h, sigma_prime = _value_and_slope_blocked(act, s)
+    return _output_and_frozen_cache("bilinear_forward", h @ params["V"], x, act, X=X, **params, s=s,
+                                    h=h, sigma_prime=sigma_prime)
 
 
 def _bilinear_backward_fast(dy, cache):
-    dY, X, A, V, h, dsigma = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                   "X", "A", "V", "h", "dsigma")
+    dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
+                                                        "X", "A", "V", "h", "sigma_prime")
     (N, d), m = X.shape, A.shape[0]
     ds = dY @ V.T                                 # (N, m)
-    ds *= dsigma
+    ds *= sigma_prime
     # Rows i of every dA_j, sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i,
     # each one matrix product over all tokens (no partial sums over token blocks).
     dA = np.empty_like(A)                         # (m, d, d)
@@ -2019,30 +1990,32 @@ def _new_units(N, m, r, dtype):
 
 
 def _rank_r_projections_fast(x, Q, K, V, act):
-    # The projections of both rank-r forms: (act, x, X, p, Q_cols, K_cols, a, b).
+    # The projections of both rank-r forms: (act, x, X, params, Q_cols, K_cols, a, b).
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    m, d, r = p["Q"].shape
-    Q_cols, K_cols = _as_columns(p["Q"]), _as_columns(p["K"])   # (d, r m)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
+    m, d, r = params["Q"].shape
+    Q_cols, K_cols = _as_columns(params["Q"]), _as_columns(params["K"])  # (d, r m)
     a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
     b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
-    return act, x, X, p, Q_cols, K_cols, a, b
+    return act, x, X, params, Q_cols, K_cols, a, b
 
 
 def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
-    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
+    act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
-    h, dsigma = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ p["V"], x, act, X=X, **p,
+    h, sigma_prime = _value_and_slope_blocked(act, s)
+    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ params["V"], x, act, X=X,
+                                    **params,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
-                                    dsigma=dsigma)
+                                    sigma_prime=sigma_prime)
 
 
 def _rank_r_bilinear_backward_fast(dy, cache):
-    dY, X, V, a, b, h, dsigma, Q_cols, K_cols = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "dsigma", "Q_cols", "K_cols")
+    dY, X, V, a, b, h, sigma_prime, Q_cols, K_cols = _checked_dy_and_cache(
+        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "sigma_prime", "Q_cols",
+        "K_cols")
     ds = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    ds *= dsigma[:, :, None]
+    ds *= sigma_prime[:, :, None]
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
     da = np.multiply(ds, b, out=_new_units(*b.shape, b.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
@@ -2060,67 +2033,69 @@ def _project_both_back(X, Q, K, da, db):
 
 def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a, b = X @ p["Q"].T, X @ p["K"].T             # (N, m) each
-    sigma_a, h, b_dsigma = _gate_blocked(act, a, b)   # sigma(a), sigma(a) b, b sigma'(a)
-    return _output_and_frozen_cache("gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
-                                    a=a, b=b, sigma_a=sigma_a, h=h, b_dsigma=b_dsigma)
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    a, b = X @ params["Q"].T, X @ params["K"].T   # (N, m) each
+    sigma_a, h, b_sigma_prime_a = _gate_blocked(act, a, b)  # sigma(a), sigma(a) b, b sigma'(a)
+    return _output_and_frozen_cache("gated_mlp_forward", h @ params["V"], x, act, X=X, **params,
+                                    a=a, b=b, sigma_a=sigma_a, h=h, b_sigma_prime_a=b_sigma_prime_a)
 
 
 def _gated_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, sigma_a, h, b_dsigma = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_dsigma")
+    dY, X, Q, K, V, sigma_a, h, b_sigma_prime_a = _checked_dy_and_cache(
+        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_sigma_prime_a")
     dh = dY @ V.T                                 # (N, m)
-    da = dh * b_dsigma                            # dh b sigma'(a)
+    da = dh * b_sigma_prime_a                     # dh b sigma'(a)
     dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a, out=dh))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
     act = get_activation(act)
-    x, X, p = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    m = p["Q"].shape[0]
-    ab = X @ np.concatenate([p["Q"], p["K"]]).T   # (N, 2m)  [a | b]: one product
+    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
+    m = params["Q"].shape[0]
+    ab = X @ np.concatenate([params["Q"], params["K"]]).T  # (N, 2m)  [a | b]: one product
     h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
-    dh_dab = np.empty_like(ab)                    # (N, 2m)  [dh/da | dh/db]
+    h_slopes = np.empty_like(ab)                  # (N, 2m)  [sigma'(a)sigma(b) | sigma(a)sigma'(b)]
     # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
     # while still in the CPU cache, and never stored whole.
     for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
-        sig, dsig = _value_and_slope_blocked(act, ab[rows])
+        sig, sig_prime = _value_and_slope_blocked(act, ab[rows])
         np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
-        np.multiply(dsig[:, :m], sig[:, m:], out=dh_dab[rows, :m])
-        np.multiply(sig[:, :m], dsig[:, m:], out=dh_dab[rows, m:])
-    return _output_and_frozen_cache("double_gated_mlp_forward", h @ p["V"], x, act, X=X, **p,
-                                    a=ab[:, :m], b=ab[:, m:], h=h, dh_da=dh_dab[:, :m],
-                                    dh_db=dh_dab[:, m:])
+        np.multiply(sig_prime[:, :m], sig[:, m:], out=h_slopes[rows, :m])
+        np.multiply(sig[:, :m], sig_prime[:, m:], out=h_slopes[rows, m:])
+    return _output_and_frozen_cache("double_gated_mlp_forward", h @ params["V"], x, act, X=X,
+                                    **params, a=ab[:, :m], b=ab[:, m:], h=h,
+                                    sigma_prime_a_sigma_b=h_slopes[:, :m],
+                                    sigma_a_sigma_prime_b=h_slopes[:, m:])
 
 
 def _double_gated_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, h, dh_da, dh_db = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "dh_da", "dh_db")
+    dY, X, Q, K, V, h, sigma_prime_a_sigma_b, sigma_a_sigma_prime_b = _checked_dy_and_cache(
+        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "sigma_prime_a_sigma_b",
+        "sigma_a_sigma_prime_b")
     dh = dY @ V.T                                 # (N, m)
-    da = dh * dh_da                               # dh sigma'(a) sigma(b)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, dh_db, out=dh))
+    da = dh * sigma_prime_a_sigma_b               # dh sigma'(a) sigma(b)
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a_sigma_prime_b, out=dh))
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
-    act, x, X, p, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
-    sigma_a, b_dsigma = _value_and_slope_blocked(act, a)
+    act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
+    sigma_a, b_sigma_prime_a = _value_and_slope_blocked(act, a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
-    b_dsigma *= b                                 # b sigma'(a)
-    return _output_and_frozen_cache("gated_rank_r_forward", h @ p["V"], x, act, X=X, **p,
+    b_sigma_prime_a *= b                          # b sigma'(a)
+    return _output_and_frozen_cache("gated_rank_r_forward", h @ params["V"], x, act, X=X, **params,
                                     Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
-                                    h=h, b_dsigma=b_dsigma)
+                                    h=h, b_sigma_prime_a=b_sigma_prime_a)
 
 
 def _gated_rank_r_backward_fast(dy, cache):
-    dY, X, V, sigma_a, h, b_dsigma, Q_cols, K_cols = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_dsigma", "Q_cols",
+    dY, X, V, sigma_a, h, b_sigma_prime_a, Q_cols, K_cols = _checked_dy_and_cache(
+        dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_sigma_prime_a", "Q_cols",
         "K_cols")
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
     # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(dh, b_dsigma, out=_new_units(*sigma_a.shape, sigma_a.dtype))
+    da = np.multiply(dh, b_sigma_prime_a, out=_new_units(*sigma_a.shape, sigma_a.dtype))
     dX, dQ = _column_grads(X, Q_cols, da)
     dX_k, dK = _column_grads(X, K_cols, np.multiply(dh, sigma_a, out=da))   # db, over da
     dX += dX_k
@@ -2201,10 +2176,10 @@ def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for 
 # Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
 # is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
 FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
-    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+    Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, mlp_backward, ("K", "V"),
                 _shapes_from({"K": "m d", "V": "m d_out"}), "m d + m d_out",
                 lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
-    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
+    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
                 static_query_mlp_backward, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
                 "d^2 + m d + m d_out",
                 _rank1_scales, "static-query", ("z",)),
@@ -2217,10 +2192,10 @@ FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
                 _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
                 lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
                                  "V": m ** -0.5}, "symmetric", ("s",)),
-    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V", rank1_bilinear_forward,
-                rank1_bilinear_backward, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
-                "2 m d + m + m d_out", _rank1_scales,
-                "symmetric", ("s",)),
+    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
+                _rank1_bilinear_forward_fast, rank1_bilinear_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "symmetric",
+                ("s",)),
     Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
                 _gated_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
                 "2 m d + m + m d_out", _rank1_scales,
@@ -2346,9 +2321,9 @@ def _check_sizes(x, params, axes):
     axes has no say. A size of 0 is refused too. With x None, the parameters alone.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
-    for name, p in params.items():
+    for name, value in params.items():
         symbols = axes[name].split()
-        readings[name] = list(zip(symbols, p.shape)) if p.ndim == len(symbols) else []
+        readings[name] = list(zip(symbols, value.shape)) if value.ndim == len(symbols) else []
     order = sorted(params, key=lambda n: n != "V")            # V, then the others
     names = order if x is None else ["x", *order]             # x, V, the others: named first
     sizes = _sizes_of_largest_agreeing_group(readings, names)
@@ -2370,12 +2345,13 @@ def _checked_copies(x, params, axes):
     # Check x and the parameters (float, one dtype, shapes by _check_sizes); return x as an
     # array, X = a private copy of x as (N, d) rows, and private copies of the parameters.
     x = _as_float("x", x)
-    params = {name: _as_float(name, p) for name, p in params.items()}
+    params = {name: _as_float(name, value) for name, value in params.items()}
     _check_sizes(x, params, axes)
-    for name, p in params.items():
-        if p.dtype != x.dtype:
-            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {p.dtype}")
-    return x, x.reshape(-1, x.shape[-1]).copy(), {name: p.copy() for name, p in params.items()}
+    for name, value in params.items():
+        if value.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {value.dtype}")
+    X = x.reshape(-1, x.shape[-1]).copy()
+    return x, X, {name: value.copy() for name, value in params.items()}
 
 
 def _output_and_frozen_cache(forward, y, x, act, **cache):
@@ -2413,245 +2389,15 @@ def _checked_dy_and_cache(dy, cache, forward, *keys):
 # =============================================================================
 # 8. The command line
 # =============================================================================
-
-
-def verification_report(seed=0, out=print):
-    """Print every check of the paper's claims; return the number of disagreements.
-
-    Sections: equivalences; the symmetry table (with input parity); the gradient check of
-    every formulation x activation on x of shape (2, 3, 4); the conservation identity; the
-    number of continuous symmetries, one unit and a layer of 3.
-
-    Args: seed: int for every random draw; out: function that prints one line.
-    Returns: int, the number of checks that disagree with theory (0 when all agree).
-    Source: Breslow (arXiv 2606.22172); derivations.md.
-    """
-    failures = 0
-    out("bilinear-numpy: the paper's claims, measured in float64 (deviation = rel_error)\n")
-    out(f"1. Equivalences (hold when deviation <= {CLAIM_TOL:.0e})")
-    for row in equivalences(seed):
-        failures += not row["holds"]
-        mark = "ok" if row["holds"] else "DISAGREES"
-        out(f"   {row['statement']:<54} {row['deviation']:9.1e}  {mark}")
-
-    out("\n2. Symmetries: kept / broken with the measured deviation ('!' = disagrees with theory)")
-    rows = symmetry_table(seed)
-    acts = list(ACTIVATIONS)
-    labels = {"exchange": "exchange Q<->K", "inverse_scaling_pos": "(aQ, K/a), a>0",
-              "inverse_scaling_neg": "(aQ, K/a), a<0", "key_value_rescaling": "(ak, v/a), a>0",
-              "permutation": "permutation", "parity": "y(-x) = y(x)"}
-    out(f"   {'formulation':<17}{'symmetry':<16}" + "".join(f"{a:>13}" for a in acts))
-    for formulation in FORMULATIONS:
-        for symmetry in SYMMETRIES:
-            cells = {r["activation"]: r for r in rows
-                     if r["formulation"] == formulation and r["symmetry"] == symmetry}
-            if not cells:
-                continue
-            text = ""
-            for a in acts:
-                r = cells[a]
-                flag = "" if r["holds"] == r["expected"] else "!"
-                failures += r["holds"] != r["expected"]
-                text += f"{('kept' if r['holds'] else 'broken') + flag:>7} {r['deviation']:5.0e}"
-            out(f"   {formulation:<17}{labels[symmetry]:<16}{text}")
-    out("   (for bilinear, exchange is A_j <-> A_j^T and key-value rescaling scales A_j; y(-x) = y(x)")
-    out("   is input parity, a property of the functions, not a change of parameters: derivations.md, 4.8)")
-
-    out("\n3. Gradient check (float64, x of shape (2, 3, 4), worst relative error, tol 1e-7)")
-    out(f"   {'formulation':<17}" + "".join(f"{a:>11}" for a in acts))
-    for formulation in FORMULATIONS:
-        reports = [gradcheck(formulation, a, seed=seed) for a in acts]
-        failures += sum(not rep.passed for rep in reports)
-        out(f"   {formulation:<17}" + "".join(
-            f"{rep.worst:>10.1e}{'' if rep.passed else '!'}" for rep in reports))
-
-    out("\n4. Conservation, pair (w, w'): max_j |<w_j, dL/dw_j> - <w'_j, dL/dw'_j>| / scale (0 <=> symmetry)")
-    for row in conservation_table(seed):
-        failures += row["holds"] != row["expected"]
-        if row["activation"] in ("relu", "silu"):
-            word = "conserved" if row["holds"] else "not conserved"
-            out(f"   {row['formulation']:<17} {row['activation']:<9} ({row['pair']}) "
-                f"{row['residual']:9.1e}  {word:<14}{'' if row['holds'] == row['expected'] else 'DISAGREES'}")
-    out("   (every activation is checked; relu and silu are shown)")
-
-    out("\n5. Continuous symmetries: n_params - rank of the output Jacobian (d = 5, d_out = 3, r = 2),")
-    out("   measured / theory ('!' = disagrees; derivations.md, 4.9)")
-    rows = symmetry_dimension_table(seed)
-    out(f"   {'formulation':<17}{'m':>2}" + "".join(f"{a:>10}" for a in acts))
-    for m in (1, 3):
-        for formulation in FORMULATIONS:
-            cells = {r["activation"]: r for r in rows if r["formulation"] == formulation and r["m"] == m}
-            failures += sum(not r["holds"] for r in cells.values())
-            out(f"   {formulation:<17}{m:>2}" + "".join(
-                f"{str(cells[a]['measured']) + '/' + str(cells[a]['expected']) + ('' if cells[a]['holds'] else '!'):>10}"
-                for a in acts))
-    out("   A smooth gated unit keeps one continuous symmetry, (k, v) -> (a k, v / a), and one")
-    out("   conserved quantity, as the rank-1 unit does with (q, k) -> (a q, k / a): gating trades")
-    out("   ||q_j||^2 - ||k_j||^2 for ||k_j||^2 - ||v_j||^2. It loses exchange and input parity.")
-
-    out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
-    out("Pictures of these results: figures/*.png; make them with `python bilinear_numpy.py figures`.")
-    return failures
-
-
-def _cmd_verify(args):
-    return 1 if verification_report(seed=args.seed) else 0
-
-
-def _cmd_figures(args):
-    from experiments import figures   # matplotlib is imported inside its drawing functions
-    figures.make_figures(args.out, quick=args.quick)
-    return 0
-
-
-def _run_training(task, mode, **options):
-    # Bad input or missing data (e.g. no pydoc_data) stops with the message, not a traceback.
-    from experiments import train
-    try:
-        if task == "ablation":                # the 2 x 2 ablation, on both tasks
-            from experiments import ablation
-            ablation.run_ablation(mode=mode, **options)
-        else:
-            train.run_task(task, mode=mode, **options)
-    except UnicodeEncodeError:                # a ValueError, but never the user's input
-        raise
-    except (ValueError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _cmd_train(args):
-    return _run_training(args.task, args.mode, seeds=args.seeds, steps=args.steps,
-                         variants=args.variants.split(",") if args.variants else None,
-                         lr=args.lr, out=args.out, image=args.image)
-
-
-def _cmd_default(args):
-    """The main job: the verification report, then both experiments in their --quick form."""
-    status = _cmd_verify(args)
-    for task in ("text", "image"):
-        status = max(status, _run_training(task, "quick"))
-    return status
-
-
-def _cmd_bench(args):
-    from experiments import bench   # here, so that `import bilinear_numpy` needs NumPy alone
-    return bench.main(args)
-
-
-def _cmd_inspect(args):
-    from experiments import inspect_model   # here, so that `import bilinear_numpy` needs NumPy alone
-    try:
-        inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
-    except UnicodeEncodeError:                # a ValueError, but never the user's input
-        raise
-    except (ValueError, OSError) as exc:     # a bad file or layout: the message, not a traceback
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def build_parser():
-    """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
-
-    Subcommands whose code lives in the experiments/ package import it inside their
-    func, so that `import bilinear_numpy` needs NumPy alone.
-    """
-    parser = argparse.ArgumentParser(
-        prog="bilinear_numpy.py",
-        description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
-                    "With no subcommand, runs `verify`, then `train text --quick` and "
-                    "`train image --quick`.")
-    parser.add_argument("--seed", type=int, default=0, help="seed of verify's random draws")
-    parser.set_defaults(func=_cmd_default)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
-                                           "conservation identity; exit 1 on a disagreement")
-    verify.add_argument("--seed", type=int, default=argparse.SUPPRESS,
-                        help="seed of the random draws (default 0)")
-    verify.set_defaults(func=_cmd_verify)
-
-    figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
-                                          "files, with the numbers as CSV beside them")
-    figs.add_argument("--out", default="figures",
-                      help="output directory (default: figures/ in the working folder)")
-    figs.add_argument("--quick", action="store_true",
-                      help="small sizes for a fast preview (the numbers differ)")
-    figs.set_defaults(func=_cmd_figures)
-
-    train = sub.add_parser("train", help="train every variant at equal parameter count on "
-                                         "real data: does breaking the symmetry help?")
-    train.add_argument("task", help="text (next character of Python's documentation), "
-                                    "image (grace_hopper.jpg as (row, col) -> RGB), or "
-                                    "ablation (which broken symmetry matters: 2 x 2 cells, "
-                                    "both tasks)")
-    size = train.add_mutually_exclusive_group()
-    size.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="4 variants, short runs (under 30 s)")
-    size.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="every variant, 5 seeds, long runs (the README's tables)")
-    train.add_argument("--seeds", type=int, help="number of seeds 0, 1, ... (default: the mode's)")
-    train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
-    train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")
-    train.add_argument("--variants", help="comma-separated variant names, or "
-                                          "formulation:activation[:r]; for ablation, names "
-                                          "of its cells (default: the mode's)")
-    train.add_argument("--out", help="output folder for results/ and figures/ (default: "
-                                     "the working folder for --full, runs/<mode>/ in it "
-                                     "otherwise)")
-    train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
-    train.set_defaults(func=_cmd_train, mode="default")
-
-    bench = sub.add_parser("bench", help="time forward and backward of every formulation "
-                                         "against its GEMM floor; print and save a table")
-    bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", help="CSV path (default, in the working folder: "
-                                     "results/bench.csv for the complete run, "
-                                     "runs/quick/ or runs/part/results/bench.csv otherwise)")
-    bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
-                       help="run only this dtype (repeatable)")
-    bench.add_argument("--formulation", action="append", choices=list(FORMULATIONS),
-                       help="run only this formulation (repeatable)")
-    bench.add_argument("--activation", action="append", choices=list(ACTIVATIONS),
-                       help="run only this activation (repeatable)")
-    bench.add_argument("--tokens", type=int, help="number of tokens N (overrides the size)")
-    bench.add_argument("--repeats", type=int, help="timed repeats per measurement")
-    bench.set_defaults(func=_cmd_bench)
-
-    inspect = sub.add_parser("inspect", help="measure the SwiGLU feed-forwards of a trained "
-                                             "LLaMA-style checkpoint (docs/real-model.md)")
-    inspect.add_argument("path", help="model.safetensors, model.safetensors.index.json, or "
-                                      "their folder")
-    inspect.add_argument("--layers", help="layers to measure, e.g. 0,10,20-29 (default: all)")
-    inspect.add_argument("--out", default=os.path.join("runs", "inspect"),
-                         help="output folder (default: runs/inspect under the current folder)")
-    inspect.add_argument("--tokens", type=int, default=1024,
-                         help="random tokens per layer (default 1024)")
-    inspect.add_argument("--seed", type=int, default=argparse.SUPPRESS,
-                         help="seed of the random tokens (default 0)")
-    inspect.set_defaults(func=_cmd_inspect)
-    return parser
-
-
-def _console_prints_anything():
-    # A console that cannot show a character ("±", "−", "Δ" of the tables; PYTHONIOENCODING=ascii,
-    # a Windows cp1252 console) shows "?" instead of raising UnicodeEncodeError after the work.
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):        # a replaced stream (e.g. StringIO) has none
-            stream.reconfigure(errors="replace")
-
-
 def main(argv=None):
-    """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
+    """Run `python bilinear_numpy.py [verify | figures | train | bench | inspect]` with argv
+    (default sys.argv[1:]); return the exit status, 0 when everything agrees with theory.
 
-    Output the console cannot encode is printed as "?" (never an error).
-    Returns the process exit status: 0 when everything agrees with theory.
+    The parser and the subcommands are in experiments/cli.py, imported here, when the
+    command runs, so that `import bilinear_numpy` needs NumPy alone.
     """
-    _console_prints_anything()
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    from experiments import cli
+    return cli.main(argv)
 
 
 if __name__ == "__main__":

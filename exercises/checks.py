@@ -1092,3 +1092,393 @@ def design_a_variant(c):
     finally:
         for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was
             del bn.FORMULATIONS[key]
+
+
+# ----- Count the continuous symmetries ------------------------------------------------------
+# The references are the checker's own: a loop of the library's backward passes, checked
+# against central differences of its forward passes, and an SVD. bn.symmetry_dimension is
+# not used (the student may not call it either).
+
+
+def jacobian_reference(formulation, act, x, params, order=None, rows="token"):
+    """J (N d_out, P) of the outputs w.r.t. the parameters, from bn's backward passes.
+    order: the parameters' order (default: the dict's); rows="output" orders the rows
+    output-major (a mistake to recognise)."""
+    form = bn.FORMULATIONS[formulation]
+    y, cache = form.forward(x, **params, act=act)
+    J = np.empty((y.size, sum(v.size for v in params.values())))
+    for n, col in np.ndindex(*y.shape):
+        dy = np.zeros_like(y)
+        dy[n, col] = 1.0
+        grads = form.backward(dy, cache)
+        row = n * y.shape[1] + col if rows == "token" else col * y.shape[0] + n
+        J[row] = np.concatenate([grads[name].ravel() for name in (order or params)])
+    return J
+
+
+def jacobian_by_differences(formulation, act, x, params, h=1e-6):
+    """J by central differences of bn's forward pass: independent of every backward."""
+    form = bn.FORMULATIONS[formulation]
+    names = list(params)
+    theta = np.concatenate([params[k].ravel() for k in names])
+    splits = np.cumsum([params[k].size for k in names])[:-1]
+
+    def outputs(t):
+        parts = dict(zip(names, np.split(t, splits)))
+        return form.forward(x, **{k: parts[k].reshape(params[k].shape) for k in names},
+                            act=act)[0].ravel()
+    columns = []
+    for i in range(theta.size):
+        e = np.zeros_like(theta)
+        e[i] = h
+        columns.append((outputs(theta + e) - outputs(theta - e)) / (2 * h))
+    return np.stack(columns, axis=1)
+
+
+def rank_reference(J):
+    """The rank of J: singular values above 1e-8 of the largest (the gap checked)."""
+    rel = np.linalg.svd(J, compute_uv=False)
+    rel = rel / rel[0]
+    assert not np.any((rel > 1e-12) & (rel < 1e-5)), "checks.py: an ambiguous test matrix"
+    return int(np.sum(rel > 1e-8))
+
+
+def with_rank(rng, shape, rank, scale=1.0):
+    """A random matrix of the given shape and rank, times scale."""
+    return scale * rng.standard_normal((shape[0], rank)) @ rng.standard_normal((rank, shape[1]))
+
+
+SQUARED_RELU = bn.Activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
+                             lambda z: 2 * np.maximum(z, 0), False, False, True)
+
+
+def symmetry_problems(seed=170):
+    """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5,
+    d_out = 3, and the two forms of the question (a squared-ReLU MLP of 2 units, a rank-1
+    SiLU unit on (1, x))."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((30, D))
+    unit = bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
+    problems = {f"{name}, {act}": (name, act, x, unit)
+                for name, act in (("gated_mlp", "silu"), ("gated_mlp", "relu"),
+                                  ("rank1_bilinear", "silu"), ("double_gated_mlp", "silu"))}
+    problems["squared_relu_mlp"] = ("mlp", SQUARED_RELU, x,
+                                    bn.FORMULATIONS["mlp"].init(rng, D, 2, D_OUT))
+    x1 = np.concatenate([np.ones((len(x), 1)), x], axis=1)          # (1, x): (30, 6)
+    problems["rank1_with_biases"] = ("rank1_bilinear", "silu", x1,
+                                     bn.FORMULATIONS["rank1_bilinear"].init(rng, D + 1, 1, D_OUT))
+    return problems
+
+
+def symmetry_along_null_space(J, unit):
+    """The continuous symmetry of bn.SYMMETRIES (positive factors) whose direction at
+    alpha = 1 lies in the null space of J (|J t| <= 1e-6 |J| |t|)."""
+    theta = np.concatenate([v.ravel() for v in unit.values()])
+    for name in ("inverse_scaling_pos", "key_value_rescaling"):
+        moved = bn.transform_params("gated_mlp", unit, name, np.array([1 + 1e-7]))
+        t = (np.concatenate([v.ravel() for v in moved.values()]) - theta) / 1e-7
+        if np.linalg.norm(J @ t) <= 1e-6 * np.linalg.norm(J, 2) * np.linalg.norm(t):
+            return name
+    raise AssertionError("checks.py: no symmetry along the null space")
+
+
+def diagnose_count_symmetries(rows):
+    """[(point, idea)] read from which rows of count_symmetries and numerical_rank fail."""
+    found = []
+    counts = [row for row in rows if row.topic == "count_symmetries" and row.verdict == "WRONG"]
+    def n_params(row):                                  # "count_symmetries, ..., P 13"
+        return int(row.check.rsplit("P ", 1)[1])
+
+    if counts and all(row.got.isdigit() and int(row.got) + int(row.expected) == n_params(row)
+                      for row in counts):
+        found.append(("in every row your count and the right one add up to P, the number of "
+                      "parameters: look at what count_symmetries returns",
+                      "your count is the rank of J: the symmetries are the directions J does "
+                      "not see, P − rank J"))
+    by_check = {row.check: row for row in rows if row.topic == "numerical_rank"}
+    tiny = by_check.get("numerical_rank, rank 4, times 1e-10")
+    if tiny is not None and tiny.verdict == "WRONG" and by_check.get(
+            "numerical_rank, rank 4 of (20, 9)", tiny).verdict == "ok":
+        found.append(("the same matrix has the right rank at scale 1 and a wrong one times "
+                      "1e-10: look at what your singular values are compared with",
+                      "your threshold is absolute, it does not scale with the matrix: divide "
+                      "the singular values by the largest before comparing"))
+    gap = by_check.get("numerical_rank raises in the gap")
+    if gap is not None and gap.verdict == "WRONG":
+        found.append(("that matrix has a singular value 1e-8 times the largest: read again "
+                      "what section 2 asks numerical_rank to do then",
+                      "no ValueError for a singular value in the gap (between 1e-12 and 1e-5 "
+                      "of the largest): there the rank is not clear"))
+    return found
+
+
+def count_symmetries(c):
+    problems = symmetry_problems()
+    name, act, x, unit = problems["gated_mlp, silu"]
+    fn = bn.FORMULATIONS[name]
+    J = jacobian_reference(name, act, x, unit)
+    mistakes = {("look at the order of the rows: which output does each row hold?",
+                 "the rows are ordered output by output; row n d_out + c must be token n, "
+                 "output c"): jacobian_reference(name, act, x, unit, rows="output"),
+                ("look at the order of the columns: which parameter does each column hold?",
+                 "the columns are not in the order of the keys of params (Q, K, V)"):
+                jacobian_reference(name, act, x, unit, order=("K", "Q", "V")),
+                ("look at the upstream gradient each backward pass starts from",
+                 "dy is not fresh for each output: each row adds up the rows before it"):
+                np.cumsum(J, axis=0),
+                ("look at which axis holds the outputs and which the parameters",
+                 "J is transposed: one row per output, one column per parameter"): J.T}
+    c.close("jacobian, SwiGLU unit: vs backward passes", "jacobian", J,
+            lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), mistakes=mistakes)
+    c.close("jacobian, SwiGLU unit: vs differences", "jacobian",
+            jacobian_by_differences(name, act, x, unit),
+            lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), tol=1e-7,
+            mistakes=mistakes)
+    rng = np.random.default_rng(171)
+    layer = bn.FORMULATIONS["rank1_bilinear"].init(rng, D, 2, D_OUT)
+    r1 = bn.FORMULATIONS["rank1_bilinear"]
+    c.close("jacobian, rank-1 ReLU, 2 units", "jacobian",
+            jacobian_reference("rank1_bilinear", "relu", x[:7], layer),
+            lambda: c.call("jacobian", r1.forward, r1.backward, x[:7], layer, "relu"))
+    A = with_rank(rng, (20, 9), 4)
+    for label, matrix in (("rank 4 of (20, 9)", A), ("rank 4, times 1e-10", 1e-10 * A),
+                          ("full rank (9, 20)", rng.standard_normal((9, 20))),
+                          ("SwiGLU unit's J", J)):
+        c.equal(f"numerical_rank, {label}", "numerical_rank", rank_reference(matrix),
+                lambda m=matrix: c.call("numerical_rank", m))
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    s[3] = 1e-8 * s[0]                                   # a singular value in the gap
+
+    def raises_in_gap():
+        try:
+            c.call("numerical_rank", (U * s) @ Vt)
+        except ValueError:
+            return "ValueError"
+        return "no error"
+
+    c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError", raises_in_gap)
+    counts, P = {}, {}
+    for label, (name, act, xs, params) in problems.items():
+        P[label] = sum(v.size for v in params.values())
+        counts[label] = P[label] - rank_reference(jacobian_reference(name, act, xs, params))
+        if label in ("squared_relu_mlp", "rank1_with_biases"):
+            continue
+        form = bn.FORMULATIONS[name]
+        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
+                lambda form=form, act=act, xs=xs, params=params: c.call(
+                    "count_symmetries", form.forward, form.backward, xs, params, act))
+    k, v = unit["K"][0], unit["V"][0]
+    tangent = np.concatenate([np.zeros(D), k, -v])        # d/dα of (q, α k, v / α) at α = 1
+    tangent /= np.linalg.norm(tangent)
+
+    def alignment():
+        t = np.asarray(c.call("null_direction", J), dtype=float)
+        if t.shape != tangent.shape:
+            raise ValueError(f"expected shape {tangent.shape}, got {t.shape}")
+        return abs(float(t @ tangent)) / np.linalg.norm(t)
+
+    c.holds("null_direction: the line of the symmetry", "null_direction",
+            "|cos| > 1 - 1e-9", alignment, lambda cos: cos > 1 - 1e-9,
+            "J times your vector is not near zero: which singular value does your vector "
+            "belong to?")
+    c.answer_is("SWIGLU_RANK", rank_reference(J))
+    c.answer_is("SWIGLU_SYMMETRY", symmetry_along_null_space(J, unit))
+    for label in ("squared_relu_mlp", "rank1_with_biases"):
+        name, act, xs, params = problems[label]
+        form = bn.FORMULATIONS[name]
+        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
+                lambda form=form, act=act, xs=xs, params=params: c.call(
+                    "count_symmetries", form.forward, form.backward, xs, params, act))
+    c.answer_is("PREDICTED", {label: counts[label]
+                              for label in ("squared_relu_mlp", "rank1_with_biases")}, dict)
+
+
+# ----- Adam, weight decay and tied factors ---------------------------------------------------
+# The references are the checker's own: the ReGLU through bn's gated MLP, the squared-ReLU
+# MLP written out here (dK = ((dy Vᵀ) ⊙ 2 relu(x Kᵀ))ᵀ x), bn's Adam.
+
+
+def reglu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=0.0, mistake=None):
+    """The tied ReGLU trained as train_tied_reglu asks; `mistake` makes one of TIE_MISTAKES."""
+    params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}
+    state = bn.adam_init(params)
+    for _ in range(steps):
+        y, cache = bn.gated_mlp_forward(x, **params, act="relu")
+        g = bn.gated_mlp_backward((y - T) / len(x), cache)
+        if mistake == "aliased":                  # Q and K one array: both moved by dQ + dK
+            g["Q"] = g["K"] = g["Q"] + g["K"]
+        scale = {"half decay": 0.5 * decay, "no decay on V": decay}.get(mistake, decay)
+        grads = {k: g[k] + (0.0 if (mistake == "no decay on V" and k == "V") else scale) * p
+                 for k, p in params.items()}
+        if optimizer == "adam":
+            if mistake == "fresh state":
+                state = bn.adam_init(params)
+            params, state = bn.adam_step(params, grads, state, lr=lr)
+        else:
+            params = {k: p - lr * grads[k] for k, p in params.items()}
+    return params
+
+
+def squared_relu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=None, mistake=None):
+    """relu(x Kᵀ)² V trained as train_squared_relu asks; `mistake`: one of SQUARED_MISTAKES."""
+    decay = decay or {"K": 0.0, "V": 0.0}
+    params = {"K": W.copy(), "V": V.copy()}
+    states = {k: bn.adam_init({k: p}) for k, p in params.items()}
+    for _ in range(steps):
+        z = x @ params["K"].T                                       # (N, m)
+        dy = (np.maximum(z, 0) ** 2 @ params["V"] - T) / len(x)     # (N, d_out)
+        slope = (1 if mistake == "no 2" else 2) * np.maximum(z, 0)  # d relu(z)² / dz
+        grads = {"K": ((dy @ params["V"].T) * slope).T @ x, "V": (np.maximum(z, 0) ** 2).T @ dy}
+        for k in ("K", "V"):
+            grad = grads[k] + decay[k] * params[k]
+            rate = lr["K"] if mistake == "one rate" else lr[k]
+            if optimizer == "adam":
+                moved, states[k] = bn.adam_step({k: params[k]}, {k: grad}, states[k], lr=rate)
+                params[k] = moved[k]
+            else:
+                params[k] = params[k] - rate * grad
+    return params
+
+
+# key -> (where to look: hint level 1, the slip named: hint level 2)
+TIE_MISTAKES = {
+    "aliased": ("Q and K move together: look at how they are made from W and how each step "
+                "updates them",
+                "Q and K are one array (no copy), updated in place: both move by dQ + dK"),
+    "half decay": ("every parameter ends as if the decay were weaker: look at the gradient "
+                   "of the penalty",
+                   "the decay is half as strong: the gradient of (λ/2)‖P‖² is λ P, not λ P / 2"),
+    "no decay on V": ("look at which parameters the penalty reaches",
+                      "V is not decayed: the penalty is on Q, K and V"),
+    "fresh state": ("look at the state you give adam_step at each step",
+                    "Adam restarted at every step: a fresh state in place of the one the last "
+                    "step returned"),
+}
+SQUARED_MISTAKES = {
+    "no 2": ("look at the derivative of the squared ReLU in the keys' gradient",
+             "the derivative of relu(z)² taken as relu(z): it is 2 relu(z)"),
+    "one rate": ("look at which rate each parameter moves with",
+                 "your values move at the keys' rate"),
+}
+
+
+def flat(params, keys):
+    """The arrays of params[keys] flattened and joined: one vector to compare."""
+    return np.concatenate([params[k].ravel() for k in keys])
+
+
+def as_squared_relu(tied):
+    """The tied ReGLU's parameters as the squared-ReLU MLP's: keys Q (= K), values V."""
+    return {"K": tied["Q"], "V": tied["V"]}
+
+
+def untie_reference(formulation, act, x, T, Q, K, V, lr, steps):
+    history = gd_reference(formulation, act, x, T, {"Q": Q, "K": K, "V": V}, lr, steps,
+                           lambda p: np.linalg.norm(p["Q"] - p["K"]))
+    return history
+
+
+def diagnose_adam_and_ties(rows):
+    """[(point, idea)] read from which training runs fail (gd right, Adam or decay not)."""
+    verdict = {row.check: row.verdict for row in rows}
+    found = []
+    if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, adam") == "WRONG":
+        found.append(("gradient descent is right and Adam is not: look at what you give "
+                      "adam_step at each step",
+                      "Adam's state must carry over: each step starts from the state the last "
+                      "one returned"))
+    if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, gd, decay") == "WRONG":
+        found.append(("the runs without decay are right, the one with decay is not: look at "
+                      "the gradient of the penalty, and which parameters it reaches",
+                      "the decay's gradient is wrong: (λ/2)‖P‖² on each of Q, K and V adds "
+                      "λ P to its gradient"))
+    return found
+
+
+LAMBDA, RATES = 0.3, {"gd": 0.05, "adam": 1e-2}      # the decay; the rate of each optimizer
+TIED_CASES = (("gd", "gd", 0.0), ("adam", "adam", 0.0), ("gd, decay", "gd", LAMBDA))
+SQUARED_CASES = (("gd, K at lr/2", "gd", {"K": 0.025, "V": 0.05}, None),
+                 ("adam, K at lr", "adam", {"K": 1e-2, "V": 1e-2}, None),
+                 ("adam, K at lr/2", "adam", {"K": 5e-3, "V": 1e-2}, None),
+                 ("gd, decay 2λ on K", "gd", {"K": 0.025, "V": 0.05},
+                  {"K": 2 * LAMBDA, "V": LAMBDA}))
+UNTIE_CASES = (("gated_mlp", "relu"), ("rank1_bilinear", "silu"))
+
+
+def closest(candidates, run, target):
+    """The candidate f whose run(f) ends nearest the target (both {"K", "V"})."""
+    errors = [bn.rel_error(flat(run(f), "KV"), flat(target, "KV")) for f in candidates]
+    return candidates[int(np.argmin(errors))]
+
+
+@functools.lru_cache(maxsize=1)
+def adam_and_ties_problem():
+    """The data, every reference run and mistake, and the expected answers of the exercise,
+    computed once (the developer tests run the checks many times)."""
+    rng = np.random.default_rng(180)
+    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
+    tied = {}
+    for label, optimizer, decay in TIED_CASES:
+        lr = RATES[optimizer]
+        reference = flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay), "QKV")
+        mistakes = {text: flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay, key), "QKV")
+                    for key, text in TIE_MISTAKES.items()}
+        tied[label] = (reference, {k: v for k, v in mistakes.items()
+                                   if bn.rel_error(v, reference) > 1e-8})
+    squared = {}
+    for label, optimizer, lr, decay in SQUARED_CASES:
+        reference = flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay), "KV")
+        mistakes = {text: flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay, key),
+                               "KV") for key, text in SQUARED_MISTAKES.items()}
+        squared[label] = (reference, {k: v for k, v in mistakes.items()
+                                      if bn.rel_error(v, reference) > 1e-8})
+    untie = {}
+    for name, act in UNTIE_CASES:
+        Q = rng.standard_normal((M, D)) / np.sqrt(D)
+        K = Q + 1e-6 * rng.standard_normal(Q.shape)                  # an untie of about 1e-6
+        start = {"Q": Q, "K": K, "V": V}
+        untie[name] = (Q, K, untie_reference(name, act, x, T, Q, K, V, 0.05, 300),
+                       gd_reference(name, act, x, T, start, 0.05, 300, factor_gap))
+    factors = (0.5, 1.0, 2.0)
+    answers = {"KEY_LR_FACTOR": {opt: closest(factors, lambda f, opt=opt, lr=lr: squared_relu_reference(
+                   x, T, W, V, {"K": f * lr, "V": lr}, 30, opt),
+                   as_squared_relu(reglu_reference(x, T, W, V, lr, 30, opt)))
+                   for opt, lr in RATES.items()},
+               "KEY_DECAY_FACTOR": closest(factors, lambda f: squared_relu_reference(
+                   x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd", {"K": f * LAMBDA, "V": LAMBDA}),
+                   as_squared_relu(reglu_reference(x, T, W, V, 0.05, 30, "gd", LAMBDA))),
+               "UNTIE_GROWS": {name: bool(h[-1] > h[0]) for name, (_, _, h, _) in untie.items()}}
+    answers["TIE_STABLE"] = not any(answers["UNTIE_GROWS"].values())
+    return (x, T, W, V), tied, squared, untie, answers
+
+
+def adam_and_ties(c):
+    data, tied, squared, untie, answers = adam_and_ties_problem()
+    x, T, W, V = (a.copy() for a in data)        # copies: the cached arrays stay as they were
+    for label, optimizer, decay in TIED_CASES:
+        reference, mistakes = tied[label]
+        c.close(f"train_tied_reglu, {label}", "train_tied_reglu", reference,
+                lambda optimizer=optimizer, decay=decay: flat(c.call(
+                    "train_tied_reglu", x, T, W, V, RATES[optimizer], 30, optimizer, decay), "QKV"),
+                tol=1e-8, mistakes=mistakes)          # 1e-8: an Adam of your own rounds otherwise
+    unchanged(c, "train_tied_reglu leaves W, V unchanged", "train_tied_reglu", [W, V],
+              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0))
+    for label, optimizer, lr, decay in SQUARED_CASES:
+        reference, mistakes = squared[label]
+        c.close(f"train_squared_relu, {label}", "train_squared_relu", reference,
+                lambda optimizer=optimizer, lr=lr, decay=decay: flat(c.call(
+                    "train_squared_relu", x, T, W, V, lr, 30, optimizer, decay), "KV"),
+                tol=1e-8, mistakes=mistakes)
+    for name, act in UNTIE_CASES:
+        Q, K, reference, max_gap = untie[name]
+        Q, K = Q.copy(), K.copy()
+        c.close(f"untie_history, {name}, {act}", "untie_history", reference,
+                lambda name=name, act=act, Q=Q, K=K: c.call(
+                    "untie_history", name, act, x, T, Q, K, V, 0.05, 300), tol=1e-6,
+                mistakes={("look at the norm you record", "max|Q − K| in place of the "
+                           "Frobenius norm ‖Q − K‖"): max_gap})
+    for name in ("KEY_LR_FACTOR", "UNTIE_GROWS"):
+        c.answer_is(name, answers[name], dict)
+    for name in ("KEY_DECAY_FACTOR", "TIE_STABLE"):
+        c.answer_is(name, answers[name])

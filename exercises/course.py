@@ -49,6 +49,12 @@ COURSE = [
              checks.read_a_checkpoint, ("experiments/safetensors_reader.py",
                                         "experiments/inspect_model.py"),
              checks.diagnose_read_a_checkpoint),
+    Exercise("count_symmetries", "Count the continuous symmetries: the Jacobian's rank",
+             checks.count_symmetries, ("symmetry_dimension", "output_jacobian",
+                                       "symmetry_dimension_expected", "symmetry_dimension_table",
+                                       "experiments/hessian.py"), checks.diagnose_count_symmetries),
+    Exercise("adam_and_ties", "Adam, weight decay and tied factors",
+             checks.adam_and_ties, (), checks.diagnose_adam_and_ties),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
 ]

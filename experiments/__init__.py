@@ -1,10 +1,14 @@
 """Drivers that are not about the formulations themselves (experiments, figures, the
 benchmark).
 
-Each module here is imported only inside the func of a subcommand of bilinear_numpy.py,
-so that `import bilinear_numpy` needs NumPy alone.
+Each module here is imported only when `python bilinear_numpy.py COMMAND` runs (cli.py by
+bilinear_numpy.main, the others by their subcommand), so that `import bilinear_numpy`
+needs NumPy alone.
+
+    cli.py            the command line: the parser, one function per subcommand, verify's report
 
     figures.py        the figures of the symmetries and their consequences (`figures`)
+    hessian.py        zero modes of the loss Hessian at a minimum (figure 6)
     data.py           the two real data sets of `train`, shipped with the dependencies
     train.py          `train`: the variants, the training loop, CSV and Markdown output
     train_figures.py  learning curves, image reconstructions and the ablation grid of `train`

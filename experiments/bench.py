@@ -390,7 +390,7 @@ def default_out(args):
 
 
 def main(args):
-    """The `bench` subcommand: args from bilinear_numpy.build_parser(). Returns 0."""
+    """The `bench` subcommand: args from experiments.cli.build_parser(). Returns 0."""
     out = args.out if args.out is not None else default_out(args)
     run(quick=args.quick, out=out, dtypes=args.dtype, formulations=args.formulation,
         activations=args.activation, tokens=args.tokens, repeats=args.repeats)

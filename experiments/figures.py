@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+from experiments.hessian import hessian_at_minimum
 
 # Labels used in legends and titles.
 FORM_LABELS = {"rank1_bilinear": "rank-1 bilinear (symmetric)", "gated_mlp": "gated MLP"}
@@ -487,9 +488,10 @@ HESSIAN_ZERO = 1e-8     # |lambda| / max |lambda| below this: a zero eigenvalue
 def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
     """Figure 6: the small end of the Hessian spectrum at a minimum of a small regression.
 
-    For each case of HESSIAN_CASES, bn.hessian_at_minimum (a teacher of the same form plus
-    noise; Newton steps with the module's own gradients; Hessian by central differences)
-    gives the eigenvalues at the minimum. Panel "spectrum": series "FORMULATION ACTIVATION",
+    For each case of HESSIAN_CASES, hessian_at_minimum (experiments/hessian.py: a teacher
+    of the same form plus noise; Newton steps with the module's own gradients; Hessian by
+    central differences) gives the eigenvalues at the minimum. Panel "spectrum": series
+    "FORMULATION ACTIVATION",
     x = i (1 = smallest |lambda|), y = |lambda_i| / max |lambda|, for the n_small smallest.
     Panel "zeros": x = "measured" (eigenvalues below HESSIAN_ZERO) and "theory"
     (bn.symmetry_dimension at these sizes), y = the count. Panel "gradient": y = the gradient
@@ -499,15 +501,15 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
         double-gated loss keeps falling along a valley, q_j -> 0, and has none at finite
         parameters); d, m, d_out, n_tokens, n_small: positive ints; noise: float >= 0.
     Returns: list of rows {panel, series, x, y}.
-    Raises: RuntimeError if no minimum is found (see bn.hessian_at_minimum).
+    Raises: RuntimeError if no minimum is found (see hessian_at_minimum).
     Source: derivations.md, sections 4.9 and 5.8.
     """
     _positive("n_small", n_small, integer=True)
     rows = []
     for name, act in HESSIAN_CASES:
         series = f"{name} {act}"
-        result = bn.hessian_at_minimum(name, act, d, m, d_out, n_tokens=n_tokens, noise=noise,
-                                       seed=seed)
+        result = hessian_at_minimum(name, act, d, m, d_out, n_tokens=n_tokens, noise=noise,
+                                    seed=seed)
         size = np.sort(np.abs(result["eigenvalues"]))                  # ascending |lambda|
         relative = size / size[-1]
         rows += [_row("spectrum", series, i + 1, relative[i]) for i in range(min(n_small, len(size)))]

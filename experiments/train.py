@@ -108,7 +108,7 @@ class TextTask:
 
     def init(self, rng, formulation, m, r):
         return bn.model_init(rng, formulation, self.context * self.e, self.d, m, self.vocab, r,
-                             vocab=self.vocab, e=self.e, dtype=np.float32)
+                             vocab=self.vocab, d_emb=self.e, dtype=np.float32)
 
     def batch(self, rng):
         positions = rng.integers(self.context, len(self.train_ids), self.batch_size)

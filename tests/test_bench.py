@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,7 +146,7 @@ def test_cli_subset_and_import_stays_light(tmp_path):
 def test_only_the_complete_run_writes_results_bench_csv(tmp_path, monkeypatch):
     from experiments import bench
     monkeypatch.chdir(tmp_path)                   # under the working folder, not beside the code
-    parse = bn.build_parser().parse_args
+    parse = cli.build_parser().parse_args
     assert bench.default_out(parse(["bench"])) == tmp_path / "results" / "bench.csv"
     assert bench.default_out(parse(["bench", "--quick"])) == \
         tmp_path / "runs" / "quick" / "results" / "bench.csv"

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments.hessian import hessian_at_minimum
 
 SEEDS = [0, 1, 2]
 
@@ -250,7 +251,7 @@ def test_output_jacobian_rows_are_gradients_of_single_outputs():
 @pytest.mark.parametrize("name, act", [("mlp", "relu"), ("rank1_bilinear", "identity"),
                                        ("gated_rank_r", "silu")])
 def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
-    result = bn.hessian_at_minimum(name, act, d=4, m=2, d_out=2, n_tokens=40, seed=1)
+    result = hessian_at_minimum(name, act, d=4, m=2, d_out=2, n_tokens=40, seed=1)
     size = np.sort(np.abs(result["eigenvalues"]))
     zeros = bn.symmetry_dimension(name, act, d=4, m=2, d_out=2)
     assert result["grad_norm"] < 1e-9

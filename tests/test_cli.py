@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import bilinear_numpy as bn
+from experiments import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +24,7 @@ def test_main_job_runs_and_agrees():
 
 def test_report_counts_disagreements(monkeypatch):
     lines = []
-    assert bn.verification_report(out=lines.append) == 0
+    assert cli.verification_report(out=lines.append) == 0
     # Make theory wrong on purpose: the report must count it and main must exit 1.
     original = bn.symmetry_expected
 
@@ -32,10 +33,10 @@ def test_report_counts_disagreements(monkeypatch):
         return (not expected) if s == "permutation" else expected
 
     monkeypatch.setattr(bn, "symmetry_expected", wrong_theory)
-    assert bn.verification_report(out=lines.append) > 0
+    assert cli.verification_report(out=lines.append) > 0
     assert bn.main(["verify"]) == 1
 
 
 def test_help_lists_subcommands():
-    text = bn.build_parser().format_help()
+    text = cli.build_parser().format_help()
     assert "verify" in text

@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 
 import bilinear_numpy as bn
-from experiments import train
+from experiments import cli, train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def test_outputs_default_to_the_working_folder(tmp_path, monkeypatch):
     assert train.default_out("quick") == tmp_path / "runs" / "quick"
     assert train.default_out("default") == tmp_path / "runs" / "default"
     assert train.default_out("full") == tmp_path
-    figures_out = bn.build_parser().parse_args(["figures"]).out
+    figures_out = cli.build_parser().parse_args(["figures"]).out
     assert (Path.cwd() / figures_out) == tmp_path / "figures"
 
 

@@ -956,3 +956,107 @@ def test_the_course_checkpoint_is_a_safetensors_file_with_one_odd_unit(seed, tmp
         odd += [(i, j) for j in range(len(kv)) if abs(kv[j]) > 0.5]
         assert all(abs(kv[j]) < 1e-6 for j in range(len(kv)) if (i, j) != odd_unit(seed))
     assert odd == [odd_unit(seed)]
+
+
+# ----- The symmetry accounting exercises: counting symmetries; Adam, decay and ties -------
+
+NUMBER = {exercise.slug: number for number, exercise in NUMBERED}
+
+SYMMETRY_SLIPS = [
+    # (slug, the solution's text, the mistaken text, where it points, the slip named)
+    ("count_symmetries", "return J.shape[1] - numerical_rank(J)", "return numerical_rank(J)",
+     ["your count and the right one add up to P"], "your count is the rank of J"),
+    ("count_symmetries", "return int(np.sum(rel > 1e-8))", "return int(np.sum(s > 1e-8))",
+     ["right rank at scale 1 and a wrong one times 1e-10"], "does not scale with the matrix"),
+    ("count_symmetries", "    if np.any((rel > 1e-12) & (rel < 1e-5)):\n", "    if False:\n",
+     ["a singular value 1e-8 times the largest"], "no ValueError for a singular value in the gap"),
+    ("count_symmetries", "            dy = np.zeros_like(y)\n",
+     "            dy = dy if n + c else np.zeros_like(y)\n",
+     ["the upstream gradient each backward pass starts from"], "dy is not fresh for each output"),
+    ("count_symmetries", "for name in params]))", "for name in sorted(params)]))",
+     ["the order of the columns"], "not in the order of the keys of params"),
+    ("count_symmetries", "    for n in range(y.shape[0]):                               # a deliberate loop: one\n"
+     "        for c in range(y.shape[1]):",
+     "    for c in range(y.shape[1]):                               # a deliberate loop: one\n"
+     "        for n in range(y.shape[0]):", ["the order of the rows"], "ordered output by output"),
+    ("count_symmetries", "return np.array(rows)  ", "return np.array(rows).T  ",
+     ["a transpose?", "which axis holds the outputs"], "J is transposed"),
+    ("adam_and_ties",                  # no copies, then an update in place: Q is K is W
+     ('params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}\n    state',
+      "            params = {k: p - lr * grads[k] for k, p in params.items()}"),
+     ('params = {"Q": W, "K": W, "V": V.copy()}\n    state',
+      "            for k in params:\n                params[k] -= lr * grads[k]"),
+     ["Q and K move together", "changed an input array in place"], "one array (no copy)"),
+    ("adam_and_ties", "grads = {k: g[k] + decay * p for", "grads = {k: g[k] + decay / 2 * p for",
+     ["as if the decay were weaker", "the runs without decay are right"], "half as strong"),
+    ("adam_and_ties", "bn.adam_step(params, grads, state, lr=lr)",
+     "bn.adam_step(params, grads, bn.adam_init(params), lr=lr)",
+     ["the state you give adam_step", "gradient descent is right and Adam is not"],
+     "Adam restarted at every step"),
+    ("adam_and_ties", "lambda z: 2 * np.maximum(z, 0), False, False, True)",
+     "lambda z: np.maximum(z, 0), False, False, True)",
+     ["the derivative of the squared ReLU"], "taken as relu(z)"),
+    ("adam_and_ties", "{k: grad}, states[k], lr=lr[k])", '{k: grad}, states[k], lr=lr["K"])',
+     ["which rate each parameter moves with"], "your values move at the keys' rate"),
+    ("adam_and_ties", "np.linalg.norm(params[\"Q\"] - params[\"K\"])",
+     "np.max(np.abs(params[\"Q\"] - params[\"K\"]))", ["the norm you record"],
+     "in place of the Frobenius norm"),
+]
+
+
+@pytest.mark.parametrize("slug, old, new, points, slip", SYMMETRY_SLIPS)
+def test_slips_in_the_symmetry_exercises_are_pointed_at_then_named(slug, old, new, points, slip,
+                                                                    tmp_path):
+    number = NUMBER[slug]
+    text = solution_text(number)
+    for before, after in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert before in text, before
+        text = text.replace(before, after)
+    path = tmp_path / checker.file_name(number, COURSE[number - 1])
+    path.write_text(text, encoding="utf-8")
+    result = checker.check_file(number, COURSE[number - 1], path)
+    assert_points_then_names(result, points, slip)
+    for point in checker.diagnoses(result):      # diagnose_*'s points too: no formula
+        assert not FORMULA.search(point), point
+
+
+@pytest.mark.parametrize("route", [
+    "bn.symmetry_dimension('gated_mlp', act)",
+    "bn.output_jacobian('gated_mlp', act).shape[1] - 12",
+    "int(np.sum(__import__('experiments.hessian', fromlist=['_']).hessian_at_minimum("
+    "'gated_mlp', act, m=1)['eigenvalues'] < 1e-9))"])
+def test_counting_by_the_library_is_refused(route, tmp_path):
+    number = NUMBER["count_symmetries"]
+    path = solved_copy(tmp_path, number, "    J = jacobian(forward, backward, x, params, act)\n"
+                       "    return J.shape[1] - numerical_rank(J)", "    return " + route)
+    rows = [row for row in checker.check_file(number, COURSE[number - 1], path).rows
+            if row.topic == "count_symmetries"]
+    assert rows and all(row.verdict == "ERROR" and "called the library's" in row.message
+                        for row in rows), [(r.verdict, r.message) for r in rows]
+
+
+@pytest.mark.parametrize("slug, old, new, why", [
+    ("count_symmetries", "SWIGLU_RANK = 12", "SWIGLU_RANK = 12.0", "SWIGLU_RANK"),
+    ("count_symmetries", '"rank1_with_biases": 1}', '"rank1_with_biases": True}', "PREDICTED"),
+    ("adam_and_ties", "TIE_STABLE = False", "TIE_STABLE = 0", "TIE_STABLE"),
+    ("adam_and_ties", '"rank1_bilinear": True}', '"rank1_bilinear": 1}', "UNTIE_GROWS"),
+])
+def test_symmetry_answers_are_typed(slug, old, new, why, tmp_path):
+    # 1 is not True, 12.0 is not the rank 12: each typed answer fails with the wrong type.
+    number = NUMBER[slug]
+    path = solved_copy(tmp_path, number, old, new)
+    rows = {row.topic: row for row in checker.check_file(number, COURSE[number - 1], path).rows}
+    assert rows[why].verdict == "WRONG", rows[why]
+
+
+def test_a_file_that_changes_its_inputs_leaves_the_next_check_intact(tmp_path):
+    # Exercise 18 computes its references once: a file that updates W in place (Q, K and W
+    # one array) fails, and the solution checked after it in the same process still passes.
+    number = NUMBER["adam_and_ties"]
+    path = solved_copy(tmp_path, number, "            params = {k: p - lr * grads[k] for k, p in params.items()}",
+                       "            for k in params:\n                params[k] -= lr * grads[k]")
+    text = path.read_text(encoding="utf-8").replace('"Q": W.copy(), "K": W.copy()', '"Q": W, "K": W')
+    path.write_text(text, encoding="utf-8")
+    assert checker.check_file(number, COURSE[number - 1], path).status == "failing"
+    solution = checker.SOLUTIONS_FOLDER / checker.file_name(number, COURSE[number - 1])
+    assert checker.check_file(number, COURSE[number - 1], solution).status == "done"

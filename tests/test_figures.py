@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import cli
 from experiments import figures as fg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +157,7 @@ def test_data_functions_need_no_matplotlib():
 
 def test_report_says_where_the_figures_are():
     lines = []
-    bn.verification_report(out=lines.append)
+    cli.verification_report(out=lines.append)
     assert "python bilinear_numpy.py figures" in lines[-1] and "figures/" in lines[-1]
 
 

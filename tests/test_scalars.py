@@ -19,6 +19,7 @@ import pytest
 import bilinear_numpy as bn
 import experiments
 from experiments import ablation, data, figures, train, train_figures
+from experiments.hessian import hessian_at_minimum
 
 KINDS = {"python float": float, "np.float64": np.float64, "np.float32": np.float32}
 F32 = np.dtype(np.float32)
@@ -182,14 +183,14 @@ def inspect_layer(num, tmp_path):
 def hessian(num, tmp_path):
     # float64 work throughout (a Hessian by finite differences); the kind of number must not
     # change a digit.
-    result = bn.hessian_at_minimum("mlp", "relu", d=3, m=1, d_out=2, n_tokens=12,
-                                   noise=num(0.125), step=num(2 ** -16), kink_margin=num(0.25))
+    result = hessian_at_minimum("mlp", "relu", d=3, m=1, d_out=2, n_tokens=12,
+                                noise=num(0.125), step=num(2 ** -16), kink_margin=num(0.25))
     rows = figures.hessian_data(d=3, m=1, d_out=2, n_tokens=20, noise=num(0.125), n_small=3)
     return {"eigenvalues": result["eigenvalues"], "rows": [r["y"] for r in rows]}
 
 
 CASES = {
-    hessian: ["bilinear_numpy.hessian_at_minimum", "experiments.figures.hessian_data"],
+    hessian: ["experiments.hessian.hessian_at_minimum", "experiments.figures.hessian_data"],
     rmsnorm: ["bilinear_numpy.rmsnorm_forward"],
     adam: ["bilinear_numpy.adam_step"],
     loss_backwards: ["bilinear_numpy.cross_entropy_backward", "bilinear_numpy.mse_backward"],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import data, train
+from experiments import cli, data, train
 
 TEXT_COLUMNS = ["variant", "formulation", "activation", "r", "params", "seed", "steps",
                 "val_bpc", "baseline_bpc"]
@@ -77,8 +77,8 @@ MODEL_CASES = [(name, "silu", 2) for name in bn.FORMULATIONS] + [
 @pytest.mark.parametrize("formulation,act,r", MODEL_CASES)
 def test_whole_model_gradient(formulation, act, r, tokens):
     rng = np.random.default_rng(4)
-    if tokens:    # context k = 3 ids, embedding width e = 2: d_in = 6
-        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, e=2)
+    if tokens:    # context k = 3 ids, embedding width d_emb = 2: d_in = 6
+        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, d_emb=2)
         inputs = rng.integers(0, 7, (5, 3))
     else:
         params = bn.model_init(rng, formulation, 6, 4, 3, 5, r)
@@ -192,8 +192,8 @@ def test_substrate_bad_input():
         args = {"d_in": 4, "d": 4, "m": 3, "d_out": 2} | size
         with pytest.raises(ValueError, match="positive integer"):
             bn.model_init(np.random.default_rng(0), "mlp", **args)
-    with pytest.raises(ValueError, match="multiple of e"):
-        bn.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, e=2)
+    with pytest.raises(ValueError, match="multiple of d_emb"):
+        bn.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, d_emb=2)
 
 
 def test_unknown_names_list_the_valid_ones():
@@ -321,14 +321,14 @@ def test_tiny_run_writes_csv_table_and_figures(task, columns, tmp_path):
 def test_default_run_is_verify_then_both_quick_experiments(monkeypatch):
     calls = []
     monkeypatch.setattr(train, "run_task", lambda task, mode: calls.append((task, mode)))
-    monkeypatch.setattr(bn, "verification_report", lambda seed: calls.append("verify") or 0)
+    monkeypatch.setattr(cli, "verification_report", lambda seed: calls.append("verify") or 0)
     assert bn.main([]) == 0
     assert calls == ["verify", ("text", "quick"), ("image", "quick")]
 
 
 def test_default_run_stops_with_a_message_without_pydoc_data(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pydoc_data", None)      # as in a build without it
-    monkeypatch.setattr(bn, "verification_report", lambda seed: 0)
+    monkeypatch.setattr(cli, "verification_report", lambda seed: 0)
 
     def unreadable_image(path=None):
         raise RuntimeError("cannot read the image file test.jpg")

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 17: capstone, design a variant and test what the paper predicts
+# # Exercise 19: capstone, design a variant and test what the paper predicts
 #
 # The paper reads the gated MLP as a rank-1 bilinear unit whose symmetries (exchange, inverse
 # scaling) the gate breaks, and suggests that the broken symmetries give the two factors
@@ -18,7 +18,7 @@
 #
 # **What to do.** Set `NAME`, `ACT`, `KEEPS` and `WHY`; write `forward`, `backward` and
 # `register`. You may call anything in `bilinear_numpy`. **Check:**
-# `python -m exercises check 17`: it registers your variant, runs `bn.gradcheck` on it,
+# `python -m exercises check 19`: it registers your variant, runs `bn.gradcheck` on it,
 # measures each symmetry and compares it with your claim, and trains your variant for a few
 # hundred Adam steps beside SwiGLU and the rank-1 bilinear unit on a small regression.
 #
