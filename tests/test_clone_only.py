@@ -7,6 +7,7 @@ beside the code (which, installed, would be site-packages).
 """
 import configparser
 import io
+import os
 from pathlib import Path
 
 import bilinear_numpy as bn
@@ -46,15 +47,25 @@ class SmallImageTask(train.ImageTask):
         super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
 
 
+def _files_of_the_clone():
+    # Every file of the clone, as a set, without .git, virtual environments (.venv, .ci-venv,
+    # which hold thousands of files) and __pycache__.
+    found = set()
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [s for s in subfolders if not s.startswith(".") and s != "__pycache__"
+                         and not (Path(folder, s) / "pyvenv.cfg").exists()]
+        found.update(Path(folder, f) for f in files)
+    return found
+
+
 def test_a_run_without_out_writes_under_the_working_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
     monkeypatch.setattr(train.sys, "stderr", io.StringIO())         # the progress lines
-    before = sorted(p for p in ROOT.rglob("*") if ".git" not in p.parts)
+    before = _files_of_the_clone()
     assert bn.main(["train", "image", "--quick", "--steps", "2", "--seeds", "1",
                     "--variants", "SwiGLU"]) == 0
     assert (tmp_path / "runs" / "quick" / "results" / "image.csv").is_file()
     assert (tmp_path / "runs" / "quick" / "figures" / "image_curves.png").is_file()
     assert str(tmp_path / "runs" / "quick" / "results" / "image.csv") in capsys.readouterr().out
-    after = sorted(p for p in ROOT.rglob("*") if ".git" not in p.parts)
-    assert [p for p in after if p not in before and "__pycache__" not in p.parts] == []
+    assert sorted(_files_of_the_clone() - before) == []
