@@ -1613,7 +1613,14 @@ def rmsnorm_backward(dy, cache):
 
 
 def adam_init(params):
-    """Adam's state for a dict of parameters: step t = 0, zero first and second moments."""
+    """Adam's state for a dict of parameters: step t = 0, zero first and second moments.
+
+    Args: params: dict name -> float array (any shape, float32 or float64).
+    Returns: {"t": 0, "m": {name: zeros like params[name]}, "v": {name: zeros like it}},
+        each moment in its parameter's shape and dtype.
+    Raises: nothing of its own (adam_step checks the state against the parameters).
+    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (m_0 = v_0 = 0, t = 0).
+    """
     return {"t": 0, "m": {k: np.zeros_like(v) for k, v in params.items()},
             "v": {k: np.zeros_like(v) for k, v in params.items()}}
 
@@ -2222,9 +2229,16 @@ GLU_VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def get_formulation(name: str) -> Formulation:
-    """FORMULATIONS[name]; ValueError listing the valid names if unknown; TypeError if no str.
-    A Formulation itself is returned as it is (an experiment's own variant, such as the
-    rank-1 form with a constant input coordinate of experiments/ablation.py)."""
+    """The registry entry of a formulation.
+
+    Args: name: a key of FORMULATIONS (str), or a Formulation, returned as it is (an
+        experiment's own variant, such as the rank-1 form with a constant input coordinate
+        of experiments/ablation.py).
+    Returns: the Formulation (its forward, backward, parameter shapes, family).
+    Raises: ValueError for an unknown name (the message lists the valid names); TypeError if
+        name is neither a str nor a Formulation.
+    Source: this module's registry; derivations.md, section 1 (the formulations).
+    """
     if isinstance(name, Formulation):
         return name
     if not isinstance(name, str):
