@@ -15,9 +15,7 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
 5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
 6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
                         them (training, figures, ablation, benchmark); a cache goes back
-                        to its own path's backward (mlp, static_query_mlp, rank1_bilinear:
-                        a fast forward only, whose cache the plain backward reads).
-                        tests/test_fast_paths.py: equal numbers.
+                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
 7. Plumbing             input checks, cache freezing, cache checks.
 8. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
                         [verify | figures | train | bench | inspect]`.
@@ -1808,7 +1806,7 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
 # block's temporaries stay in the CPU cache; gated forms cache sigma' already multiplied by
 # what the backward needs; bilinear takes tokens in blocks (never all N d^2 outer products);
 # rank-r lays Q, K out as (d, r m) matrices (one BLAS product per projection), da and db
-# taking turns in one buffer. mlp, static_query_mlp, rank1_bilinear: a fast forward only.
+# taking turns in one buffer; backward passes overwrite their own temporaries.
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
@@ -1902,8 +1900,8 @@ def _gate_blocked(act, a, b):
 
 
 # ----- the fast pairs -----------------------------------------------------------
-# mlp, static_query_mlp, rank1_bilinear: only sigma and sigma' go faster; the cache is the
-# plain forward's, so the plain backward is their backward.
+# mlp, static_query_mlp, rank1_bilinear: sigma and sigma' block by block; the backward
+# works in place (dz over dh, db over ds), with the plain pair's cache and operations.
 def _mlp_forward_fast(x, K, V, act="relu"):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
@@ -1911,6 +1909,14 @@ def _mlp_forward_fast(x, K, V, act="relu"):
     h, sigma_prime = _value_and_slope_blocked(act, z)
     return _output_and_frozen_cache("mlp_forward", h @ params["V"], x, act, X=X, **params,
                                     z=z, h=h, sigma_prime=sigma_prime)
+
+
+def _mlp_backward_fast(dy, cache):
+    dY, X, K, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "mlp_forward",
+                                                        "X", "K", "V", "h", "sigma_prime")
+    dz = dY @ V.T                                 # (N, m)   dh
+    dz *= sigma_prime                             # dz = dh sigma'(z), over dh
+    return {"x": (dz @ K).reshape(cache["x_shape"]), "K": dz.T @ X, "V": h.T @ dY}
 
 
 def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
@@ -1923,6 +1929,16 @@ def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
                                     **params, xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
 
 
+def _static_query_mlp_backward_fast(dy, cache):
+    dY, X, Q, K, V, xQ, h, sigma_prime = _checked_dy_and_cache(
+        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "sigma_prime")
+    dz = dY @ V.T                                 # (N, m)   dh
+    dz *= sigma_prime                             # dz = dh sigma'(z), over dh
+    dxQ = dz @ K                                  # (N, d)
+    return {"x": (dxQ @ Q.T).reshape(cache["x_shape"]), "Q": X.T @ dxQ, "K": dz.T @ xQ,
+            "V": h.T @ dY}
+
+
 def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
     act = get_activation(act)
     x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
@@ -1931,6 +1947,23 @@ def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
     h, sigma_prime = _value_and_slope_blocked(act, s)
     return _output_and_frozen_cache("rank1_bilinear_forward", h @ params["V"], x, act, X=X,
                                     **params, a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
+
+
+def _project_both_back(X, Q, K, da, db):
+    # Gradients of a = x Q^T and b = x K^T: dx = da Q + db K, dQ = da^T X, dK = db^T X.
+    dX = da @ Q                                   # (N, d)
+    dX += db @ K
+    return dX, da.T @ X, db.T @ X
+
+
+def _rank1_bilinear_backward_fast(dy, cache):
+    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
+        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
+    ds = dY @ V.T                                 # (N, m)
+    ds *= sigma_prime                             # ds = dh sigma'(s), over dh
+    da = ds * b
+    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(ds, a, out=ds))   # db over ds
+    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
 
 
 def _bilinear_forward_fast(x, A, V, act="identity"):
@@ -2029,13 +2062,6 @@ def _rank_r_bilinear_backward_fast(dy, cache):
     dX_k, dK = _column_grads(X, K_cols, np.multiply(ds, a, out=da))   # db, over da
     dX += dX_k
     return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-def _project_both_back(X, Q, K, da, db):
-    # Gradients of a = x Q^T and b = x K^T: dx = da Q + db K, dQ = da^T X, dK = db^T X.
-    dX = da @ Q                                   # (N, d)
-    dX += db @ K
-    return dX, da.T @ X, db.T @ X
 
 
 def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
@@ -2183,11 +2209,11 @@ def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for 
 # Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
 # is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
 FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
-    Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, mlp_backward, ("K", "V"),
+    Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, _mlp_backward_fast, ("K", "V"),
                 _shapes_from({"K": "m d", "V": "m d_out"}), "m d + m d_out",
                 lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
     Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
-                static_query_mlp_backward, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
+                _static_query_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
                 "d^2 + m d + m d_out",
                 _rank1_scales, "static-query", ("z",)),
     Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
@@ -2200,7 +2226,7 @@ FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
                 lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
                                  "V": m ** -0.5}, "symmetric", ("s",)),
     Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                _rank1_bilinear_forward_fast, rank1_bilinear_backward, ("Q", "K", "V"),
+                _rank1_bilinear_forward_fast, _rank1_bilinear_backward_fast, ("Q", "K", "V"),
                 _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "symmetric",
                 ("s",)),
     Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
