@@ -11,8 +11,9 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
                         project, not by the paper.
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, input parity, the number of
-                        continuous symmetries, the conservation identity, best rank-r units.
-5. Training substrate   losses, embedding, RMSNorm, Adam, a one-block model.
+                        continuous symmetries, the conservation identity.
+5. Training substrate   losses, embedding, RMSNorm, Adam (experiments/model.py builds
+                        the one-block model that `train` fits from them).
 6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
                         them (training, figures, ablation, benchmark); a cache goes back
                         to its own path's backward. tests/test_fast_paths.py: equal numbers.
@@ -546,14 +547,11 @@ def rel_error(a, b) -> float:
 
         rel_error(a, b) = max|a - b| / max(1e-8, max(|a| + |b|)).
 
-    A per-element ratio would blow up on an element that is near zero by chance (its
-    rounding error is set by the tensor's scale, not its own); the 1e-8 floor keeps
-    two all-zero tensors from dividing 0 by 0.
+    Per element, a ratio would blow up where an element is near zero by chance; the 1e-8
+    floor keeps two all-zero tensors from dividing 0 by 0.
 
-    Args: a, b: array-likes of one shape, of real numbers (bool, integer or float;
-        compared in float64).
-    Returns: float >= 0; inf if either holds a NaN or an infinity (never NaN, never a pass);
-        0.0 for two empty arrays.
+    Args: a, b: array-likes of one shape, of real numbers (compared in float64).
+    Returns: float >= 0; inf for a NaN or an infinity (never a pass); 0.0 if empty.
     Raises: ValueError if the shapes differ; TypeError for complex, string or object input.
     Source: CS231n gradient checking, with a tensor-wise scale; derivations.md, section 7.7.
     """
@@ -579,17 +577,13 @@ def numerical_gradient(f, x, dy, h=1e-6):
 
     with the step tau = h (derivations.md calls it tau: h is the hidden layer there).
 
-    A deliberate teaching loop over the entries of x: each probe changes one entry of a
-    private copy of x and restores it before the next, so the caller's x is untouched.
+    A deliberate loop over the entries of a private copy of x (the caller's x is untouched).
 
-    Args: f: function of an array of x's shape, returning an array of dy's shape.
-        x: float64 array of any shape.
-        dy: float64 array, the upstream gradient (use random values, not ones).
-        h: the step tau, a real number > 0 (Python or NumPy).
+    Args: f: x-shaped array -> dy-shaped array; x, dy: float64 arrays (dy random, not ones);
+        h: the step tau, a real number > 0.
     Returns: float64 array of x's shape.
-    Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding, about 1e-7, divided
-        by a step of 1e-6 leaves no correct digit); ValueError if h is not a finite number > 0
-        or f(x)'s shape differs from dy's.
+    Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding over a step of 1e-6
+        leaves no correct digit); ValueError for h not finite > 0 or f(x) not shaped as dy.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
     x = np.asarray(x)
@@ -676,23 +670,17 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
               kink_margin=1e-3, max_draws=100):
     """Compare every gradient of a formulation with central differences, in float64.
 
-    Draws x ~ N(0, 1) of shape x_shape (d = x_shape[-1]), parameters from the
-    formulation's init, and a random upstream gradient dy (never all ones, which can
-    hide a wrong transpose). For an activation with a kink (relu), a draw in which any
-    pre-activation lies within kink_margin of 0 is rejected and redrawn: a probe of one
-    step h moves a pre-activation by far less than kink_margin, so no probe crosses the
-    kink, ReLU is linear around every probe, and the same tol applies.
+    Draws x ~ N(0, 1) of shape x_shape, the formulation's init, and a random dy (never all
+    ones, which can hide a wrong transpose). With a kink (relu), a draw with a
+    pre-activation within kink_margin of 0 is redrawn: no probe of step h then crosses it.
 
-    Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, the
-        shape of x, e.g. (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int for
-        np.random.default_rng; h: the probe step (tau in derivations.md, 7); tol: the relative
-        error a tensor may have; kink_margin: see above (h, tol, kink_margin: Python or NumPy
-        real numbers);
-        max_draws: how many draws to try before giving up.
+    Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, e.g.
+        (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int; h: the probe step (tau in
+        derivations.md, 7); tol: the relative error allowed; kink_margin (h, tol, kink_margin:
+        real numbers); max_draws: how many draws to try.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
-    Raises: ValueError for an unknown name or activation, an x_shape or max_draws that is not
-        integers >= 1, an h that is not a finite number > 0, or if no draw avoids the kink (use
-        fewer tokens or units: each pre-activation must miss a band of 2 * kink_margin);
+    Raises: ValueError for an unknown name or activation, x_shape or max_draws not integers
+        >= 1, h not finite > 0, or no draw avoiding the kink (use fewer tokens or units);
         TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
@@ -882,11 +870,9 @@ def eigen_factors(A):
     (A_j + A_j^T) / 2 = sum_i lambda_i u_i u_i^T, so x A_j x^T = sum_i lambda_i (x . u_i)^2.
 
     Args: A, (m, d, d) float64 (or float32).
-    Returns: Q, K (m, d, d) with Q[j, :, i] = lambda_i u_i and K[j, :, i] = u_i, columns
-        ordered by decreasing |lambda_i|: the first r columns give the Eckart-Young
-        truncation, the best rank-r *matrix* for the symmetric part in the Frobenius norm.
-        As a rank-r *unit* it is not the best: a unit's score can hold r positive and r
-        negative eigenvalues (best_rank_r_unit); lam (m, d), the sorted eigenvalues.
+    Returns: Q, K (m, d, d), Q[j, :, i] = lambda_i u_i, K[j, :, i] = u_i, by decreasing
+        |lambda_i| (the first r columns: Eckart-Young's best rank-r *matrix*; the best rank-r
+        *unit* keeps both signs, experiments/low_rank.py); lam (m, d), the eigenvalues.
     Raises: ValueError if A is not of shape (m, d, d).
     Source: Pearce et al. (arXiv 2410.08417); derivations.md, sections 6.2 and 6.3.
     """
@@ -959,18 +945,13 @@ SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
 def symmetry_expected(formulation, act, symmetry):
     """What theory says: does `symmetry` leave `formulation` with `act` unchanged?
 
-    exchange (Q <-> K; for bilinear A_j <-> A_j^T): always in the symmetric forms, only for
-    a linear sigma in the gated forms. inverse_scaling_pos / _neg ((alpha Q, K / alpha),
-    alpha > 0 / < 0): always in the symmetric forms and the static query; in the gated
-    forms for positively homogeneous sigma (alpha > 0) or linear sigma (alpha < 0).
-    key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha), alpha > 0; for bilinear
-    A_j): always in the gated forms (k is the linear factor), else only for positively
-    homogeneous sigma. permutation of units: always. double_gated_mlp (sigma on both
-    factors): exchange always; inverse_scaling_pos for a sigma with sigma(alpha z) =
-    c(alpha) sigma(z), which among the six activations means positively homogeneous;
-    key_value_rescaling for positively homogeneous sigma; inverse_scaling_neg for linear
-    sigma. parity (y(-x) = y(x), a property of the function, not a parameter symmetry):
-    see parity_expected.
+    exchange (Q <-> K; bilinear: A_j <-> A_j^T): always in the symmetric forms, for linear
+    sigma in the gated ones. inverse_scaling_pos / _neg ((alpha Q, K / alpha), alpha > 0 /
+    < 0): always in the symmetric forms and the static query; gated: for positively
+    homogeneous / linear sigma. key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha),
+    alpha > 0): always in the gated forms, else for positively homogeneous sigma.
+    permutation: always. double-gated: exchange always, the others as for positively
+    homogeneous (pos, key-value) or linear (neg) sigma. parity: parity_expected.
 
     Args: formulation: key of FORMULATIONS; act: activation name or Activation;
         symmetry: one of SYMMETRIES.
@@ -1020,10 +1001,8 @@ def transform_params(formulation, params, symmetry, alpha):
         one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
         for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
     Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply (parity is not a parameter
-        transformation), params are unlike the forward's, or alpha is
-        not of shape (m,), holds a zero or a non-finite value, or has the wrong sign
-        (alpha > 0 for inverse_scaling_pos and key_value_rescaling, < 0 for _neg).
+    Raises: ValueError if the symmetry does not apply (parity included), params are unlike
+        the forward's, or alpha is not (m,), finite, non-zero, of the symmetry's sign.
     Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
     """
     if symmetry == "parity":
@@ -1117,16 +1096,14 @@ def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
     """Per unit j: <w_j, dL/dw_j> - <w'_j, dL/dw'_j>, where (w, w') are the two parameters
     named in `pair` (e.g. ("Q", "K"): w_j = q_j, w'_j = k_j) and w_j is unit j's slice.
 
-    If L is invariant under (w_j, w'_j) -> (alpha w_j, w'_j / alpha), differentiating at
-    alpha = 1 gives zero: so this is zero to rounding for ("Q", "K") exactly where the
-    positive inverse-scaling symmetry holds, and for ("K", "V") (("A", "V") for
-    bilinear) where key-value rescaling holds. Under gradient flow, ||w_j||^2 - ||w'_j||^2
-    is then conserved. L = sum(y * G) with a random G.
+    If L = sum(y * G) (a random G) is invariant under (w_j, w'_j) -> (alpha w_j, w'_j / alpha),
+    its derivative at alpha = 1 is this residual, zero: for ("Q", "K") where inverse scaling
+    holds, for ("K", "V") (bilinear: ("A", "V")) where key-value rescaling holds. Under
+    gradient flow ||w_j||^2 - ||w'_j||^2 is then conserved.
 
-    Args: formulation, a key of FORMULATIONS whose parameters include both of `pair`, with
-        the unit on the leading axis; act: activation; pair: two parameter names; seed: int.
-    Returns: (residual, scale), two (m,) float64 arrays; scale = |<w_j, dw_j>| +
-        |<w'_j, dw'_j>|, to judge the residual against.
+    Args: formulation, a key of FORMULATIONS; act: activation; pair: two of its per-unit
+        parameter names; seed: int.
+    Returns: (residual, scale), (m,) float64 each; scale = |<w_j, dw_j>| + |<w'_j, dw'_j>|.
     Raises: ValueError if the pair is not per-unit parameters of the formulation.
     Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
     """
@@ -1215,9 +1192,8 @@ def parity_expected(formulation, act):
 def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
     """The Jacobian of the outputs on random inputs with respect to every parameter.
 
-    Row n d_out + k is d y[n, k] / d theta, from one backward pass with dy = e_(n, k) (a one
-    at token n, output k, zeros elsewhere): the module's own backward passes, nothing else.
-    theta is every parameter of the formulation, flattened in the order of param_names.
+    Row n d_out + k is d y[n, k] / d theta, one backward pass with dy = e_(n, k); theta is
+    every parameter, flattened in the order of param_names.
 
     Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
         the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
@@ -1251,20 +1227,14 @@ def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=N
 def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
     """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
 
-    Moving the parameters along a continuous symmetry changes no output, so each symmetry
-    direction is in the null space of the Jacobian; with enough generic inputs (at least
-    2 n_params output rows, 16 n_params for ReLU, whose units are each on for only a share
-    of the inputs), the null space
-    holds nothing else. The rank is read from the singular values s_1 >= s_2 >= ... of the
-    float64 Jacobian: s_i > 1e-8 s_1 counts, and every s_i must lie outside
-    [1e-12 s_1, 1e-5 s_1], so that the rank is unambiguous.
+    A continuous symmetry moves the parameters without changing any output: its directions
+    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows, 16
+    n_params for ReLU), holds nothing else. Rank: the singular values s_i > 1e-8 s_1; each
+    must lie outside [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
 
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes (r is used by
-        the rank-r forms only); seed: int.
-    Returns: int >= 0, the dimension of the set of parameters that compute the same
-        function, near a random parameter value.
-    Raises: ValueError for an unknown name or a bad size; RuntimeError if a singular value
-        lies in the ambiguous band (then the rank is not clear).
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int.
+    Returns: int >= 0, the dimension of the parameters computing one function, near a random one.
+    Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous rank.
     Source: derivations.md, section 4.9.
     """
     J = output_jacobian(formulation, act, d, m, d_out, r, seed)
@@ -1289,17 +1259,12 @@ def _score_dimension(formulation, d, r):
 def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     """What theory says symmetry_dimension is (derivations.md, 4.9).
 
-    A nonlinear sigma: the units cannot mix, and each unit of `formulation` has
-    mlp: 0 (relu: 1); static_query_mlp: as mlp, plus d^2 for the whole layer (Q G, K G^-T);
-    bilinear: d(d - 1)/2, the antisymmetric part of A_j (relu: + 1);
-    rank_r_bilinear, rank1_bilinear: 2 d r - n_s, the O(r, r) freedom of the factors, with
-    n_s = l d - l(l - 1)/2, l = min(2r, d), the dimension of its scores (relu: + 1);
-    gated_mlp: 1, key-value rescaling (relu: + 1, inverse scaling);
-    double_gated_mlp: 0 (relu: 2); gated_rank_r: 1 (relu: 1 + r, inverse scaling per term).
-    The identity: y = L phi(x) with phi(x) = x (mlp, global query) or the d(d + 1)/2
-    monomials x_p x_c (every other form); L = sum_j v_j^T w_j, w_j in a cone of dimension n
-    (n = d, or n_s) of codimension c in the D features. Image: m (d_out + n - 1) -
-    m max(0, m - 1 - c): units mix once c < m - 1. Derived for m <= d_out.
+    A nonlinear sigma: units cannot mix; per unit, mlp 0, bilinear d(d - 1)/2 (the
+    antisymmetric part of A_j), rank-r and rank-1 2 d r - n_s (n_s = l d - l(l - 1)/2,
+    l = min(2r, d): the dimension of its scores), gated_mlp 1, double_gated_mlp 0,
+    gated_rank_r 1; relu adds its scalings; static_query_mlp adds d^2 for the layer.
+    The identity (m <= d_out): y is linear in x or in the monomials x_p x_c, and the count
+    is that of a product of two matrices with the units' cones (derivations.md, 4.9).
 
     Args: as symmetry_dimension (no seed).
     Returns: int.
@@ -1360,112 +1325,8 @@ def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
     return rows
 
 
-# ----- The best rank-r unit: for the score matrix, and for the function ------------------
-
-
-def _sym_eigh(A):
-    # Eigenvalues (ascending) and eigenvectors (columns) of each symmetric part (A_j + A_j^T)/2.
-    A = _check_ndim("A", A, "(m, d, d)")
-    if A.shape[1] != A.shape[2]:
-        raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
-    return np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
-
-
-def _unit_from_spectrum(beta, U, r):
-    # Rank-r factors Q, K (d, r) whose score matrix is sum_i beta_i u_i^T u_i, for beta with at
-    # most r positive and r negative entries. Term rho pairs the rho-th largest positive
-    # beta = lam with the rho-th most negative beta = -mu (derivations.md, 6.4):
-    #   lam (x.u)^2 - mu (x.w)^2 = (x.(sqrt(lam) u + sqrt(mu) w)) (x.(sqrt(lam) u - sqrt(mu) w)).
-    pos = [i for i in np.argsort(-beta) if beta[i] > 0]
-    neg = [i for i in np.argsort(beta) if beta[i] < 0]
-    Q, K = np.zeros((U.shape[0], r)), np.zeros((U.shape[0], r))
-    for rho in range(max(len(pos), len(neg))):
-        plus = math.sqrt(beta[pos[rho]]) * U[:, pos[rho]] if rho < len(pos) else 0.0
-        minus = math.sqrt(-beta[neg[rho]]) * U[:, neg[rho]] if rho < len(neg) else 0.0
-        Q[:, rho], K[:, rho] = plus + minus, plus - minus
-    return Q, K
-
-
-def best_rank_r_unit(A, r):
-    """The rank-r unit whose score matrix is closest to each S_j = (A_j + A_j^T)/2 in the
-    Frobenius norm: keep the r largest positive and the r most negative eigenvalues of S_j.
-
-    A rank-r unit's score matrix has at most r positive and r negative eigenvalues, and by
-    the Hoffman-Wielandt inequality this choice is the closest such matrix; it beats the
-    Eckart-Young truncation of eigen_factors whenever S_j has eigenvalues of both signs.
-    It is the best *score matrix*, not the best function (best_rank_r_function).
-
-    Args: A (m, d, d) float; r, an int >= 1.
-    Returns: Q, K (m, d, r) float64, for rank_r_bilinear_forward (unused columns are zero).
-    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
-    Source: derivations.md, section 6.4.
-    """
-    _check_positive(r=r)
-    lam, U = _sym_eigh(A)                                 # (m, d) ascending, (m, d, d)
-    Q, K = np.zeros(A.shape[:2] + (r,)), np.zeros(A.shape[:2] + (r,))
-    for j in range(A.shape[0]):
-        beta = np.zeros_like(lam[j])
-        beta[-r:] = np.maximum(lam[j][-r:], 0)            # the r largest, if positive
-        beta[:r] = np.minimum(lam[j][:r], 0)              # the r smallest, if negative
-        Q[j], K[j] = _unit_from_spectrum(beta, U[j], r)
-    return Q, K
-
-
-def function_error(S, B):
-    """E[(x (S - B) x^T)^2] for x ~ N(0, I): the mean squared error of one score B against
-    another S, = 2 ||S - B||_F^2 + (tr(S - B))^2 for symmetric S and B (derivations.md, 6.4).
-
-    Args: S, B: (d, d) float arrays (only their symmetric parts count).
-    Returns: float.
-    Raises: ValueError if the shapes differ or are not square.
-    Source: Isserlis' theorem: E[x_a x_b x_c x_e] = d_ab d_ce + d_ac d_be + d_ae d_bc.
-    """
-    S, B = _as_float("S", S), _as_float("B", B)
-    if S.ndim != 2 or S.shape[0] != S.shape[1] or B.shape != S.shape:
-        raise ValueError(f"S, B: expected two (d, d) arrays, got {S.shape} and {B.shape}")
-    M = 0.5 * (S - B + (S - B).T)                         # symmetric part of S - B
-    return float(2 * np.sum(M * M) + np.trace(M) ** 2)
-
-
-def best_rank_r_function(A, r):
-    """The rank-r unit whose score x B x^T is closest to x A_j x^T as a function: the least
-    E[(x (S_j - B) x^T)^2] for x ~ N(0, I), S_j = (A_j + A_j^T)/2.
-
-    The error is 2 ||S_j - B||_F^2 + (tr(S_j - B))^2 (function_error). B can share S_j's
-    eigenvectors (the trace term sees eigenvalues only), so B = sum_i beta_i u_i^T u_i with at
-    most r positive and r negative beta_i. On a support F of s non-zero beta_i the error is
-    least for beta_i = lam_i + T / (2 + s), T the sum of the lam_i outside F; a deliberate
-    enumeration of the supports (2^d of them: small d only) keeps the best whose beta has at
-    most r entries of each sign.
-
-    Args: A (m, d, d) float; r, an int >= 1.
-    Returns: Q, K (m, d, r) float64 (unused columns are zero).
-    Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
-    Source: derivations.md, section 6.4.
-    """
-    _check_positive(r=r)
-    lam, U = _sym_eigh(A)
-    m, d = lam.shape
-    Q, K = np.zeros((m, d, r)), np.zeros((m, d, r))
-    for j in range(m):
-        best, best_beta = math.inf, np.zeros(d)
-        for s in range(min(2 * r, d) + 1):
-            for support in itertools.combinations(range(d), s):
-                support = list(support)
-                beta = np.zeros(d)
-                outside = lam[j].sum() - lam[j][support].sum()          # T
-                beta[support] = lam[j][support] + outside / (2 + s)
-                if np.sum(beta > 0) > r or np.sum(beta < 0) > r:
-                    continue                              # not a rank-r unit's score
-                err = 2 * np.sum((lam[j] - beta) ** 2) + np.sum(lam[j] - beta) ** 2
-                if err < best:
-                    best, best_beta = err, beta
-        Q[j], K[j] = _unit_from_spectrum(best_beta, U[j], r)
-    return Q, K
-
-
 # =============================================================================
-# 5. Training substrate: losses, embedding, RMSNorm, Adam, a one-block model
+# 5. Training substrate: losses, embedding, RMSNorm, Adam
 # =============================================================================
 # The same conventions as the formulations: forward returns (out, cache), backward
 # takes (upstream gradient, cache); shapes checked at entry; dtype kept; nothing is
@@ -1475,8 +1336,7 @@ def best_rank_r_function(A, r):
 def cross_entropy_forward(logits, targets):
     """Mean softmax cross-entropy in nats: L = mean_n (logsumexp(z_n) - z_n[t_n]).
 
-    Stable: log softmax(z) = (z - max z) - log sum exp(z - max z); every exponent is <= 0,
-    so nothing overflows, and a logit far below the maximum underflows harmlessly to 0.
+    Stable: log softmax(z) = (z - max z) - log sum exp(z - max z), every exponent <= 0.
 
     Args: logits: (N, C) float32 or float64, z; targets: (N,) integers in [0, C).
     Returns: loss: float; cache for cross_entropy_backward (holds probs = softmax(z), (N, C)).
@@ -1599,8 +1459,7 @@ def rmsnorm_backward(dy, cache):
 
     Args: dy: (N, d); cache: from rmsnorm_forward.
     Returns: {"x": dx (N, d), "g": dg (d,)}.
-    Raises: ValueError if dy's shape differs from x's; TypeError if its dtype differs from
-        x's; ValueError / TypeError if the cache is not rmsnorm_forward's.
+    Raises: ValueError / TypeError for a dy unlike x, or a cache not rmsnorm_forward's.
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
     xhat, rms, g = _checked_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
@@ -1629,11 +1488,9 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
         theta = theta - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
-    Args: params, grads: dicts name -> float array with the same keys, shapes and dtypes;
-        state: from adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (each a
-        Python or NumPy real number).
-    Returns: (new_params, new_state), every array in its parameter's dtype (float32 stays
-        float32 whatever the kind of the numbers).
+    Args: params, grads: dicts name -> float array, same keys, shapes and dtypes; state: from
+        adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (real numbers).
+    Returns: (new_params, new_state), every array in its parameter's dtype.
     Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
         or state whose keys or shapes differ from the parameters'; TypeError for a number
         that is not real, or a gradient or moment of another dtype than its parameter.
@@ -1664,149 +1521,13 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
     return new_params, {"t": t, "m": m, "v": v}
 
 
-def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, d_emb=None,
-               dtype=np.float64):
-    """Parameters of the one-block model of model_forward.
-
-    Names: "E" (vocab, d_emb) if vocab is given; "W_in" (d_in, d), "b_in" (d,); "g" (d,) the
-    RMSNorm gain; the FFN's parameters as "ffn.<name>" (formulation's init, d_out = d);
-    "W_out" (d, d_out), "b_out" (d_out,).
-
-    Args: rng: np.random.Generator; formulation: key of FORMULATIONS;
-        d_in: width of the input features (for token ids: context * d_emb);
-        d: model width; m: memory units of the FFN; d_out: output width; r: rank;
-        vocab, d_emb: vocabulary size and embedding width, for inputs that are token ids;
-        dtype: float32 or float64.
-    Returns: dict name -> array of `dtype`.
-    Raises: ValueError for an unknown formulation, a non-positive size, or d_in not a
-        multiple of d_emb; TypeError for a dtype other than float32 and float64.
-    Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
-    """
-    form = get_formulation(formulation)
-    _check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
-    params = {}
-    if vocab is not None:
-        _check_positive(vocab=vocab, d_emb=d_emb)
-        if d_in % d_emb:
-            raise ValueError(f"d_in: expected a multiple of d_emb = {d_emb} (context * d_emb), "
-                             f"got {d_in}")
-        params["E"] = rng.standard_normal((vocab, d_emb))
-    params["W_in"] = rng.standard_normal((d_in, d)) / math.sqrt(d_in)
-    params["b_in"] = np.zeros(d)
-    params["g"] = np.ones(d)
-    for name, value in form.init(rng, d, m, d, r, dtype).items():   # TypeError for int dtype
-        params["ffn." + name] = value
-    params["W_out"] = rng.standard_normal((d, d_out)) / math.sqrt(d)
-    params["b_out"] = np.zeros(d_out)
-    return {k: v.astype(dtype) for k, v in params.items()}
-
-
-def model_forward(inputs, params, formulation, act):
-    """The one-block model: input map -> h + FFN(RMSNorm(h)) -> output map.
-
-        X = inputs, or the concatenated embeddings [E[i_1], ..., E[i_k]] of token ids;
-        h = X W_in + b_in;  u = RMSNorm(h);  h' = h + FFN(u);  out = h' W_out + b_out.
-
-    Args: inputs: (N, d_in) float features, or (N, k) integer token ids if params has "E";
-        params: from model_init; formulation: key of FORMULATIONS; act: activation name.
-    Returns: out: (N, d_out), the parameters' dtype (logits or predictions); cache.
-    Raises: ValueError for unknown names, keys or mismatched shapes; TypeError on dtype.
-    Source: the FFN is any of FORMULATIONS (derivations.md, section 2); the block is
-        pre-norm (Xiong et al. 2020).
-    """
-    form = get_formulation(formulation)
-    expected = {"W_in", "b_in", "g", "W_out", "b_out", *("ffn." + n for n in form.param_names)}
-    if set(params) - {"E"} != expected:           # another formulation's: half of it unused
-        raise ValueError(f"params: expected {formulation}'s model_init keys, got {sorted(params)}")
-    W_in = _check_ndim("W_in", params["W_in"], "(d_in, d)")
-    for name, value in params.items():
-        if _as_float(name, value).dtype != W_in.dtype:
-            raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
-    W_out = _check_ndim("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
-    _check_shape("W_out", W_out, (W_in.shape[1], W_out.shape[1]), "(d, d_out)")
-    _check_shape("b_in", np.asarray(params["b_in"]), W_in.shape[1:], "(d,)")
-    _check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
-    if "E" in params:
-        emb, emb_cache = embedding_forward(inputs, params["E"])    # (N, k, e)
-        X = emb.reshape(len(emb), -1)                              # (N, k e) concatenated
-    else:
-        X, emb_cache = _check_ndim("inputs", inputs, "(N, d_in)"), None
-        if X.dtype != W_in.dtype:
-            raise TypeError(f"inputs: expected dtype {W_in.dtype} (the model's), got {X.dtype}")
-    _check_shape("inputs (as features)", X, (len(X), W_in.shape[0]), "(N, d_in)")
-    h = X @ W_in + params["b_in"]                                  # (N, d)
-    u, norm_cache = rmsnorm_forward(h, params["g"])                # (N, d)
-    ffn = {n: params["ffn." + n] for n in form.param_names}
-    f, ffn_cache = form.forward(u, **ffn, act=act)                 # (N, d)
-    h2 = h + f                                                     # (N, d) residual
-    out = h2 @ params["W_out"] + params["b_out"]                   # (N, d_out)
-    return out, {"forward": "model_forward", "form": form, "X": X, "emb": emb_cache,
-                 "norm": norm_cache, "ffn": ffn_cache, "h2": h2, "W_in": W_in,
-                 "W_out": params["W_out"]}
-
-
-def model_backward(dout, cache):
-    """Backward of model_forward.
-
-    Args: dout: (N, d_out), upstream gradient (e.g. from cross_entropy_backward);
-        cache: from model_forward.
-    Returns: dict of gradients with the keys of the parameters.
-    Raises: ValueError if dout's shape differs from the output's; TypeError if its dtype
-        differs; ValueError / TypeError if the cache is not model_forward's.
-    Source: the chain rule through each forward line, in reverse order.
-    """
-    form, X, emb, norm, ffn, h2, W_in, W_out = _checked_cache(
-        cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
-    dout = _check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
-    grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
-    dh2 = dout @ W_out.T                                           # (N, d)
-    grads_ffn = form.backward(dh2, ffn)
-    grads |= {"ffn." + n: grads_ffn[n] for n in form.param_names}
-    grads_norm = rmsnorm_backward(grads_ffn["x"], norm)
-    dh = dh2 + grads_norm["x"]                                     # residual: both paths
-    grads |= {"g": grads_norm["g"], "W_in": X.T @ dh, "b_in": dh.sum(axis=0)}
-    if emb is not None:
-        dX = dh @ W_in.T                                           # (N, k e)
-        grads["E"] = embedding_backward(dX.reshape(emb["ids"].shape + (-1,)), emb)
-    return grads
-
-
-def match_units(formulation, budget, d, r=1, tol=0.02):
-    """The number of memory units m whose FFN (d -> d) has about `budget` parameters.
-
-    Every formulation's count is linear in m, n(m) = fixed + m * per_unit (for example
-    mlp 2 m d, gated_mlp 3 m d: Shazeer's 2/3 rule), so m = round((budget - fixed) / per_unit).
-
-    Args: formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
-        tol: a real number, the relative mismatch allowed.
-    Returns: int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
-    Raises: ValueError for an unknown formulation, a non-positive budget or size, or a budget
-        that no m meets within tol (too small for this d and r); TypeError for a tol that is
-        not a real number.
-    Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
-    """
-    form = get_formulation(formulation)
-    _check_positive(budget=budget, d=d, r=r)
-    tol = _real("tol", tol)
-    n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)
-    per_unit, fixed = n2 - n1, n1 - (n2 - n1)
-    m = max(1, round((budget - fixed) / per_unit))
-    n = form.n_params(d, m, d, r)
-    if abs(n - budget) > tol * budget:
-        raise ValueError(f"budget {budget}: the nearest {formulation} (d={d}, r={r}) has "
-                         f"m={m}, {n} parameters, more than {tol:.0%} away; raise the budget")
-    return m
-
-
 # =============================================================================
 # 6. Fast paths: the same pairs, written for speed
 # =============================================================================
 # No new mathematics: each function gives the numbers of a plain one (tests/test_fast_paths.py).
-# sigma and sigma' together (SiLU's sigmoid once for both), in place, block by block, so a
-# block's temporaries stay in the CPU cache; gated forms cache sigma' already multiplied by
-# what the backward needs; bilinear takes tokens in blocks (never all N d^2 outer products);
-# rank-r lays Q, K out as (d, r m) matrices (one BLAS product per projection), da and db
-# taking turns in one buffer; backward passes overwrite their own temporaries.
+# sigma and sigma' together, in place, block by block (temporaries stay in the CPU cache);
+# gated forms cache sigma' times what the backward needs; bilinear takes tokens in blocks;
+# rank-r lays Q, K out as (d, r m) matrices; backward passes overwrite their temporaries.
 
 _CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
@@ -2183,8 +1904,7 @@ class Formulation:
 
         Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
         Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
-        Raises: ValueError for a non-positive size; TypeError for another dtype or a
-            non-Generator.
+        Raises: ValueError for a non-positive size; TypeError for another dtype or rng.
         """
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
@@ -2246,12 +1966,8 @@ FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
 
 # The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
 GLU_VARIANTS: dict[str, tuple[str, str]] = {
-    "GLU": ("gated_mlp", "sigmoid"),
-    "Bilinear": ("gated_mlp", "identity"),
-    "ReGLU": ("gated_mlp", "relu"),
-    "GEGLU": ("gated_mlp", "gelu"),
-    "SwiGLU": ("gated_mlp", "silu"),
-}
+    "GLU": ("gated_mlp", "sigmoid"), "Bilinear": ("gated_mlp", "identity"),
+    "ReGLU": ("gated_mlp", "relu"), "GEGLU": ("gated_mlp", "gelu"), "SwiGLU": ("gated_mlp", "silu")}
 
 
 def get_formulation(name: str) -> Formulation:
@@ -2355,10 +2071,9 @@ def _check_sizes(x, params, axes):
     """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
     {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
 
-    A vote: the sizes d, m, d_out, r are those of the largest group of tensors that agree,
-    so a wrong Q is blamed on Q, not on the K checked against it. Between groups of one
-    size, x is named first, then V, then the others; a tensor with the wrong number of
-    axes has no say. A size of 0 is refused too. With x None, the parameters alone.
+    The sizes are those of the largest group of tensors that agree, so a wrong Q is blamed on
+    Q, not on the K beside it (ties: x first, then V); a tensor with the wrong number of axes
+    has no say; a size 0 is refused. With x None, the parameters alone.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, value in params.items():

@@ -9,7 +9,9 @@ needs NumPy alone.
 
     figures.py        the figures of the symmetries and their consequences (`figures`)
     hessian.py        zero modes of the loss Hessian at a minimum (figure 6)
+    low_rank.py       the best rank-r unit for a full bilinear score, as a matrix and as a function
     data.py           the two real data sets of `train`, shipped with the dependencies
+    model.py          the one-block model that `train` fits, and match_units (one parameter budget)
     train.py          `train`: the variants, the training loop, CSV and Markdown output
     train_figures.py  learning curves, image reconstructions and the ablation grid of `train`
     ablation.py       `train ablation`: which broken symmetry matters, the 2 x 2 cells

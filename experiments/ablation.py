@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments import train
+from experiments import model, train
 
 def _with_constant(x):
     # (..., d) -> (..., d + 1): a constant coordinate 1 in front of x.
@@ -364,7 +364,7 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
             formulation, act, exchange, scaling = CELLS[v]
             even, count = FUNCTION_PROPERTIES[v]
             form = formulation_of(formulation)
-            m = bn.match_units(form, task.budget, task.d)
+            m = model.match_units(form, task.budget, task.d)
             params = form.n_params(task.d, m, task.d)
             spec = (form, act, 1) if formulation in OWN_FORMULATIONS else f"{formulation}:{act}"
             for seed in range(seeds):

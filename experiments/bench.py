@@ -324,6 +324,53 @@ def markdown_table(path):
     return "\n".join(lines)
 
 
+def side_by_side(old_path, new_path):
+    """Two saved runs cell by cell, for a back-to-back comparison of two versions of the code:
+    per formulation and activation, "old → new" forward + backward / floor ratios, float32
+    and float64 in two tables, `*` on a missed time target; then the counts of the cells that
+    held in both, were lost (held in the old run only) and were gained.
+
+    Args:
+        old_path, new_path: CSVs written by run(), each with the same configurations.
+    Returns:
+        (table: str, Markdown, no trailing newline; counts: dict with keys held_old,
+        held_new, kept, lost, gained, each a list of (formulation, activation, dtype)).
+    Raises:
+        KeyError if a configuration of one run is missing from the other; OSError if a path
+        cannot be read.
+    Source: this module's TIME_TARGET; docs/speed.md, "Back to back".
+    """
+    runs = []
+    for path in (old_path, new_path):
+        with Path(path).open(encoding="utf-8", newline="") as f:
+            runs.append({(r["formulation"], r["activation"], r["dtype"]): r
+                         for r in csv.DictReader(f)})
+    old, new = runs
+    timed = [k for k in old if old[k]["time_ok"] != "n/a"]
+    held_old = [k for k in timed if old[k]["time_ok"] == "yes"]
+    held_new = [k for k in timed if new[k]["time_ok"] == "yes"]
+    counts = {"held_old": held_old, "held_new": held_new,
+              "kept": [k for k in held_old if k in held_new],
+              "lost": [k for k in held_old if k not in held_new],
+              "gained": [k for k in held_new if k not in held_old]}
+    acts = [a for a in bn.ACTIVATIONS if a != "gelu"] + ["gelu"]   # exact GELU (no target) last
+    lines = []
+    for dtype in ("float32", "float64"):
+        lines += ["", f"| {dtype} (target) | " + " | ".join(f"`{a}`" for a in acts) + " |",
+                  "| --- " * (len(acts) + 1) + "|"]
+        for name in bn.FORMULATIONS:
+            if (name, acts[0], dtype) not in old:
+                continue
+
+            def ratio(r):
+                return f"{float(r['fb_ratio']):.2f}" + ("*" if r["time_ok"] == "no" else "")
+
+            cells = [f"{ratio(old[(name, a, dtype)])} → {ratio(new[(name, a, dtype)])}"
+                     for a in acts]
+            lines.append(f"| `{name}` (≤ {TIME_TARGET[name]:.2f}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines[1:]), counts
+
+
 def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
         activations=None, tokens=None, repeats=None, sizes=None, print_line=print):
     """Run the benchmark, print the table, save it as CSV.

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+from experiments import low_rank
 from experiments.hessian import hessian_at_minimum
 
 # Labels used in legends and titles.
@@ -417,7 +418,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     "students": series "FORMULATION ACTIVATION", "teacher truncated" (the teacher's
     eigen-terms kept by signed_truncation: the score matrix closest in Frobenius norm that
     r factor pairs can hold, not the closest function) and "teacher best function"
-    (bn.best_rank_r_function: the least mean squared error of the score for x ~ N(0, I),
+    (low_rank.best_rank_r_function: the least mean squared error of the score for x ~ N(0, I),
     derivations.md, 6.4), x = r, y = rel_rms on as many held-out tokens.
 
     Args:
@@ -468,7 +469,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
         y_r = bn.rank_r_bilinear_forward(X_test, Q_t * keep[:, None, :], K_t, teacher["V"],
                                          "identity")[0]
         rows.append(_row("students", "teacher truncated", r, rel_rms(y_r, T_test)))
-        Q_f, K_f = bn.best_rank_r_function(teacher["A"], r)                      # (1, d, r)
+        Q_f, K_f = low_rank.best_rank_r_function(teacher["A"], r)                      # (1, d, r)
         y_f = bn.rank_r_bilinear_forward(X_test, Q_f, K_f, teacher["V"], "identity")[0]
         rows.append(_row("students", "teacher best function", r, rel_rms(y_f, T_test)))
         for name, act in STUDENTS:

@@ -2,9 +2,9 @@
 
 `python bilinear_numpy.py train text|image [--quick|--full]` runs `run_task`: for every
 variant (a formulation with an activation, VARIANTS) and seed, it trains the one-block
-model of bilinear_numpy (input map -> h + FFN(RMSNorm(h)) -> output map) with Adam, the
+model of experiments/model.py (input map -> h + FFN(RMSNorm(h)) -> output map) with Adam, the
 FFN's unit count m chosen so that every FFN has the same number of parameters
-(bilinear_numpy.match_units). Then it writes results/<task>.csv, prints a Markdown table
+(experiments/model.py, match_units). Then it writes results/<task>.csv, prints a Markdown table
 of mean +- standard deviation over seeds beside the task's baseline, and saves the
 learning curves (and, for the image, the reconstructions) under figures/
 (experiments/train_figures.py).
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments import data
+from experiments import data, model
 
 # name -> (formulation, activation, r). Every FFN gets the same parameter budget.
 VARIANTS = {
@@ -107,7 +107,7 @@ class TextTask:
         self.curve_positions = np.sort(subset)  # a fixed subset for the learning curves
 
     def init(self, rng, formulation, m, r):
-        return bn.model_init(rng, formulation, self.context * self.e, self.d, m, self.vocab, r,
+        return model.model_init(rng, formulation, self.context * self.e, self.d, m, self.vocab, r,
                              vocab=self.vocab, d_emb=self.e, dtype=np.float32)
 
     def batch(self, rng):
@@ -125,7 +125,7 @@ class TextTask:
         nats = 0.0
         for chunk in np.array_split(positions, max(1, len(positions) // 8192)):
             X, y = data.context_windows(self.val_ids, chunk, self.context)
-            nats += bn.cross_entropy_forward(bn.model_forward(X, params, formulation, act)[0], y)[0] * len(chunk)
+            nats += bn.cross_entropy_forward(model.model_forward(X, params, formulation, act)[0], y)[0] * len(chunk)
         return nats / len(positions) / math.log(2)
 
 
@@ -157,7 +157,7 @@ class ImageTask:
         self.curve_pixels = np.sort(subset)
 
     def init(self, rng, formulation, m, r):
-        return bn.model_init(rng, formulation, self.features.shape[1], self.d, m, 3, r,
+        return model.model_init(rng, formulation, self.features.shape[1], self.d, m, 3, r,
                              dtype=np.float32)
 
     def batch(self, rng):
@@ -171,7 +171,7 @@ class ImageTask:
 
     def predict(self, params, formulation, act):
         """The whole image as the model sees it: (H, W, 3), unclipped."""
-        out = bn.model_forward(self.features, params, formulation, act)[0]
+        out = model.model_forward(self.features, params, formulation, act)[0]
         return out.reshape(self.image.shape)
 
     def evaluate(self, params, formulation, act, final=False):
@@ -179,7 +179,7 @@ class ImageTask:
         if final:
             return data.psnr_db(self.predict(params, formulation, act), self.image)
         idx = self.curve_pixels
-        out = bn.model_forward(self.features[idx], params, formulation, act)[0]
+        out = model.model_forward(self.features[idx], params, formulation, act)[0]
         return data.psnr_db(out, self.targets[idx])
 
 
@@ -244,7 +244,7 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
     if not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
-    m = bn.match_units(formulation, task.budget, task.d, r)
+    m = model.match_units(formulation, task.budget, task.d, r)
     params = task.init(np.random.default_rng([seed, 0]), formulation, m, r)
     batch_rng = np.random.default_rng([seed, 1])
     state = bn.adam_init(params)
@@ -253,9 +253,9 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
     run_start = time.perf_counter()
     for step in range(1, steps + 1):
         X, y = task.batch(batch_rng)
-        out, cache = bn.model_forward(X, params, formulation, act)
+        out, cache = model.model_forward(X, params, formulation, act)
         loss, dout = task.loss(out, y)
-        grads = bn.model_backward(dout, cache)
+        grads = model.model_backward(dout, cache)
         lr_t = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))   # cosine decay
         params, state = bn.adam_step(params, grads, state, lr=lr_t)
         if step in eval_at:
@@ -366,7 +366,7 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
     m_of = {}
     for v in variants:
         formulation, act, r = resolve_variant(v)
-        m_of[v] = bn.match_units(formulation, task.budget, task.d, r)
+        m_of[v] = model.match_units(formulation, task.budget, task.d, r)
         n = bn.FORMULATIONS[formulation].n_params(task.d, m_of[v], task.d, r)
         log(f"   {v:<18} m = {m_of[v]:>4}  params = {n:>7,}  ({(n - task.budget) / task.budget:+.1%})")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, train
+from experiments import ablation, model, train
 
 COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept", "params",
            "seed", "metric", "metric_name", "parity_even", "continuous_symmetries"]
@@ -80,7 +80,7 @@ def test_every_cell_is_filled_with_two_activations_where_the_table_allows():
 
 def test_same_seed_same_initial_weights_for_the_three_forms():
     # The pairing: a seed gives rank-1, gated and double-gated models the same start.
-    inits = [bn.model_init(np.random.default_rng([3, 0]), f, 12, 8, 5, 3)
+    inits = [model.model_init(np.random.default_rng([3, 0]), f, 12, 8, 5, 3)
              for f in ("rank1_bilinear", "gated_mlp", "double_gated_mlp")]
     for other in inits[1:]:
         assert all(np.array_equal(inits[0][k], other[k]) for k in inits[0])

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import model
 
 FORMS = list(bn.FORMULATIONS)
 
@@ -115,11 +116,11 @@ def test_training_backwards_refuse_an_upstream_gradient_of_another_dtype():
     x = rng.standard_normal((3, 4))
     _, norm = bn.rmsnorm_forward(x, np.ones(4))
     _, emb = bn.embedding_forward(np.array([0, 1, 1]), x)
-    params = bn.model_init(rng, "gated_mlp", 4, 4, 3, 2)
-    out, model = bn.model_forward(x, params, "gated_mlp", "silu")
+    params = model.model_init(rng, "gated_mlp", 4, 4, 3, 2)
+    out, model_cache = model.model_forward(x, params, "gated_mlp", "silu")
     for backward, cache, shape in ((bn.rmsnorm_backward, norm, (3, 4)),
                                    (bn.embedding_backward, emb, (3, 4)),
-                                   (bn.model_backward, model, out.shape)):
+                                   (model.model_backward, model_cache, out.shape)):
         with pytest.raises(TypeError, match=r"expected dtype float64 \(the forward's\), got float32"):
             backward(np.ones(shape, np.float32), cache)
         for dtype in (np.int64, np.complex128):
@@ -136,15 +137,15 @@ def test_adam_refuses_a_state_of_another_shape():
 
 def test_model_refuses_params_it_would_broadcast_or_ignore():
     rng = np.random.default_rng(0)
-    params = bn.model_init(rng, "gated_mlp", 6, 4, 3, 5)
+    params = model.model_init(rng, "gated_mlp", 6, 4, 3, 5)
     x = rng.standard_normal((2, 6))
     for name, bad, expected in (("b_in", np.zeros(1), r"\(d,\) = \(4,\), got \(1,\)"),
                                 ("b_in", np.zeros((2, 4)), r"\(d,\) = \(4,\), got \(2, 4\)"),
                                 ("b_out", np.zeros(1), r"\(d_out,\) = \(5,\), got \(1,\)"),
                                 ("W_out", np.zeros((3, 5)), r"\(d, d_out\) = \(4, 5\), got \(3, 5\)")):
         with pytest.raises(ValueError, match=rf"^{name}: expected shape {expected}$"):
-            bn.model_forward(x, params | {name: bad}, "gated_mlp", "silu")
+            model.model_forward(x, params | {name: bad}, "gated_mlp", "silu")
     with pytest.raises(ValueError, match=r"^params: expected mlp's model_init keys"):
-        bn.model_forward(x, params, "mlp", "silu")         # would ignore ffn.Q
+        model.model_forward(x, params, "mlp", "silu")         # would ignore ffn.Q
     with pytest.raises(TypeError, match=r"^dtype: expected float32 or float64, got int64$"):
-        bn.model_init(rng, "mlp", 6, 4, 3, 5, dtype=int)   # would round every weight
+        model.model_init(rng, "mlp", 6, 4, 3, 5, dtype=int)   # would round every weight

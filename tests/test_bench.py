@@ -193,3 +193,44 @@ def test_markdown_table_marks_misses_and_takes_medians(tmp_path):
     assert cells[5] == expected                         # silu is the 4th activation column
     floors = [float(r["fb_floor_ms"]) for r in rows if r["dtype"] == "float32"]
     assert cells[8].split(" / ")[0] == f"{np.median(floors):.0f}"
+
+
+def _write_rows(path, rows):
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_side_by_side_names_each_cell_kept_lost_and_gained(tmp_path):
+    from experiments import bench
+    bench.run(quick=True, out=tmp_path / "run.csv", formulations=["mlp"], tokens=8, repeats=1,
+              sizes={"mlp": (4, 6, 1)}, print_line=lambda line: None)
+    with (tmp_path / "run.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    verdicts = {("identity", "float32"): ("yes", "no"), ("relu", "float32"): ("no", "yes"),
+                ("sigmoid", "float64"): ("yes", "yes")}          # lost, gained, kept
+    old, new = [], []
+    for r in rows:
+        before, after = verdicts.get((r["activation"], r["dtype"]), ("no", "no"))
+        if r["activation"] == "gelu":
+            before = after = "n/a"                               # no target
+        old.append(r | {"time_ok": before, "fb_ratio": "1.2"})
+        new.append(r | {"time_ok": after, "fb_ratio": "1.3"})
+    _write_rows(tmp_path / "old.csv", old)
+    _write_rows(tmp_path / "new.csv", new)
+    table, counts = bench.side_by_side(tmp_path / "old.csv", tmp_path / "new.csv")
+    assert counts["lost"] == [("mlp", "identity", "float32")]
+    assert counts["gained"] == [("mlp", "relu", "float32")]
+    assert counts["kept"] == [("mlp", "sigmoid", "float64")]
+    assert len(counts["held_old"]) == 2 and len(counts["held_new"]) == 2
+    lines = table.splitlines()
+    assert lines[0].startswith("| float32 (target) |") and lines[4].startswith("| float64 (target) |")
+    f32 = [c.strip() for c in lines[2].split("|")]
+    assert f32[1] == "`mlp` (≤ 1.25)"
+    assert f32[2:4] == ["1.20 → 1.30*", "1.20* → 1.30"]         # identity lost, relu gained
+    assert f32[7] == "1.20 → 1.30"                              # exact GELU: no mark
+    with pytest.raises(KeyError):                               # a configuration missing
+        _write_rows(tmp_path / "short.csv", new[:-1])
+        bench.side_by_side(tmp_path / "old.csv", tmp_path / "short.csv")
+

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import low_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "derivations.md").read_text(encoding="utf-8")
@@ -872,7 +873,7 @@ def test_eigen_factors_truncation_is_not_the_best_unit():
     lam = np.linalg.eigvalsh(S)                                    # increasing
     Q, K, _ = bn.eigen_factors(S[None])
     truncation = _score_matrix(Q[0][:, :1], K[0][:, :1])
-    Qb, Kb = bn.best_rank_r_unit(S[None], 1)
+    Qb, Kb = low_rank.best_rank_r_unit(S[None], 1)
     best = _score_matrix(Qb[0], Kb[0])
     assert np.sum((S - best) ** 2) == pytest.approx(np.sum(lam[1:-1] ** 2), rel=1e-12)
     assert np.sum((S - best) ** 2) < np.sum((S - truncation) ** 2) - 1.0
@@ -881,7 +882,7 @@ def test_eigen_factors_truncation_is_not_the_best_unit():
     s = bn.rank_r_bilinear_forward(x, Qb, Kb, np.ones((1, 1)), "identity")[0][:, 0]
     assert bn.rel_error(s, np.einsum("ni,ij,nj->n", x, best, x)) < TOL
     # r = 2: the two largest positive and the two most negative eigenvalues
-    Qb, Kb = bn.best_rank_r_unit(S[None], 2)
+    Qb, Kb = low_rank.best_rank_r_unit(S[None], 2)
     assert np.sum((S - _score_matrix(Qb[0], Kb[0])) ** 2) == pytest.approx(np.sum(lam[2:-2] ** 2), rel=1e-12)
 
 
@@ -895,7 +896,7 @@ def test_function_error_is_two_frobenius_plus_trace_squared():
     isserlis = (np.einsum("ab,ce->abce", delta, delta) + np.einsum("ac,be->abce", delta, delta)
                 + np.einsum("ae,bc->abce", delta, delta))          # E[x_a x_b x_c x_e]
     exact = np.einsum("ab,ce,abce->", M, M, isserlis)
-    assert bn.function_error(M, np.zeros((4, 4))) == pytest.approx(exact, rel=1e-12)
+    assert low_rank.function_error(M, np.zeros((4, 4))) == pytest.approx(exact, rel=1e-12)
     x = rng.standard_normal((200000, 4))
     monte_carlo = np.mean(np.einsum("ni,ij,nj->n", x, M, x) ** 2)
     assert monte_carlo == pytest.approx(exact, rel=0.03)
@@ -908,18 +909,18 @@ def test_best_rank_r_function_beats_the_best_score_matrix():
     B = rng.standard_normal((6, 6))
     S = (B + B.T) / 2
     for r in (1, 2):
-        Qu, Ku = bn.best_rank_r_unit(S[None], r)
-        Qf, Kf = bn.best_rank_r_function(S[None], r)
-        unit_err = bn.function_error(S, _score_matrix(Qu[0], Ku[0]))
-        best_err = bn.function_error(S, _score_matrix(Qf[0], Kf[0]))
+        Qu, Ku = low_rank.best_rank_r_unit(S[None], r)
+        Qf, Kf = low_rank.best_rank_r_function(S[None], r)
+        unit_err = low_rank.function_error(S, _score_matrix(Qu[0], Ku[0]))
+        best_err = low_rank.function_error(S, _score_matrix(Qf[0], Kf[0]))
         assert best_err < unit_err - 0.1
         for _ in range(300):                                       # a local minimum
             dQ, dK = 1e-3 * rng.standard_normal((2, 6, r))
-            assert bn.function_error(S, _score_matrix(Qf[0] + dQ, Kf[0] + dK)) >= best_err - 1e-12
+            assert low_rank.function_error(S, _score_matrix(Qf[0] + dQ, Kf[0] + dK)) >= best_err - 1e-12
     # with tr S = 0 and r = 1 on diag(1, -1, 0, ...), both answers are the exact unit
     S0 = np.diag([1.0, -1.0, 0, 0])
-    Qf, Kf = bn.best_rank_r_function(S0[None], 1)
-    assert bn.function_error(S0, _score_matrix(Qf[0], Kf[0])) < 1e-24
+    Qf, Kf = low_rank.best_rank_r_function(S0[None], 1)
+    assert low_rank.function_error(S0, _score_matrix(Qf[0], Kf[0])) < 1e-24
 
 
 # ----- 7. Checking derivatives numerically ------------------------------------------------

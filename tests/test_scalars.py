@@ -18,7 +18,7 @@ import pytest
 
 import bilinear_numpy as bn
 import experiments
-from experiments import ablation, data, figures, train, train_figures
+from experiments import ablation, data, figures, model, train, train_figures
 from experiments.hessian import hessian_at_minimum
 
 KINDS = {"python float": float, "np.float64": np.float64, "np.float32": np.float32}
@@ -109,7 +109,7 @@ def gradcheck(num, tmp_path):
 
 
 def match_units(num, tmp_path):
-    return bn.match_units("gated_mlp", 32768, 64, tol=num(0.015625))
+    return model.match_units("gated_mlp", 32768, 64, tol=num(0.015625))
 
 
 def text_dataset(num, tmp_path):
@@ -197,7 +197,7 @@ CASES = {
     transform: ["bilinear_numpy.transform_params"],
     numerical_gradient: ["bilinear_numpy.numerical_gradient"],
     gradcheck: ["bilinear_numpy.gradcheck", "bilinear_numpy.GradcheckReport"],
-    match_units: ["bilinear_numpy.match_units"],
+    match_units: ["experiments.model.match_units"],
     text_dataset: ["experiments.data.text_dataset"],
     figure_data: ["experiments.figures.exchange_data", "experiments.figures.train_gd",
                   "experiments.figures.conservation_data", "experiments.figures.tied_data",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import cli, data, train
+from experiments import cli, data, model, train
 
 TEXT_COLUMNS = ["variant", "formulation", "activation", "r", "params", "seed", "steps",
                 "val_bpc", "baseline_bpc"]
@@ -78,19 +78,19 @@ MODEL_CASES = [(name, "silu", 2) for name in bn.FORMULATIONS] + [
 def test_whole_model_gradient(formulation, act, r, tokens):
     rng = np.random.default_rng(4)
     if tokens:    # context k = 3 ids, embedding width d_emb = 2: d_in = 6
-        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, d_emb=2)
+        params = model.model_init(rng, formulation, 6, 4, 3, 5, r, vocab=7, d_emb=2)
         inputs = rng.integers(0, 7, (5, 3))
     else:
-        params = bn.model_init(rng, formulation, 6, 4, 3, 5, r)
+        params = model.model_init(rng, formulation, 6, 4, 3, 5, r)
         inputs = rng.standard_normal((5, 6))
     params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # no zeros
     targets = rng.integers(0, 5, 5)
 
     def loss(p):
-        return bn.cross_entropy_forward(bn.model_forward(inputs, p, formulation, act)[0], targets)[0]
+        return bn.cross_entropy_forward(model.model_forward(inputs, p, formulation, act)[0], targets)[0]
 
-    out, cache = bn.model_forward(inputs, params, formulation, act)
-    grads = bn.model_backward(bn.cross_entropy_backward(0.7, bn.cross_entropy_forward(out, targets)[1]), cache)
+    out, cache = model.model_forward(inputs, params, formulation, act)
+    grads = model.model_backward(bn.cross_entropy_backward(0.7, bn.cross_entropy_forward(out, targets)[1]), cache)
     assert set(grads) == set(params)
     for name, value in params.items():
         num = numeric(lambda v, name=name: loss(params | {name: v}), value)
@@ -99,16 +99,16 @@ def test_whole_model_gradient(formulation, act, r, tokens):
 
 def test_model_keeps_dtype_and_inputs():
     rng = np.random.default_rng(5)
-    params = bn.model_init(rng, "gated_mlp", 4, 4, 3, 2, dtype=np.float32)
+    params = model.model_init(rng, "gated_mlp", 4, 4, 3, 2, dtype=np.float32)
     x = rng.standard_normal((3, 4)).astype(np.float32)
     before = {k: v.copy() for k, v in params.items()}, x.copy()
-    out, cache = bn.model_forward(x, params, "gated_mlp", "silu")
-    grads = bn.model_backward(np.ones_like(out), cache)
+    out, cache = model.model_forward(x, params, "gated_mlp", "silu")
+    grads = model.model_backward(np.ones_like(out), cache)
     assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
     assert all(np.array_equal(before[0][k], params[k]) for k in params)
     assert np.array_equal(before[1], x)
     with pytest.raises(TypeError, match="float32"):
-        bn.model_forward(x.astype(np.float64), params, "gated_mlp", "silu")
+        model.model_forward(x.astype(np.float64), params, "gated_mlp", "silu")
 
 
 # ----- stability, Adam, parameter matching ----------------------------------------------
@@ -160,21 +160,21 @@ def test_adam_bad_input():
 def test_parameter_matching_within_two_percent(budget, d):
     counts = {}
     for name, (formulation, act, r) in train.VARIANTS.items():
-        m = bn.match_units(formulation, budget, d, r)
+        m = model.match_units(formulation, budget, d, r)
         counts[name] = bn.FORMULATIONS[formulation].n_params(d, m, d, r)
         assert abs(counts[name] - budget) <= 0.02 * budget, name
-    assert bn.match_units("gated_mlp", 32768, 64) == round(2 / 3 * 256)    # Shazeer's 2/3
-    assert bn.match_units("bilinear", 10 * 8 * 8 + 10 * 8, 8) == 10
+    assert model.match_units("gated_mlp", 32768, 64) == round(2 / 3 * 256)    # Shazeer's 2/3
+    assert model.match_units("bilinear", 10 * 8 * 8 + 10 * 8, 8) == 10
 
 
 def test_parameter_matching_bad_input():
     with pytest.raises(ValueError, match="raise the budget"):
-        bn.match_units("rank_r_bilinear", 500, 64, r=4)
+        model.match_units("rank_r_bilinear", 500, 64, r=4)
     for budget in (0, -5):
         with pytest.raises(ValueError, match="budget"):
-            bn.match_units("mlp", budget, 64)
+            model.match_units("mlp", budget, 64)
     with pytest.raises(ValueError, match="gated_mlp"):
-        bn.match_units("gated", 1000, 8)
+        model.match_units("gated", 1000, 8)
 
 
 # ----- bad input --------------------------------------------------------------------------
@@ -191,9 +191,9 @@ def test_substrate_bad_input():
     for size in ({"d": 0}, {"m": -1}, {"d_out": 0}):
         args = {"d_in": 4, "d": 4, "m": 3, "d_out": 2} | size
         with pytest.raises(ValueError, match="positive integer"):
-            bn.model_init(np.random.default_rng(0), "mlp", **args)
+            model.model_init(np.random.default_rng(0), "mlp", **args)
     with pytest.raises(ValueError, match="multiple of d_emb"):
-        bn.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, d_emb=2)
+        model.model_init(np.random.default_rng(0), "mlp", 5, 4, 3, 2, vocab=7, d_emb=2)
 
 
 def test_unknown_names_list_the_valid_ones():
