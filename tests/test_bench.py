@@ -234,3 +234,23 @@ def test_side_by_side_names_each_cell_kept_lost_and_gained(tmp_path):
         _write_rows(tmp_path / "short.csv", new[:-1])
         bench.side_by_side(tmp_path / "old.csv", tmp_path / "short.csv")
 
+
+def test_speed_page_has_the_back_to_back_table_of_the_saved_runs():
+    from experiments import bench
+    speed = (ROOT / "docs" / "speed.md").read_text(encoding="utf-8")
+    table, counts = bench.side_by_side(ROOT / "results" / "bench_back_to_back_d244205_2.csv",
+                                       ROOT / "results" / "bench.csv")
+    assert table in speed                                       # every cell as saved
+    for key in ("held_old", "held_new", "kept", "lost", "gained"):
+        assert f"{key} {len(counts[key])}" in speed, key        # the counts as stated
+
+
+def test_compare_versions_times_two_modules_in_alternation():
+    from experiments import compare_versions
+    other = compare_versions.load_module(ROOT / "bilinear_numpy.py", "bilinear_numpy_copy")
+    assert other is not bn and other.FORMULATIONS["gated_mlp"] is not bn.FORMULATIONS["gated_mlp"]
+    res = compare_versions.compare(other, "gated_mlp", "silu", "float64", pairs=3,
+                                   sizes=(4, 6, 1), tokens=8)
+    assert res["equal"]                                  # the same code: the same numbers
+    assert len(res["ratios"]) == 3 and res["ratios"] == sorted(res["ratios"])
+    assert res["old_ms"] > 0 and res["new_ms"] > 0

@@ -1,0 +1,96 @@
+"""Two versions of bilinear_numpy, timed in alternation in one process, cell by cell.
+
+A full `bench` run of each version, one after the other, moves by 0.1 to 0.5 in a ratio from
+run to run on a shared machine. To tell whether a cell that missed its target in one run is
+really slower, this loads an older bilinear_numpy.py (for example `git show
+d244205:bilinear_numpy.py > /tmp/old_bn.py`) beside the current one and times forward +
+backward through each version's FORMULATIONS in alternation, on the same inputs at the
+benchmark's full sizes, so that a slow moment of the machine hits both:
+
+    OPENBLAS_NUM_THREADS=1 python -m experiments.compare_versions /tmp/old_bn.py \\
+        rank1_bilinear:identity:float32 double_gated_mlp:sigmoid:float64 --pairs 9
+
+It prints, per cell, the median time of each version and the median and range of new / old
+over the pairs. Run from the repository's root (the current version is imported from there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import bilinear_numpy as bn
+from experiments.bench import FULL, load_average
+
+
+def load_module(path, name="old_bilinear_numpy"):
+    """Import the file `path` as a module called `name` (another version of bilinear_numpy)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module                    # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def forward_backward_seconds(module, name, act, x, params, dy):
+    """Wall time of one forward + backward pass through module.FORMULATIONS[name]."""
+    form = module.FORMULATIONS[name]
+    start = time.perf_counter()
+    form.backward(dy, form.forward(x, **params, act=act)[1])
+    return time.perf_counter() - start
+
+
+def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None):
+    """Time `old` and this bilinear_numpy in alternation, `pairs` times, after one warm-up each.
+
+    Args: old: a module with FORMULATIONS (load_module); name, act: a formulation and an
+        activation both versions know; dtype: "float32" or "float64"; pairs: int >= 1;
+        sizes (d, m, r) and tokens: the benchmark's full sizes unless given.
+    Returns: dict with old_ms, new_ms (medians), ratios (sorted new / old of each pair) and
+        equal (whether the two versions gave the same y, bit for bit).
+    """
+    d, m, r = sizes or FULL["sizes"][name]
+    tokens = tokens or FULL["tokens"]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, d)).astype(dtype)
+    params = bn.FORMULATIONS[name].init(rng, d, m, d, r, dtype)
+    dy = rng.standard_normal((tokens, d)).astype(dtype)
+    y_old = old.FORMULATIONS[name].forward(x, **params, act=act)[0]
+    y_new = bn.FORMULATIONS[name].forward(x, **params, act=act)[0]
+    for module in (old, bn):                      # warm-up: first-touch costs out of the way
+        forward_backward_seconds(module, name, act, x, params, dy)
+    old_s, new_s = [], []
+    for _ in range(pairs):
+        old_s.append(forward_backward_seconds(old, name, act, x, params, dy))
+        new_s.append(forward_backward_seconds(bn, name, act, x, params, dy))
+    return {"old_ms": 1e3 * statistics.median(old_s), "new_ms": 1e3 * statistics.median(new_s),
+            "ratios": sorted(n / o for n, o in zip(new_s, old_s)),
+            "equal": bool(np.array_equal(y_old, y_new))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", help="path of the other bilinear_numpy.py")
+    parser.add_argument("cells", nargs="+", help="formulation:activation:dtype")
+    parser.add_argument("--pairs", type=int, default=9, help="timed pairs per cell")
+    args = parser.parse_args(argv)
+    old = load_module(args.old)
+    print(f"old: {args.old}; new: {bn.__file__}; N = {FULL['tokens']}; pairs: {args.pairs}; "
+          f"load average {load_average()}")
+    for cell in args.cells:
+        name, act, dtype = cell.split(":")
+        res = compare(old, name, act, dtype, args.pairs)
+        ratios = res["ratios"]
+        print(f"{name:<17} {act:<10} {dtype:<8} old {res['old_ms']:7.1f} ms  new "
+              f"{res['new_ms']:7.1f} ms  new/old median {statistics.median(ratios):.3f} "
+              f"(pairs {ratios[0]:.3f} to {ratios[-1]:.3f}); same y: {res['equal']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
