@@ -16,6 +16,8 @@ needs NumPy alone.
     train_figures.py  learning curves, image reconstructions and the ablation grid of `train`
     ablation.py       `train ablation`: which broken symmetry matters, the 2 x 2 cells
     bench.py          `bench`: forward and backward of every formulation against its GEMM floor
+    compare_versions.py  `python -m experiments.compare_versions OLD.py CELL...`: an older
+                      bilinear_numpy.py timed in alternation with this one
     safetensors_reader.py  safetensors files (F32, F16, BF16; sharded) read with NumPy alone
     inspect_model.py  `inspect`: the SwiGLU layers of a trained LLaMA-style checkpoint, measured
 """

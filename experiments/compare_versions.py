@@ -81,7 +81,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     old = load_module(args.old)
     print(f"old: {args.old}; new: {bn.__file__}; N = {FULL['tokens']}; pairs: {args.pairs}; "
-          f"load average {load_average()}")
+          f"load average {load_average():.2f}")
     for cell in args.cells:
         name, act, dtype = cell.split(":")
         res = compare(old, name, act, dtype, args.pairs)
