@@ -29,7 +29,13 @@ from experiments.bench import FULL, load_average
 
 
 def load_module(path, name="old_bilinear_numpy"):
-    """Import the file `path` as a module called `name` (another version of bilinear_numpy)."""
+    """Import the file `path` as a module called `name` (another version of bilinear_numpy).
+
+    Args: path: str or Path of a .py file; name: str, the module's name in sys.modules.
+    Returns: the module, executed.
+    Raises: FileNotFoundError if path does not exist; whatever the file raises on import.
+    Source: importlib.util.spec_from_file_location (the Python documentation's recipe).
+    """
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module                    # dataclasses look their module up here
@@ -38,7 +44,14 @@ def load_module(path, name="old_bilinear_numpy"):
 
 
 def forward_backward_seconds(module, name, act, x, params, dy):
-    """Wall time of one forward + backward pass through module.FORMULATIONS[name]."""
+    """Wall time of one forward + backward pass through module.FORMULATIONS[name].
+
+    Args: module: a version of bilinear_numpy; name, act: formulation and activation names;
+        x (N, d), params (the formulation's shapes), dy (N, d_out): one float dtype.
+    Returns: float, seconds (time.perf_counter).
+    Raises: what the module's forward or backward raises for bad input.
+    Source: the same pass that bench.measure times.
+    """
     form = module.FORMULATIONS[name]
     start = time.perf_counter()
     form.backward(dy, form.forward(x, **params, act=act)[1])
@@ -53,6 +66,9 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None):
         sizes (d, m, r) and tokens: the benchmark's full sizes unless given.
     Returns: dict with old_ms, new_ms (medians), ratios (sorted new / old of each pair) and
         equal (whether the two versions gave the same y, bit for bit).
+    Raises: KeyError for a formulation without full sizes (and no `sizes`); what either
+        version raises for an unknown activation.
+    Source: docs/speed.md, "Back to back" (why alternation: run-to-run noise).
     """
     d, m, r = sizes or FULL["sizes"][name]
     tokens = tokens or FULL["tokens"]
@@ -74,6 +90,7 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None):
 
 
 def main(argv=None):
+    """The command line (see the module docstring); returns the exit status 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("old", help="path of the other bilinear_numpy.py")
     parser.add_argument("cells", nargs="+", help="formulation:activation:dtype")
