@@ -144,8 +144,7 @@ def watching(names):
     import (`from bilinear_numpy import gated_mlp_backward as f`), functools.partial, another
     public function that calls it (bn.gradcheck calls bn.numerical_gradient), even a fresh
     copy of the module loaded from its file. All of them run the same source: the function
-    of that name in bilinear_numpy.py, or its speed path `_<name>_fast`, which is what
-    FORMULATIONS runs. So a profile hook (sys.setprofile, and
+    of that name in bilinear_numpy.py. So a profile hook (sys.setprofile, and
     threading.setprofile for new threads) watches every Python call while the student's
     code runs and records the calls whose code comes from bilinear_numpy.py under a
     forbidden name. The hook raises nothing (a student's `except:` cannot swallow it); the
@@ -161,7 +160,6 @@ def watching(names):
     called, verdicts, where = [], {}, bn_file()
     files = {str((ROOT / name).resolve()): name for name in names if name.endswith(".py")}
     names = frozenset(name for name in names if not name.endswith(".py"))
-    names = names | {f"_{name}_fast" for name in names}   # the registry's speed paths
 
     def hook(frame, event, arg):
         if event != "call":
@@ -173,8 +171,7 @@ def watching(names):
             hit = verdicts[code] = ((code.co_name in names and path == where) or
                                     (path in files and code.co_name != "<module>"))
         if hit and code.co_name in names:   # named as the student knows it: gated_mlp_backward
-            called.append(code.co_name.removeprefix("_").removesuffix("_fast")
-                          if code.co_name.endswith("_fast") else code.co_name)
+            called.append(code.co_name)
         elif hit:
             called.append(f"{code.co_name} (in {files[str(Path(code.co_filename).resolve())]})")
 

@@ -68,7 +68,7 @@ def test_printed_table(quick_run):
 
 def test_floor_products_have_matching_shapes():
     from experiments import bench
-    sizes = {"N": 5, "d": 3, "o": 2, "m": 7, "r": 2, "R": 14, "D": 9, "M": 14}
+    sizes = {"N": 5, "d": 3, "o": 2, "m": 7, "r": 2, "R": 14, "D": 9}
     for name in bn.FORMULATIONS:
         forward, backward = bench.floor_operands(name, sizes, np.float32, np.random.default_rng(0))
         assert forward and backward
@@ -161,7 +161,7 @@ def test_bad_input_is_rejected(tmp_path):
     from experiments import bench
     with pytest.raises(ValueError, match="tokens and repeats: expected positive integers"):
         bench.run(quick=True, out=tmp_path / "b.csv", tokens=0)
-    sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4, "M": 4}
+    sizes = {"N": 2, "d": 2, "o": 2, "m": 2, "r": 1, "R": 2, "D": 4}
     with pytest.raises(ValueError, match="'glu' has no entry in FLOOR"):
         bench.measure("glu", "relu", np.float64, sizes, 1)
 
