@@ -215,7 +215,10 @@ def get_activation(act: str | Activation) -> Activation:
 #   (N, d_out) rows. The next line unpacks what the backward reads from the cache.
 # Speed shows where it is bought, with what it saves: sigma and sigma' block by block
 # (_sigma_and_slope), the full bilinear form's outer products block by block, rank r as
-# one matrix product (_as_columns).
+# one matrix product (_as_columns). A step marked * writes in place (`*=`, `out=`) into an
+# array the pair has just made and reads no more: one new (N, m) array fewer, and at these
+# sizes a new one costs its memory pages anew (glibc returns arrays above 32 MiB to the
+# system). The numbers are those of the plain expression.
 
 _ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of outer products
@@ -268,8 +271,8 @@ def mlp_backward(dy, cache):
     x, K, V, h, sigma_prime = cache["x"], cache["K"], cache["V"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
+    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    dz *= sigma_prime                             # (N, m)       R2 on h = sigma(z), in place *
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(x.shape), "K": dK, "V": dV}
@@ -308,7 +311,8 @@ def static_query_mlp_backward(dy, cache):
     xQ, h, sigma_prime = cache["xQ"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    dz *= sigma_prime                             # (N, m)       R2, in place *
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
@@ -356,7 +360,8 @@ def bilinear_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
     dA = np.empty_like(A)                         # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
     # Outer products rebuilt, not cached, in blocks as in the forward: here blocks of rows i
     # of every dA_j, each one product over all tokens (no partial sums over blocks of tokens).
@@ -475,9 +480,10 @@ def rank1_bilinear_backward(dy, cache):
     a, b, h, sigma_prime = cache["a"], cache["b"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
     da = ds * b                                   # (N, m)       R3 on s = a * b
-    db = ds * a                                   # (N, m)       R3
+    db = np.multiply(ds, a, out=ds)               # (N, m)       R3, over ds *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -521,8 +527,9 @@ def gated_mlp_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * (b * sigma_prime_a)                 # (N, m)       R3, then R2
-    db = dh * sigma_a                             # (N, m)       R3
+    da = b * sigma_prime_a                        # (N, m)
+    da *= dh                                      # (N, m)       R3, then R2: dh b sigma'(a) *
+    db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       R3: dh sigma(a), over dh *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -568,9 +575,11 @@ def double_gated_mlp_backward(dy, cache):
     sigma_b, sigma_prime_b = cache["sigma_b"], cache["sigma_prime_b"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * (sigma_prime_a * sigma_b)           # (N, m)       R3, then R2
-    db = dh * (sigma_a * sigma_prime_b)           # (N, m)       R3, then R2
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    da = sigma_prime_a * sigma_b                  # (N, m)
+    da *= dh                                      # (N, m)       R3, then R2 *
+    db = sigma_a * sigma_prime_b                  # (N, m)
+    db *= dh                                      # (N, m)       R3, then R2 *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
