@@ -213,6 +213,8 @@ def get_activation(act: str | Activation) -> Activation:
 # - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
 #   that forward (another one is refused, and named), dy has y's shape and dtype; dY is dy as
 #   (N, d_out) rows. The next line unpacks what the backward reads from the cache.
+# The cache also keeps sigma's arguments (z, s or a), which a backward need not read:
+# gradcheck (section 3) reads them to keep its probes away from a kink (relu at 0).
 # Speed shows where it is bought, with what it saves: sigma and sigma' block by block
 # (_sigma_and_slope), the full bilinear form's outer products block by block, rank r as
 # one matrix product (_as_columns). A step marked * writes in place (`*=`, `out=`) into an
@@ -226,8 +228,8 @@ _OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of
 
 def _blocks(n, width, size):
     # Slices covering range(n), each of about size / width rows (a row has width elements).
-    step = max(1, size // max(1, width))
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+    rows = max(1, size // max(1, width))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
 def _sigma_and_slope(act, z):
@@ -261,7 +263,7 @@ def mlp_forward(x, K, V, act="relu"):
     h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("mlp_forward", act, x=x, K=K, V=V, z=z, h=h, sigma_prime=sigma_prime)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def mlp_backward(dy, cache):
@@ -300,7 +302,7 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, xQ=xQ, z=z, h=h,
                           sigma_prime=sigma_prime)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def static_query_mlp_backward(dy, cache):
@@ -349,7 +351,7 @@ def bilinear_forward(x, A, V, act="identity"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("bilinear_forward", act, x=x, A=A, V=V, s=s, h=h,
                           sigma_prime=sigma_prime)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def bilinear_backward(dy, cache):
@@ -422,7 +424,7 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("rank_r_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s,
                           h=h, sigma_prime=sigma_prime)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def rank_r_bilinear_backward(dy, cache):
@@ -469,7 +471,7 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("rank1_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s, h=h,
                           sigma_prime=sigma_prime)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def rank1_bilinear_backward(dy, cache):
@@ -515,7 +517,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
                           sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def gated_mlp_backward(dy, cache):
@@ -563,7 +565,7 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
                           sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
                           sigma_prime_b=sigma_prime_b, h=h)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def double_gated_mlp_backward(dy, cache):
@@ -608,7 +610,7 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("gated_rank_r_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
                           sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
-    return y.reshape(x.shape[:-1] + V.shape[1:]), cache
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def gated_rank_r_backward(dy, cache):

@@ -25,7 +25,13 @@ from __future__ import annotations
 import csv
 import os
 import platform
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -442,3 +448,113 @@ def main(args):
     run(quick=args.quick, out=out, dtypes=args.dtype, formulations=args.formulation,
         activations=args.activation, tokens=args.tokens, repeats=args.repeats)
     return 0
+
+
+# docs/speed.md's generated tables sit between two markers that name their CSV files:
+# <!-- markdown_table results/bench.csv --> ... <!-- end -->, and
+# <!-- side_by_side OLD.csv NEW.csv --> ... <!-- end -->.
+_GENERATED = re.compile(r"(<!-- (markdown_table|side_by_side) ([^>]*?) -->\n)(.*?)(<!-- end -->)",
+                        re.S)
+
+
+def generated_tables(page):
+    """The generated tables of a page such as docs/speed.md, as they should read.
+
+    Args: page: the page's text.
+    Returns: list of (kind, csv_paths, table) per marker, kind "markdown_table" (table of one
+        run) or "side_by_side" (two runs: the table and its counts line).
+    Source: markdown_table and side_by_side above.
+    """
+    out = []
+    for match in _GENERATED.finditer(page):
+        kind, paths = match.group(2), match.group(3).split()
+        if kind == "markdown_table":
+            table = markdown_table(paths[0])
+        else:
+            table, counts = side_by_side(*paths)
+            table += "\n\nCounts (`side_by_side`): " + ", ".join(
+                f"{key} {len(counts[key])}" for key in ("held_old", "held_new", "kept", "lost",
+                                                      "gained")) + "."
+        out.append((kind, paths, table))
+    return out
+
+
+def rewrite_generated_tables(page_path):
+    """Replace every generated table of the page (see _GENERATED) by its CSV files' table.
+
+    Args: page_path: path of the Markdown page (docs/speed.md), read and written in UTF-8,
+        the CSV paths in its markers relative to the working folder.
+    Returns: the number of tables written.
+    """
+    page = Path(page_path).read_text(encoding="utf-8")
+    tables = iter(generated_tables(page))
+    new = _GENERATED.sub(lambda m: m.group(1) + next(tables)[2] + "\n" + m.group(5), page)
+    Path(page_path).write_text(new, encoding="utf-8")
+    return len(_GENERATED.findall(page))
+
+
+def _uptime():
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return f"load average {load_average():.2f}"
+
+
+def back_to_back(old_rev, print_line=print):
+    """The full benchmark of commit old_rev, then of the working tree, one after the other
+    on this machine, and docs/speed.md's tables re-made from the two runs.
+
+    Run from the clone's root: `python -m experiments.bench OLD_REV` (one BLAS thread; about
+    40 minutes on an idle 2-core machine). Writes results/bench_back_to_back_OLD_REV.csv
+    (old_rev's run, from a `git archive` of it in a temporary folder), results/bench.csv
+    (this code's run), results/bench_run.txt (the commits, `uptime` before and after each
+    run, the wall times), and points docs/speed.md's two generated tables at them. The
+    page's prose (which targets miss, and why) is a person's to re-read.
+
+    Args: old_rev: a commit (hash or name) that `git archive` knows; print_line: print.
+    Returns: the number of time targets held in this code's run.
+    Raises: subprocess.CalledProcessError if git or a bench run fails.
+    Source: docs/speed.md, "Back to back".
+    """
+    env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                        "MKL_NUM_THREADS": "1"}
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    old_csv = Path("results") / f"bench_back_to_back_{old_rev}.csv"
+    log = [f"old: {old_rev}; new: {head}" + (" plus uncommitted changes" if dirty else "")]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "old.tar"
+        subprocess.run(["git", "archive", "-o", str(archive), old_rev], check=True)
+        with tarfile.open(archive) as tar:             # git's own archive: trusted paths
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(Path(tmp) / "old", **safe)
+        for name, cwd, out in ((old_rev, Path(tmp) / "old", Path(tmp) / "old.csv"),
+                               (head, Path.cwd(), Path(tmp) / "new.csv")):
+            log.append(f"{name} start: {_uptime()}")
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "bilinear_numpy.py", "bench", "--out", str(out)],
+                           cwd=cwd, env=env, check=True)
+            log.append(f"{name} end ({time.perf_counter() - start:.0f} s wall): {_uptime()}")
+        Path("results").mkdir(exist_ok=True)
+        shutil.copy(Path(tmp) / "old.csv", old_csv)
+        shutil.copy(Path(tmp) / "new.csv", Path("results") / "bench.csv")
+    Path("results", "bench_run.txt").write_text("\n".join(log) + "\n", encoding="utf-8")
+    page = Path("docs", "speed.md")
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"<!-- side_by_side \S+ results/bench.csv -->",
+                  f"<!-- side_by_side {old_csv.as_posix()} results/bench.csv -->", text)
+    page.write_text(text, encoding="utf-8")
+    rewrite_generated_tables(page)
+    for line in log:
+        print_line(line)
+    with (Path("results") / "bench.csv").open(encoding="utf-8", newline="") as f:
+        return sum(r["time_ok"] == "yes" for r in csv.DictReader(f))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m experiments.bench OLD_REV   (from the clone's root)")
+    held = back_to_back(sys.argv[1])
+    print(f"time targets held: {held}; docs/speed.md's tables re-made; re-read its prose")

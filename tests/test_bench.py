@@ -235,14 +235,32 @@ def test_side_by_side_names_each_cell_kept_lost_and_gained(tmp_path):
         bench.side_by_side(tmp_path / "old.csv", tmp_path / "short.csv")
 
 
-def test_speed_page_has_the_back_to_back_table_of_the_saved_runs():
+def test_speed_page_has_the_back_to_back_table_of_the_saved_runs(monkeypatch):
+    # The page's generated tables (between markers naming their CSV files) are those files'.
     from experiments import bench
+    monkeypatch.chdir(ROOT)                                     # the markers' paths
     speed = (ROOT / "docs" / "speed.md").read_text(encoding="utf-8")
-    table, counts = bench.side_by_side(ROOT / "results" / "bench_back_to_back_d244205_2.csv",
-                                       ROOT / "results" / "bench.csv")
-    assert table in speed                                       # every cell as saved
-    for key in ("held_old", "held_new", "kept", "lost", "gained"):
-        assert f"{key} {len(counts[key])}" in speed, key        # the counts as stated
+    tables = bench.generated_tables(speed)
+    assert [kind for kind, _, _ in tables] == ["markdown_table", "side_by_side"]
+    assert tables[1][1][1] == "results/bench.csv"               # the new run is the saved one
+    for kind, paths, table in tables:
+        assert table in speed, (kind, paths)                    # every cell as saved
+
+
+def test_generated_tables_are_rewritten_from_their_csv_files(tmp_path, monkeypatch):
+    from experiments import bench
+    monkeypatch.chdir(tmp_path)
+    bench.run(quick=True, out="a.csv", formulations=["mlp"], tokens=8, repeats=1,
+              sizes={"mlp": (4, 6, 1)}, print_line=lambda line: None)
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- markdown_table a.csv -->\nstale\n<!-- end -->\n"
+                    "<!-- side_by_side a.csv a.csv -->\n<!-- end -->\noutro\n", encoding="utf-8")
+    assert bench.rewrite_generated_tables(page) == 2
+    text = page.read_text(encoding="utf-8")
+    assert "stale" not in text and text.startswith("intro\n") and text.endswith("outro\n")
+    assert bench.markdown_table("a.csv") in text
+    assert "held_old" in text and "lost 0" in text and "gained 0" in text   # a run against itself
+    assert bench.rewrite_generated_tables(page) == 2 and page.read_text(encoding="utf-8") == text
 
 
 def test_compare_versions_times_two_modules_in_alternation():
