@@ -434,9 +434,10 @@ def rank_r_bilinear_backward(dy, cache):
     x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
     a, b, h, sigma_prime = cache["a"], cache["b"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    (N, d), (m, _, r) = X.shape, Q.shape
+    N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
     # R3 and R4 (ds_j to every rho), laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
     da = (ds[:, None, :] * b.transpose(0, 2, 1)).reshape(N, r * m)   # da_jrho = ds_j b_jrho
     db = (ds[:, None, :] * a.transpose(0, 2, 1)).reshape(N, r * m)   # db_jrho = ds_j a_jrho
@@ -620,7 +621,7 @@ def gated_rank_r_backward(dy, cache):
     x, Q, K, V, h = cache["x"], cache["Q"], cache["K"], cache["V"], cache["h"]
     b, sigma_a, sigma_prime_a = cache["b"], cache["sigma_a"], cache["sigma_prime_a"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    (N, d), (m, _, r) = X.shape, Q.shape
+    N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R4: every rho gets dh_j
     # R3, then R2, laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
