@@ -530,9 +530,9 @@ def gated_mlp_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = b * sigma_prime_a                        # (N, m)
-    da *= dh                                      # (N, m)       R3, then R2: dh b sigma'(a) *
-    db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       R3: dh sigma(a), over dh *
+    da = b * sigma_prime_a                        # (N, m)       b sigma'(a)
+    da *= dh                                      # (N, m)       da = dh b sigma'(a): R3, then R2 *
+    db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       db = dh sigma(a): R3, over dh *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -579,10 +579,10 @@ def double_gated_mlp_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = sigma_prime_a * sigma_b                  # (N, m)
-    da *= dh                                      # (N, m)       R3, then R2 *
-    db = sigma_a * sigma_prime_b                  # (N, m)
-    db *= dh                                      # (N, m)       R3, then R2 *
+    da = sigma_prime_a * sigma_b                  # (N, m)       sigma'(a) sigma(b)
+    da *= dh                                      # (N, m)       da = dh sigma'(a) sigma(b) *
+    db = sigma_a * sigma_prime_b                  # (N, m)       sigma(a) sigma'(b)
+    db *= dh                                      # (N, m)       db = dh sigma(a) sigma'(b) *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
