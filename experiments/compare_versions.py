@@ -101,9 +101,11 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None, clock
         forward_backward_seconds(module, name, act, x, params, dy, tick)
     floor_seconds()
     old_s, new_s, floor_s = [], [], []
-    for _ in range(pairs):
-        old_s.append(forward_backward_seconds(old, name, act, x, params, dy, tick))
-        new_s.append(forward_backward_seconds(bn, name, act, x, params, dy, tick))
+    for i in range(pairs):
+        # Old first in even pairs, new first in odd ones: what one run leaves behind (freed
+        # memory kept by the allocator, or returned to the system) then favours neither.
+        for module, times in ((old, old_s), (bn, new_s))[::1 if i % 2 == 0 else -1]:
+            times.append(forward_backward_seconds(module, name, act, x, params, dy, tick))
         floor_s.append(floor_seconds())
     floor = statistics.median(floor_s)
     return {"old_ms": 1e3 * statistics.median(old_s), "new_ms": 1e3 * statistics.median(new_s),
