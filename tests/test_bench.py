@@ -50,7 +50,9 @@ def test_values_are_consistent(quick_run):
         if r["activation"] == "gelu":
             assert r["time_ok"] == "n/a" and r["time_target"] == ""
         else:
-            assert r["time_target"] == bench.TIME_TARGET[r["formulation"]]
+            assert r["time_target"] == bench.time_target(r["formulation"], r["dtype"])
+            assert r["time_target"] == (bench.TIME_TARGET[r["formulation"]] if r["dtype"] == "float32"
+                                        else 1.5)
             assert r["time_ok"] == ("yes" if r["fb_ratio"] <= r["time_target"] else "no")
         assert r["numpy"] == np.__version__ and r["blas"] and r["threads"] and r["machine"]
 
@@ -185,7 +187,7 @@ def test_markdown_table_marks_misses_and_takes_medians(tmp_path):
     with (tmp_path / "b.csv").open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     table = bench.markdown_table(tmp_path / "b.csv").splitlines()
-    assert len(table) == 3 and table[2].startswith("| `mlp` (≤ 1.25) |")
+    assert len(table) == 3 and table[2].startswith("| `mlp` (≤ 1.25 / 1.50) |")
     silu32, silu64 = (r for r in rows if r["activation"] == "silu")
     expected = " / ".join(f"{float(r['fb_ratio']):.2f}" + ("*" if r["time_ok"] == "no" else "")
                           for r in (silu32, silu64))
