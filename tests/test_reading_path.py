@@ -31,7 +31,7 @@ def _code_lines(node):
 
 
 def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
-    assert len(SOURCE.splitlines()) < 1950        # 2,159 lines with a second copy of each pair
+    assert len(SOURCE.splitlines()) < 2060        # 2,159 with a second copy of each pair; 1,932 without
     first = min(FUNCTIONS[f"{name}_forward"].lineno for name in bn.FORMULATIONS)
     assert first <= 300, first
 
