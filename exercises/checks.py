@@ -70,12 +70,17 @@ def factor_gap(params):
 
 
 def unchanged(c, check, topic, arrays, run):
-    """Row: run() leaves every array of `arrays` exactly as it was (no in-place change)."""
+    """Row: run() (a c.call with in_place=True) leaves every array of `arrays` as it was;
+    they are put back afterwards, whatever it did."""
     before = [a.copy() for a in arrays]
 
     def got():
-        run()
-        return all(np.array_equal(a, b) for a, b in zip(arrays, before))
+        try:
+            run()
+            return all(np.array_equal(a, b) for a, b in zip(arrays, before))
+        finally:
+            for a, b in zip(arrays, before):
+                a[...] = b
 
     c.holds(check, topic, "inputs unchanged", got, bool,
             "your function changed an input array in place; work on a copy")
@@ -499,7 +504,7 @@ def backprop_gated(c):
     c.close("numerical_gradient vs analytic dx", "numerical_gradient", analytic_dx,
             lambda: c.call("numerical_gradient", f, x.copy(), dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
-              lambda: c.call("numerical_gradient", f, x, dy))
+              lambda: c.call("numerical_gradient", f, x, dy, in_place=True))
     for act, fd in (("silu", True), ("relu", False)):
         mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
                     for key, text in GATED_MISTAKES.items()}
@@ -594,7 +599,8 @@ def conservation(c):
                 lambda name=name, act=act, p=p: c.call("train_balance", name, act, x, T, p,
                                                        0.05, 12))
     unchanged(c, "train_balance leaves params unchanged", "train_balance", list(p.values()),
-              lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3))
+              lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3,
+                             in_place=True))
     c.answer_is("DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1})
     c.answer_is("CONSERVED_GATED",
                 {a for a in bn.ACTIVATIONS
@@ -1463,7 +1469,7 @@ def adam_and_ties(c):
                     "train_tied_reglu", x, T, W, V, RATES[optimizer], 30, optimizer, decay), "QKV"),
                 tol=1e-8, mistakes=mistakes)          # 1e-8: an Adam of your own rounds otherwise
     unchanged(c, "train_tied_reglu leaves W, V unchanged", "train_tied_reglu", [W, V],
-              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0))
+              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0, in_place=True))
     for label, optimizer, lr, decay in SQUARED_CASES:
         reference, mistakes = squared[label]
         c.close(f"train_squared_relu, {label}", "train_squared_relu", reference,
