@@ -395,10 +395,10 @@ def fd_gradients(formulation, act, x, params, dy):
 
 
 def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
-                  mistakes=None, reference=None, numeric=None):
-    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given)
-    and vs finite differences (of bn's forward, unless `numeric` is given).
-    mistakes: {description: the gradients dict that mistake gives}."""
+                  mistakes=None, reference=None, numeric=None, with_reference=True):
+    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given;
+    no such row when with_reference is False) and vs finite differences (of bn's forward,
+    unless `numeric` is given). mistakes: {(point, slip): the gradients that slip gives}."""
     form = bn.FORMULATIONS.get(formulation) if formulation else None
     if reference is None:
         reference = form.backward(dy, form.forward(x, **params, act=act)[1])
@@ -413,7 +413,8 @@ def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=Tru
             return grads[name]
         wrong = {text: g[name] for text, g in (mistakes or {}).items()
                  if bn.rel_error(g[name], reference[name]) > 1e-8}
-        c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
+        if with_reference:
+            c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
         if finite_differences:
             c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
                     mistakes=wrong)
@@ -495,21 +496,27 @@ def diagnose_backprop_gated(rows):
     return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
 
 
+SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # exercise 9's variants: the student's σ
+
+
 def backprop_gated(c):
+    """The worked example of a variant of one's own: the smooth σ is drawn from the
+    student's seed and the truth is computed now, by finite differences of the forward."""
+    act = c.variant(SMOOTH, lambda a: f"σ = {a} (the rows 'vs finite differences' use it)")
     x, p = draw("gated_mlp", seed=8)
-    rng = np.random.default_rng(80)
-    dy = rng.standard_normal((N, D_OUT))
-    f = lambda v: bn.gated_mlp_forward(v, **p, act="silu")[0]           # noqa: E731
-    analytic_dx = bn.gated_mlp_backward(dy, bn.gated_mlp_forward(x, **p, act="silu")[1])["x"]
-    c.close("numerical_gradient vs analytic dx", "numerical_gradient", analytic_dx,
-            lambda: c.call("numerical_gradient", f, x.copy(), dy), tol=1e-7)
+    dy = c.rng(1).standard_normal((N, D_OUT))
+    f = lambda v: bn.gated_mlp_forward(v, **p, act=act)[0]           # noqa: E731
+    numeric = fd_gradients("gated_mlp", act, x, p, dy)
+    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric["x"],
+            lambda: c.call("numerical_gradient", f, x, dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
               lambda: c.call("numerical_gradient", f, x, dy, in_place=True))
-    for act, fd in (("silu", True), ("relu", False)):
+    for act, fd in ((act, True), ("relu", False)):
         mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
                     for key, text in GATED_MISTAKES.items()}
         gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
-                      finite_differences=fd, mistakes=mistakes)
+                      finite_differences=fd, mistakes=mistakes, numeric=numeric if fd else None,
+                      reference=numeric if fd else None, with_reference=not fd)
 
 
 # ----- Backprop II: rank-r bilinear -------------------------------------------------------

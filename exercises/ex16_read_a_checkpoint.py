@@ -127,12 +127,15 @@ WHY_DECAY = None  # TODO: a sentence
 
 # %% Try it
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
-        path = write_tiny_checkpoint(folder)
-        print(f"{path.name}: {path.stat().st_size} bytes")
-        for i in range(2):
-            Q, K, V = load_layer(path, i)
-            b_qk, b_kv = unit_balances(Q, K, V)
-            print(f"layer {i}: Q {Q.shape}, K {K.shape}, V {V.shape}")
-            print("  balance (q, k) per unit:", np.round(b_qk, 3) + 0.0)
-            print("  balance (k, v) per unit:", np.round(b_kv, 3) + 0.0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
+            path = write_tiny_checkpoint(folder)
+            print(f"{path.name}: {path.stat().st_size} bytes")
+            for i in range(2):
+                Q, K, V = load_layer(path, i)
+                b_qk, b_kv = unit_balances(Q, K, V)
+                print(f"layer {i}: Q {Q.shape}, K {K.shape}, V {V.shape}")
+                print("  balance (q, k) per unit:", np.round(b_qk, 3) + 0.0)
+                print("  balance (k, v) per unit:", np.round(b_kv, 3) + 0.0)
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")
