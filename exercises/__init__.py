@@ -34,9 +34,10 @@ The files, in the order a check runs through them:
   child (`python -c ... child_main`), in its own session, with its own temporary folder, and
   reports each row as it goes through a file. Each check has its time limit (10 s; the import
   is a check): past it the parent kills the child's whole process tree, keeps the rows
-  before, writes a TIMEOUT row and starts a new child from the next check (after three
-  time-outs the exercise stops). A child marks its environment: a check asked for from inside
-  a file being checked (a notebook's check cell) does nothing. checker.advice is the one place
+  before, writes a TIMEOUT row and starts a new child from the next check; later rows of the
+  function that did not return are TIMEOUT without running, the others run. A child marks
+  its environment: a check asked for from inside a file being checked (a notebook's check
+  cell) does nothing. checker.advice is the one place
   that says what the failing rows tell the student: hint level 1 (where to look), 2 (the slip
   named, or the idea), 3 (the rule for the failing step), from the rows' recognised slips,
   the exercise's diagnose and the hints in hints.json.

@@ -94,6 +94,10 @@ def show_check(number, folder, seconds, level, seed, table=True):
         return 0
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete what is marked TODO.")
+    elif not table:                                      # hint N: the first failing row still
+        row = result.first_failure
+        print(f"First failing check: {row.check} ({row.verdict})" +
+              (f": {row.message}" if row.message else ""))
     more = f"python -m exercises {'check' if table else 'hint'} {number} " \
            f"{'--hint' if table else '--level'} {{level}}"
     print_hints(result, level, more)

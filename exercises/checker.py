@@ -37,7 +37,6 @@ HINTS_FILE = PACKAGE / "hints.json"
 SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
 CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
 TIME_LIMIT = 10.0                                  # seconds per check (the import is one)
-MAX_TIMEOUTS = 3                                   # an exercise stops after this many
 STARTUP_LIMIT = 120.0                              # seconds for a child to import NumPy
 OUTPUT_KEPT = 4000                                 # characters of a child's output kept
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
@@ -94,6 +93,10 @@ class Result:
     @property
     def passed(self):
         return sum(row.verdict == "ok" for row in self.rows)
+
+
+class Refused(Exception):
+    """The student's code called a function it is asked to write, or replaced a library table."""
 
 
 def status_of(rows):
@@ -258,14 +261,16 @@ def exception_message(error, path):
 
 class Checks:
     """One exercise's checks on a student's module. `report(kind, value)` sends "running"
-    (index, check, topic, expected) before a row and "row" after; rows before index `start`
-    are skipped (the child that ran them was stopped at a time limit and they were kept).
-    `seed` is the student's; `c.rng(...)` and `c.variant(...)` draw from it."""
+    (index, check, topic, expected) before a row and "row" after. Rows before index `start`
+    are skipped (a child stopped at a time limit ran them; they are kept) and rows of a topic
+    in `stuck` are TIMEOUT at once (that function did not return before). `seed` is the
+    student's; `c.rng(...)` and `c.variant(...)` draw from it."""
 
-    def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0):
+    def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0,
+                 stuck=()):
         self.module, self.exercise, self.number, self.path = module, exercise, number, path
         self.report = report or (lambda kind, value: None)
-        self.start, self.seed, self.rows, self.index = start, seed, [], 0
+        self.start, self.seed, self.stuck, self.rows, self.index = start, seed, stuck, [], 0
         self.cwd, self.depth, self.saved, self.chosen = os.getcwd(), 0, library_state(), ""
 
     def rng(self, *labels):
@@ -306,10 +311,10 @@ class Checks:
                     setattr(bn, written, self.saved[0][written])
                 changed = restore_library(self.saved)
                 if called:
-                    raise RuntimeError(f"you called bn.{called[0]}, which this exercise asks "
-                                       f"you to write")
+                    raise Refused(f"you called bn.{called[0]}, which this exercise asks "
+                                  f"you to write")
                 if changed:
-                    raise RuntimeError(f"your code replaced {', '.join(changed[:3])}; the "
+                    raise Refused(f"your code replaced {', '.join(changed[:3])}; the "
                                        f"checker put it back: leave bilinear_numpy as it is")
 
     def answer(self, name):
@@ -326,6 +331,11 @@ class Checks:
             return
         expected_text = expected if expected is HIDDEN else describe(expected)
         self.report("running", (index, check, topic, expected_text))
+        if topic in self.stuck:
+            row = Row(check, topic, expected_text, "not run", None, None, "TIMEOUT",
+                      f"not run: {topic} did not return in an earlier check")   # see run_exercise
+            self.rows.append(row)
+            return self.report("row", row)
         try:
             got = got_fn()
         except NotImplementedError as error:
@@ -411,7 +421,7 @@ def load_module(path):
     return module
 
 
-def check_file(number, exercise, path, report=None, start=0, seed=0):
+def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
     """Import the student's file and run its checks here: a Result. The import is the
     row before the first (index -1)."""
     report = report or (lambda kind, value: None)
@@ -429,7 +439,7 @@ def check_file(number, exercise, path, report=None, start=0, seed=0):
         rows = [Row("import the file", "general", "imports", "raised", None, None, "ERROR", problem)]
         report("row", rows[0])
         return Result(number, exercise, Path(path), "failing", rows)
-    checks = Checks(module, exercise, number, path, report, max(start, 0), seed)
+    checks = Checks(module, exercise, number, path, report, start, seed, stuck)
     try:
         exercise.check(checks)
     except Exception as error:                           # a bug in checks.py: a row, not a crash
@@ -442,16 +452,18 @@ def check_file(number, exercise, path, report=None, start=0, seed=0):
 
 
 def child_main(argv):
-    """The child: EVENTS NUMBER PATH START SEED. Writes one JSON line per event to EVENTS."""
+    """The child: EVENTS NUMBER PATH START SEED STUCK (topics, comma-separated). Writes one
+    JSON line per event to EVENTS."""
     global IN_CHILD
     from exercises.course import COURSE
     IN_CHILD = True
-    events_path, number, path, start, seed = argv[0], int(argv[1]), argv[2], int(argv[3]), int(argv[4])
+    events_path, number, path = argv[0], int(argv[1]), argv[2]
+    start, seed, stuck = int(argv[3]), int(argv[4]), tuple(filter(None, argv[5].split(",")))
     with open(events_path, "a", encoding="utf-8") as events:
         def report(kind, value):
             events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value}) + "\n")
             events.flush()
-        check_file(number, COURSE[number - 1], path, report, start, seed)
+        check_file(number, COURSE[number - 1], path, report, start, seed, stuck)
         report("end", True)
     sys.stdout.flush()
     os._exit(0)             # threads and handlers the student left do not keep it alive
@@ -542,7 +554,7 @@ def _drain(stream, kept):
         kept.append(f"\n... ({size - OUTPUT_KEPT} more characters not shown)")
 
 
-def _run_child(number, path, scratch, start, seconds, seed):
+def _run_child(number, path, scratch, start, seconds, seed, stuck):
     """One child from check `start` on: (rows, variant, running, how it ended: "ended",
     "timeout" or "crashed", output, exit status); `running` is the (index, check, topic,
     expected) it was on, None between checks."""
@@ -554,7 +566,8 @@ def _run_child(number, path, scratch, start, seconds, seed):
                TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp), **{CHILD_MARK: "1"})
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
             f"c.child_main(sys.argv[1:])")              # -c: a folder's exercises.py cannot shadow it
-    args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start), str(seed)]
+    args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
+            str(seed), ",".join(stuck)]
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
         else {"start_new_session": True}
     rows, variant, running, ended, kept, position = [], "", None, "crashed", [], 0
@@ -611,7 +624,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
     seed = read_seed(folder)[1] if seed is None else seed
-    rows, variant, output, start, timeouts = [], "", "", 0, 0
+    rows, variant, output, start, stuck = [], "", "", 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
         source = path
         if path.suffix == ".ipynb":
@@ -623,8 +636,8 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
                             None, "ERROR", str(error))]
                 return Result(number, exercise, path, "failing", rows, note=note)
         while True:
-            new, variant, running, ended, printed, code = _run_child(number, source, scratch,
-                                                                      start, seconds, seed)
+            new, variant, running, ended, printed, code = _run_child(
+                number, source, scratch, start, seconds, seed, stuck)
             rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
             if ended == "ended":
                 break
@@ -640,13 +653,9 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
             index, check, topic, expected = running
             rows.append(Row(check, topic, expected, ended, None, None, verdict,
                             f"{verdict}: {what}"))
-            timeouts += ended == "timeout"
-            if index < 0 or timeouts >= MAX_TIMEOUTS:    # no module, or time enough spent
-                if index >= 0:
-                    rows.append(Row("the checks after it", "general", "-", "not run", None, None,
-                                    "TIMEOUT", f"not run: {MAX_TIMEOUTS} checks of this "
-                                    f"exercise ran out of time"))
+            if index < 0:                                 # the import: no module to check
                 break
+            stuck.append(topic)                           # its later rows: not run
             start = index + 1                             # the rows before it are kept
     status = "failing" if not rows else status_of(rows)
     return Result(number, exercise, path, status, rows, output, note, variant,
@@ -674,18 +683,19 @@ def load_hints(path=HINTS_FILE):
 
 def advice(result, hints=None):
     """What the exercise's failing rows tell the student, as hint levels 1, 2, 3 (each a
-    text; [] when every row is ok). Level 1: where to look, from the rows' recognised slips
-    and the pattern of failing rows, else the topic's hint; level 2: the slips named, else
-    the topic's idea; level 3: the rule for each failing gradient, else the topic's."""
+    text; [] when every row is ok). Level 1: where to look, from the slips recognised in the
+    rows or, when none was, the pattern of failing rows (the exercise's diagnose), else the
+    topic's hint; level 2: the slips named, else the topic's idea; level 3: the rule for
+    each failing gradient, else the topic's."""
     row = result.first_failure
     if row is None:
         return []
     table = (hints or load_hints()).get(result.exercise.slug, {})
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
-    found = [(r.point, r.slip) for r in result.rows if r.point]
-    if result.exercise.diagnose and result.status == "failing":
-        found += list(result.exercise.diagnose(result.rows))
+    found = [(r.point, r.slip) for r in result.rows if r.point]     # slips recognised, or else
+    if not found and result.exercise.diagnose and result.status == "failing":
+        found = list(result.exercise.diagnose(result.rows))       # the pattern of failing rows
     found = list(dict.fromkeys(found))
     points = list(dict.fromkeys(p for p, _ in found))
     slips = list(dict.fromkeys(s for _, s in found))
