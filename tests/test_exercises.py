@@ -308,15 +308,9 @@ def test_the_notebook_is_graded_when_there_is_one_whatever_the_file_times(tmp_pa
     assert checker.run_exercise(3, COURSE[2], tmp_path).status == "done"
 
 
-def py_percent_to_notebook(source):
-    """A py:percent file's cells as a notebook (what jupytext writes; markdown kept as code
-    comments, which is how they run)."""
-    cells = [c for c in re.split(r"^# %%.*$\n", source, flags=re.M) if c.strip()]
-    return {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
-                       "execution_count": None, "source": c} for c in cells],
-            "metadata": {"kernelspec": {"name": "python3", "language": "python",
-                                        "display_name": "Python 3"}},
-            "nbformat": 4, "nbformat_minor": 5}
+def py_percent_cells(source):
+    """A py:percent file's cells (split where jupytext splits them)."""
+    return [cell for cell in re.split(r"^# %%.*$\n", source, flags=re.M) if cell.strip()]
 
 
 @needs_solutions
@@ -328,7 +322,8 @@ def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_p
     text = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8")
     text = make_stub(text) if kind == "stub" else text
     text += f"\n# %%\nimport exercises; exercises.check(1, '--folder', {str(tmp_path)!r})\n"
-    notebook = nbformat.from_dict(py_percent_to_notebook(text))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)
+                                               for cell in py_percent_cells(text)])
     nbformat.write(notebook, tmp_path / name(1).replace(".py", ".ipynb"))    # saved, then run
     nbclient.NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(ROOT)}}
                             ).execute()
