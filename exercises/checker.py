@@ -554,7 +554,7 @@ def _drain(stream, kept):
         kept.append(f"\n... ({size - OUTPUT_KEPT} more characters not shown)")
 
 
-def _run_child(number, path, scratch, start, seconds, seed, stuck):
+def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     """One child from check `start` on: (rows, variant, running, how it ended: "ended",
     "timeout" or "crashed", output, exit status); `running` is the (index, check, topic,
     expected) it was on, None between checks."""
@@ -573,7 +573,7 @@ def _run_child(number, path, scratch, start, seconds, seed, stuck):
     rows, variant, running, ended, kept, position = [], "", None, "crashed", [], 0
     deadline = time.monotonic() + STARTUP_LIMIT
     with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, cwd=Path(path).parent, text=True,
+                          stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
                           encoding="utf-8", errors="replace", **group) as proc:
         drainer = threading.Thread(target=_drain, args=(proc.stdout, kept), daemon=True)
         drainer.start()
@@ -637,7 +637,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
                 return Result(number, exercise, path, "failing", rows, note=note)
         while True:
             new, variant, running, ended, printed, code = _run_child(
-                number, source, scratch, start, seconds, seed, stuck)
+                number, source, path.parent, scratch, start, seconds, seed, stuck)
             rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
             if ended == "ended":
                 break
