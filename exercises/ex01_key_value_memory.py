@@ -15,8 +15,8 @@
 #
 # **What to do.** Complete every function marked `TODO` and set every answer that is
 # `None`. You may call anything in `bilinear_numpy` (imported as `bn`) except
-# `bn.mlp_forward`, the function you are writing here: the checker switches it off while
-# it runs your code. Use `bn.ACTIVATIONS[act].f` for σ.
+# `bn.mlp_forward`, the function you are writing here (the checker says so when your code
+# calls it). Use `bn.ACTIVATIONS[act].f` for σ.
 #
 # **Check your work** from the repository's folder: `python -m exercises check 1`.
 # Run this file (`python exercises/ex01_key_value_memory.py`) to see what it computes.

@@ -35,7 +35,7 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
-# (the project's own reader and inspector: the checker turns their use into an `ERROR`).
+# (the project's own reader and inspector: the exercise is to read the format yourself).
 # **Check:** `python -m exercises check 16`.
 #
 # **API you may use** (what each returns):
