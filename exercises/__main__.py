@@ -9,7 +9,6 @@ import os
 import secrets
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from exercises import checker, release
@@ -156,8 +155,7 @@ def grade(submissions, csv_path, seconds, jobs):
         return 2
     began = time.monotonic()
     tasks = [(student, number, exercise) for student in students for number, exercise in NUMBERED]
-    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        found = list(pool.map(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks))
+    found = checker.parallel(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks, jobs)
     by_student = {s: found[k * len(COURSE):(k + 1) * len(COURSE)] for k, s in enumerate(students)}
     header = ["student", "name", "seed", "done", "passed", "total", "seconds"]
     for number, exercise in NUMBERED:

@@ -526,6 +526,7 @@ class Nested(RuntimeError):
 
 
 IN_CHILD = False                                   # True in a child (set by child_main)
+STOP = threading.Event()                           # set on Ctrl-C: every child is killed
 
 
 def inside_checker():
@@ -599,7 +600,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
                         elif kind == "end":
                             ended = "ended"
                         stream.seek(position)
-                    if finished or ended == "ended":
+                    if finished or ended == "ended" or STOP.is_set():
                         break
                     if time.monotonic() > deadline:
                         ended = "timeout"
@@ -662,13 +663,25 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
                   time.monotonic() - began)
 
 
-def run_exercises(numbered, folder, seconds=TIME_LIMIT, jobs=None, seed=None):
-    """run_exercise for each (number, exercise), `jobs` at a time (default: the cores)."""
+def parallel(fn, items, jobs=None):
+    """[fn(item) for item in items], `jobs` at a time (default: the machine's cores). On
+    Ctrl-C every child running is killed and the rest are not started."""
     from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(jobs or os.cpu_count() or 1)
+    try:
+        return list(pool.map(fn, items))
+    except KeyboardInterrupt:
+        STOP.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_exercises(numbered, folder, seconds=TIME_LIMIT, jobs=None, seed=None):
+    """run_exercise for each (number, exercise), in parallel (see parallel)."""
     if inside_checker():
         raise Nested("a file being checked asked for a check: nothing done")
-    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda job: run_exercise(*job, folder, seconds, seed), numbered))
+    return parallel(lambda job: run_exercise(*job, folder, seconds, seed), numbered, jobs)
 
 
 # ----- What a failing exercise tells the student: the one place -------------------------
