@@ -105,8 +105,8 @@ def show_check(number, folder, seconds, level, seed, table=True):
 
 def summary_line(result, width):
     text = f"  {result.number:>2}  {result.exercise.title:<{width}}  {result.status}"
-    if result.path is not None:
-        text += f" ({result.path.name})"
+    missing = checker.file_name(result.number, result.exercise)
+    text += f" ({result.path.name})" if result.path else f": no {missing} (or .ipynb)"
     row = result.first_failure
     if result.status == "failing" and row is not None:
         text += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"

@@ -315,7 +315,7 @@ class Checks:
                                   f"you to write")
                 if changed:
                     raise Refused(f"your code replaced {', '.join(changed[:3])}; the "
-                                       f"checker put it back: leave bilinear_numpy as it is")
+                                  f"checker put it back: leave bilinear_numpy as it is")
 
     def answer(self, name):
         """The student's answer `name`; NotImplementedError while it is None."""
