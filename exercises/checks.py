@@ -2,12 +2,13 @@
 
 Each function receives a checker.Checks object `c` and adds rows with c.close (arrays,
 compared with rel_error), c.equal (exact values), c.holds (a property) or c.answer_is
-(an answer variable; its expected value is not shown). Expected
-values come from bilinear_numpy (bn) or from finite differences, computed here, outside
-the student's code; `c.call(name, ...)` runs the student's function `name` and
-`c.answer(name)` reads the student's answer variable `name`. Inputs are drawn from
-np.random.default_rng(seed) with small sizes, so every exercise checks in well under a
-second.
+(an answer variable; its expected value is not shown). Expected values are computed here,
+at check time, outside the student's code: from bilinear_numpy (bn), or for a form of the
+student's own from fd_truth (finite differences of its forward). `c.call(name, ...)` runs
+the student's function `name` and `c.answer(name)` reads the student's answer `name`.
+`c.variant(options)` draws the student's own variant from their seed (and shows it at the
+top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is the worked
+example. Inputs are small, so every exercise checks in well under a second.
 """
 
 from __future__ import annotations
@@ -382,16 +383,17 @@ def ablation_results():
 # ----- Backprop I: the gated MLP ----------------------------------------------------------
 
 
+def fd_truth(forward, inputs, dy):
+    """The truth of a backward pass, computed at check time for any forward(**inputs) -> y:
+    the central differences of sum(y * dy) for every input (float64), {name: gradient}."""
+    return {name: bn.numerical_gradient(lambda v, name=name: forward(**(inputs | {name: v})),
+                                        value, dy) for name, value in inputs.items()}
+
+
 def fd_gradients(formulation, act, x, params, dy):
-    """Central-difference gradients of sum(y * dy) for x and every parameter (float64)."""
+    """fd_truth of a registered formulation's forward, for x and every parameter."""
     form = bn.FORMULATIONS[formulation]
-    inputs = {"x": x} | params
-    grads = {}
-    for name, value in inputs.items():
-        def f(v, name=name):
-            return form.forward(**(inputs | {name: v}), act=act)[0]
-        grads[name] = bn.numerical_gradient(f, value, dy)
-    return grads
+    return fd_truth(lambda **kw: form.forward(**kw, act=act)[0], {"x": x} | params, dy)
 
 
 def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
@@ -759,12 +761,7 @@ def gated_biases(c):
     c.close("zero biases: the gated MLP", "gated_bias_forward",
             bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
             lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
-    inputs = {"x": x} | p
-    numeric = {}
-    for name, value in inputs.items():
-        def forward(v, name=name):
-            return gated_bias_reference(**(inputs | {name: v}), act="silu")
-        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    numeric = fd_truth(lambda **kw: gated_bias_reference(**kw, act="silu"), {"x": x} | p, dy)
     for act, fd in (("silu", numeric), ("relu", None)):
         reference = gated_bias_gradients(dy, x, *p.values(), act)
         mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
@@ -830,12 +827,7 @@ def gate_temperature(c):
     c.close("β = 1: the gated MLP", "temperature_forward",
             bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
             lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
-    inputs = {"x": x} | p
-    numeric = {}
-    for name, value in inputs.items():
-        def forward(v, name=name):
-            return temperature_reference(**(inputs | {name: v}), act="silu")
-        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    numeric = fd_truth(lambda **kw: temperature_reference(**kw, act="silu"), {"x": x} | p, dy)
     for act, fd in (("silu", numeric), ("sigmoid", None)):
         mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
                     for key, text in TEMPERATURE_MISTAKES.items()}
