@@ -48,7 +48,7 @@ def print_hints(result, level, more):
     names = ("where to look", "the slip" if any(r.slip for r in result.rows) else "the idea",
              "the rule")
     for number, text in enumerate(levels, start=1):
-        print(f"{'Look at' if number == 1 else f'Hint {number} of 3, ' + names[number - 1]}: {text}")
+        print(f"Hint {number} of 3{'' if number == 1 else ', ' + names[number - 1]}: {text}")
     if len(levels) < 3:
         print("More: " + more.format(level=len(levels) + 1))
 

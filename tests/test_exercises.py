@@ -389,7 +389,7 @@ def test_check_shows_level_one_and_the_shape_diagnosis_survives_into_hint(tmp_pa
                         "    return _mlp(x, K, V, act).T\n")
     status, out = run_cli("--folder", str(tmp_path), "check", "1")
     assert status == 1 and "a transpose? got (3, 6) where (6, 3) was due" in out, out
-    assert out.count("Look at: ") == 1 and "More: python -m exercises check 1 --hint 2" in out
+    assert out.count("Hint 1 of 3: ") == 1 and "More: python -m exercises check 1 --hint 2" in out
     status, out = run_cli("--folder", str(tmp_path), "hint", "1", "--level", "3")
     assert "Hint 3 of 3" in out and "More:" not in out and "a transpose? got (3, 6)" in out
 
