@@ -14,6 +14,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -452,19 +453,30 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
 
 
 def child_main(argv):
-    """The child: EVENTS NUMBER PATH START SEED STUCK (topics, comma-separated). Writes one
-    JSON line per event to EVENTS."""
+    """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
+    Writes one JSON line per event to EVENTS; just before a check's time limit, faulthandler
+    writes every thread's stack to EVENTS.trace, so that a TIMEOUT row can name the line."""
     global IN_CHILD
+    import faulthandler
     from exercises.course import COURSE
     IN_CHILD = True
     events_path, number, path = argv[0], int(argv[1]), argv[2]
     start, seed, stuck = int(argv[3]), int(argv[4]), tuple(filter(None, argv[5].split(",")))
-    with open(events_path, "a", encoding="utf-8") as events:
+    seconds = float(argv[6])
+    with open(events_path, "a", encoding="utf-8") as events, \
+            open(events_path + ".trace", "w", encoding="utf-8") as trace:
         def report(kind, value):
-            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value}) + "\n")
+            faulthandler.cancel_dump_traceback_later()
+            if kind == "running" and seconds > 0:
+                trace.seek(0)
+                trace.truncate()
+                faulthandler.dump_traceback_later(max(seconds - 0.3, 0.8 * seconds), file=trace)
+            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
+                         + "\n")
             events.flush()
         check_file(number, COURSE[number - 1], path, report, start, seed, stuck)
         report("end", True)
+        faulthandler.cancel_dump_traceback_later()
     sys.stdout.flush()
     os._exit(0)             # threads and handlers the student left do not keep it alive
 
@@ -557,8 +569,8 @@ def _drain(stream, kept):
 
 def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     """One child from check `start` on: (rows, variant, running, how it ended: "ended",
-    "timeout" or "crashed", output, exit status); `running` is the (index, check, topic,
-    expected) it was on, None between checks."""
+    "timeout" or "crashed", where (the line of a time-out), output, exit status); `running`
+    is the (index, check, topic, expected) it was on, None between checks."""
     events = Path(scratch) / f"events-{start}.jsonl"
     events.touch()
     temp = Path(scratch) / f"tmp-{start}"
@@ -568,7 +580,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
             f"c.child_main(sys.argv[1:])")              # -c: a folder's exercises.py cannot shadow it
     args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
-            str(seed), ",".join(stuck)]
+            str(seed), ",".join(stuck), str(seconds)]
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
         else {"start_new_session": True}
     rows, variant, running, ended, kept, position = [], "", None, "crashed", [], 0
@@ -611,7 +623,14 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
             proc.wait()
             drainer.join(timeout=2)
     shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
-    return rows, variant, running, ended, "".join(kept), proc.returncode
+    where = ""
+    if ended == "timeout":                               # the line it was on, from the trace
+        trace = Path(str(events) + ".trace")
+        lines = re.findall(r'File "(.+)", line (\d+)', trace.read_text(encoding="utf-8",
+                           errors="replace") if trace.is_file() else "")
+        line = next((n for f, n in lines if Path(f).name == Path(path).name), None)
+        where = f" (line {line} of {Path(path).name})" if line else ""
+    return rows, variant, running, ended, where, "".join(kept), proc.returncode
 
 
 def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
@@ -637,13 +656,13 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
                             None, "ERROR", str(error))]
                 return Result(number, exercise, path, "failing", rows, note=note)
         while True:
-            new, variant, running, ended, printed, code = _run_child(
+            new, variant, running, ended, where, printed, code = _run_child(
                 number, source, path.parent, scratch, start, seconds, seed, stuck)
             rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
             if ended == "ended":
                 break
-            what = (f"stopped at its time limit of {seconds:g} s: a loop that never ends? "
-                    f"(--time-limit SECONDS changes it)" if ended == "timeout" else
+            what = (f"stopped at its time limit of {seconds:g} s{where}: a loop that never "
+                    f"ends? (--time-limit SECONDS changes it)" if ended == "timeout" else
                     f"the process ended (exit status {code}): does your code call os._exit, "
                     f"or crash Python? It printed: {printed[-300:].strip() or '(nothing)'}")
             verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
