@@ -542,8 +542,15 @@ STOP = threading.Event()                           # set on Ctrl-C: every child 
 
 
 def inside_checker():
-    """True in a process the checker started: a check asked for there does nothing."""
-    return IN_CHILD or bool(os.environ.get(CHILD_MARK))
+    """True in a process the checker started: a check asked for there does nothing. The
+    child, its environment and (on Linux) every process in the child's session say so, so
+    a student's `python -m exercises` run with the environment wiped is caught too."""
+    if IN_CHILD or os.environ.get(CHILD_MARK):
+        return True
+    try:                                                 # the session leader: a checker child?
+        return b"child_main" in Path(f"/proc/{os.getsid(0)}/cmdline").read_bytes()
+    except (AttributeError, OSError):                    # no sessions (Windows) or no /proc
+        return False
 
 
 def kill_tree(proc):

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -246,6 +245,17 @@ def test_the_other_exercises_are_graded_and_a_check_inside_a_checked_file_does_n
     assert {n for n, r in results.items() if r.status != "missing"} == set(HOSTILE)
     assert results[13].output.count("no check here") == 2, results[13].output
     assert len(results[4].rows) == 7                      # every row, after two changes of folder
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").is_file(), reason="no /proc (not Linux)")
+def test_a_checker_started_from_a_checked_file_with_its_environment_wiped_does_nothing(tmp_path):
+    (tmp_path / name(13)).write_text(
+        "import os, subprocess, sys\n"
+        "env = {k: v for k, v in os.environ.items() if 'EXERCISES' not in k}\n"
+        f"print(subprocess.run([sys.executable, '-m', 'exercises', 'check', '13'], env=env, "
+        f"capture_output=True, text=True, cwd={str(ROOT)!r}).stdout)\n", encoding="utf-8")
+    result = checker.run_exercise(13, COURSE[12], tmp_path, 60)
+    assert "no check here" in result.output and "Exercise 13" not in result.output
 
 
 def test_a_replaced_library_table_is_put_back(tmp_path):
