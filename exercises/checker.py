@@ -490,7 +490,7 @@ def notebook_code(path):
     name = Path(path).name
     try:
         cells = json.loads(Path(path).read_text(encoding="utf-8-sig"))["cells"]
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{name} is not a notebook that can be read: "
                          f"{type(error).__name__}: {error}") from None
     if not isinstance(cells, list):
@@ -526,7 +526,7 @@ def read_seed(folder):
     try:
         data = json.loads((Path(folder) / SEED_FILE).read_text(encoding="utf-8-sig"))
         return str(data["name"]), int(data["seed"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "", 0
 
 
@@ -606,13 +606,17 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
                         if not line.endswith("\n"):
                             break                         # a line still being written
                         position += len(line.encode("utf-8"))
-                        (kind, value), = json.loads(line).items()
+                        try:
+                            (kind, value), = json.loads(line).items()
+                            value = Row(**value) if kind == "row" else value
+                        except (ValueError, TypeError, AttributeError, RecursionError):
+                            continue                      # not a line the child wrote
                         if kind in ("running", "row"):  # each check its own time limit
                             deadline = time.monotonic() + (seconds or 1e9)
                         if kind == "running":
                             running = tuple(value)
                         elif kind == "row":
-                            rows.append(Row(**value))
+                            rows.append(value)
                             running = None
                         elif kind == "variant":
                             variant = value

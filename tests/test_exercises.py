@@ -280,7 +280,8 @@ def test_a_bom_crlf_file_and_notebook_are_read_as_written(tmp_path):
 
 def test_notebooks_of_any_shape_never_crash_the_reader(tmp_path):
     for text in ("", "[]", "null", '{"cells": 3}', '{"cells": [1, null, "x"]}',
-                 '{"cells": [{"cell_type": "code", "source": ["a = 1\\n", 2]}]}', "{" * 5000):
+                 '{"cells": [{"cell_type": "code", "source": ["a = 1\\n", 2]}]}', "{" * 5000,
+                 '{"cells": [' + "[" * 100_000 + "]" * 100_000 + "]}"):
         path = tmp_path / "n.ipynb"
         path.write_text(text, encoding="utf-8")
         try:
