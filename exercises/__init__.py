@@ -35,12 +35,14 @@ The files, in the order a check runs through them:
   reports each row as it goes through a file. Each check has its time limit (10 s; the import
   is a check): past it the parent kills the child's whole process tree, keeps the rows
   before, writes a TIMEOUT row and starts a new child from the next check; later rows of the
-  function that did not return are TIMEOUT without running, the others run. A child marks
-  its environment: a check asked for from inside a file being checked (a notebook's check
-  cell) does nothing. checker.advice is the one place
-  that says what the failing rows tell the student: hint level 1 (where to look), 2 (the slip
-  named, or the idea), 3 (the rule for the failing step), from the rows' recognised slips,
-  the exercise's diagnose and the hints in hints.json.
+  function that did not return are TIMEOUT without running, the others run. Each call gets
+  copies of its inputs; the working folder and bilinear_numpy's tables are put back after
+  it (a replaced table is an ERROR row, as is a call of a bn function listed in `writes`).
+  A child marks itself and its environment: a check asked for inside a file being checked (a
+  notebook's saved check cell) does nothing. checker.advice is the one place that says what
+  the failing rows tell the student: hint level 1 (where to look), 2 (the slip named, or the
+  idea), 3 (the rule for the failing step), from the slips recognised in the rows or else the
+  exercise's diagnose (which rows fail together), and the hints in hints.json.
 - __main__.py: the command line: progress, check, hint, start, grade (exercises run in
   parallel, as many as the machine has cores).
 - release.py: stubs from solutions (`# BEGIN SOLUTION: todo` ... `# END SOLUTION`,
