@@ -159,7 +159,8 @@ def grade(submissions, csv_path, seconds, jobs):
     by_student = {s: found[k * len(COURSE):(k + 1) * len(COURSE)] for k, s in enumerate(students)}
     header = ["student", "name", "seed", "done", "passed", "total", "seconds"]
     for number, exercise in NUMBERED:
-        header += [f"ex{number:02d}_{part}" for part in ("passed", "total", "status", "file", "seconds")]
+        header += [f"ex{number:02d}_{part}"
+                   for part in ("passed", "total", "status", "file", "seconds")]
     lines = []
     print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
     for student, results in by_student.items():
@@ -167,12 +168,14 @@ def grade(submissions, csv_path, seconds, jobs):
         done = sum(r.status == "done" for r in results)
         passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
         seconds_taken = sum(r.seconds for r in results)
-        line = [student.name, name, seed if name else "", done, passed, total, f"{seconds_taken:.2f}"]
+        line = [student.name, name, seed if name else "", done, passed, total,
+                f"{seconds_taken:.2f}"]
         for r in results:
-            line += [r.passed, len(r.rows), r.status, r.path.name if r.path else "", f"{r.seconds:.2f}"]
+            line += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
+                     f"{r.seconds:.2f}"]
         lines.append(line)
-        print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of {len(COURSE)} "
-              f"{passed:>4} of {total:<4} {seconds_taken:>8.1f}")
+        print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
+              f"{len(COURSE)} {passed:>4} of {total:<4} {seconds_taken:>8.1f}")
     try:
         with open(csv_path, "w", encoding="utf-8", newline="") as f:
             csv.writer(f).writerows([header] + lines)
@@ -256,7 +259,8 @@ def main(argv=None):
                 print(f"error: no exercise {args.exercise!r}; expected 1 to {len(COURSE)} or a "
                       f"name: {', '.join(e.slug for e in COURSE)}", file=sys.stderr)
                 return 2
-            return show_check(number, folder, seconds, args.level, args.seed, args.command == "check")
+            return show_check(number, folder, seconds, args.level, args.seed,
+                              table=args.command == "check")
         return show_progress(folder, seconds, args.seed)
     except checker.Nested:
         print("(exercises: no check here: this file is being run by the checker)")

@@ -194,7 +194,8 @@ def same_value(expected, got):
     if isinstance(expected, (int, np.integer)):
         return isinstance(got, (int, np.integer)) and int(got) == int(expected)
     if isinstance(expected, (float, np.floating)):
-        return isinstance(got, (int, float, np.integer, np.floating)) and float(got) == float(expected)
+        return (isinstance(got, (int, float, np.integer, np.floating))
+                and float(got) == float(expected))
     if isinstance(expected, str):
         return isinstance(got, str) and got == expected
     if isinstance(expected, (set, frozenset)):
@@ -235,7 +236,7 @@ def which_mistake(got, mistakes):
     """(point, slip) of the first known mistake whose value `got` matches, or ("", "")."""
     for (point, slip), value in (mistakes or {}).items():
         try:
-            got_array, value = np.asarray(got, dtype=np.float64), np.asarray(value, dtype=np.float64)
+            got_array, value = (np.asarray(v, dtype=np.float64) for v in (got, value))
             if got_array.shape == value.shape and bn.rel_error(value, got_array) <= 1e-8:
                 return point, slip
         except (TypeError, ValueError):
@@ -437,7 +438,8 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
         restore_library(saved)
         problem = exception_message(error, path)
     if problem:
-        rows = [Row("import the file", "general", "imports", "raised", None, None, "ERROR", problem)]
+        rows = [Row("import the file", "general", "imports", "raised", None, None, "ERROR",
+                    problem)]
         report("row", rows[0])
         return Result(number, exercise, Path(path), "failing", rows)
     checks = Checks(module, exercise, number, path, report, start, seed, stuck)
@@ -585,7 +587,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     env = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
                TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp), **{CHILD_MARK: "1"})
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
-            f"c.child_main(sys.argv[1:])")              # -c: a folder's exercises.py cannot shadow it
+            f"c.child_main(sys.argv[1:])")             # -c: no exercises.py of a folder shadows it
     args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
             str(seed), ",".join(stuck), str(seconds)]
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \

@@ -164,7 +164,8 @@ HOSTILE = {
     # number: (file name suffix, text, (check, verdict, words of its message))
     1: (".py", "import os, subprocess, sys, tempfile\n"
                "def mlp_forward(x, K, V, act='relu'):\n"
-               "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "    child = subprocess.Popen([sys.executable, '-c',\n"
+               "                              'import time; time.sleep(120)'])\n"
                "    folder = tempfile.mkdtemp()\n"
                "    open(os.environ['PROBE'], 'w').write(f'{child.pid} {folder}')\n"
                "    while True:\n        pass\n"
@@ -457,5 +458,6 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     assert alice["ex09_passed"] == alice["ex09_total"] != "0" and float(alice["ex09_seconds"]) > 0
     assert bob["ex01_status"] == "failing" and int(bob["ex01_total"]) - int(bob["ex01_passed"]) == 3
     assert bob["ex02_status"] == "not started" and bob["ex04_status"] == "missing"
-    assert carol["ex03_file"] == name(3).replace(".py", ".ipynb") and carol["ex03_status"] == "failing"
+    assert carol["ex03_file"] == name(3).replace(".py", ".ipynb")
+    assert carol["ex03_status"] == "failing"
     assert dave["done"] == "0" and dave["seed"] == "" and dave["passed"] == "0"
