@@ -231,7 +231,7 @@ def test_a_time_limit_kills_the_process_tree_and_removes_its_temporary_folders(h
 def test_a_time_out_costs_only_the_checks_it_stopped(hostile):
     rows = {row.check: row for row in hostile[2][1].rows}
     assert rows["mlp_forward, relu, x (N, d)"].message.startswith("TIMEOUT: stopped")
-    assert re.search(r"\(line [67] of ex01_key_value_memory.py\)",
+    assert re.search(r"\(line [78] of ex01_key_value_memory.py\)",
                      rows["mlp_forward, relu, x (N, d)"].message)             # where it looped
     for check in ("mlp_forward, gelu, x (N, d)", "mlp_forward, one token x (d,)"):
         assert rows[check].message == "not run: mlp_forward did not return in an earlier check"
