@@ -616,10 +616,10 @@ def _exchange_ratio(ax, rows, alone=False):
     for act in acts:
         z, ratio = pick(rows, "sigma_over_z", act)
         style = {"lw": 1.8}
-        if act == "identity":                              # wide and light: relu shows on it
-            style = {"lw": 5, "alpha": 0.3}
-        elif act == "gelu":                                # wide, beneath the dashed tanh form
-            style = {"lw": 4.5, "alpha": 0.55}
+        if act == "identity":                  # wide and light, beneath: relu shows on it
+            style = {"lw": 5, "alpha": 0.3, "zorder": 1.5}
+        elif act == "gelu":                    # wide, beneath the dashed tanh form and relu
+            style = {"lw": 4.5, "alpha": 0.55, "zorder": 1.5}
         elif act == "gelu_tanh":
             style = {"lw": 1.8, "ls": (0, (4, 2))}
         label = {"identity": "identity: constant (linear)",
