@@ -906,7 +906,7 @@ LAYOUTS = {
         "Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²"),
     "fig6_hessian": ([["a"]], (13, 5.4), {"a": _hessian_panel}, ""),
 }
-PANEL_SIZE = (8, 5)                        # one panel alone, for a slide (inches)
+PANEL_SIZE = (8, 6)                        # one panel alone, for a slide (inches)
 
 
 def _draw(name, rows, path):
@@ -944,7 +944,15 @@ def draw_panels(name, rows, out_dir):
     for key, panel in panels.items():
         with _style():
             fig = _figure(figsize=PANEL_SIZE)
-            panel(fig.add_subplot(), rows, alone=True)
+            ax = fig.add_subplot()
+            panel(ax, rows, alone=True)
+            legend = ax.get_legend()
+            if legend:                         # below the panel: the axes keep the width
+                labels = [t.get_text() for t in legend.get_texts()]
+                title = legend.get_title().get_text()
+                legend.remove()
+                fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
+                           ncol=2 if max(map(len, labels)) < 40 else 1, title=title or None)
             fig.savefig(out_dir / f"{name}_{key}.png")
         written.append(out_dir / f"{name}_{key}.png")
     return written
