@@ -1,7 +1,8 @@
 """Pictures of the symmetries and their consequences.
 
-`python bilinear_numpy.py figures [--out DIR] [--quick]` writes six PNG files and, beside
-each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
+`python bilinear_numpy.py figures [--out DIR] [--quick] [--panels]` writes six PNG files and,
+beside each, a CSV file of the numbers drawn, with the columns panel, series, x, y (with
+--panels, also each panel of a figure alone, DIR/panels/NAME_a.png, ..., for slides):
 
   fig1_exchange           exchange symmetry Q <-> K per activation; the curves sigma(z)/z
   fig2_inverse_scaling    inverse-scaling symmetry (alpha Q, K / alpha) against alpha
@@ -13,8 +14,8 @@ each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
 
 Each figure has a data function (NumPy only; it returns rows, and the tests call it with
 small sizes) and a drawing function (matplotlib is imported inside it; it draws on a
-matplotlib.figure.Figure and saves it, without pyplot, so the caller's backend and open
-figures are left alone, and no display is needed).
+matplotlib.figure.Figure, saves it and returns it, without pyplot, so the caller's backend
+and open figures are left alone, and no display is needed).
 Training is plain gradient descent on the mean squared error of a synthetic regression
 task: tokens x ~ N(0, I_d), targets from a random teacher network (teacher_task).
 """

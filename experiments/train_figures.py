@@ -68,7 +68,7 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
             shown.extend(mean[keep])
         if not zoom:
             ax.axhline(baseline, color="black", linestyle="-.", linewidth=1,
-                       label=f"baseline ({baseline:.4g}), in (a)")
+                       label=f"baseline ({baseline:.3f}), in (a)")
         low, high = min(shown), max(shown)
         ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
         ax.set_xlabel("training step (Adam updates)")
@@ -82,7 +82,7 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     axes[1].legend(handles + base_h[-1:], labels + base_l[-1:], fontsize=7,
                    loc="center left", bbox_to_anchor=(1.02, 0.5),
                    title="solid: gated\ndashed: symmetric\ndotted: key-value MLP",
-                   title_fontsize=7)
+                   title_fontsize=7, alignment="left")
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
