@@ -529,13 +529,14 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
 # - one meaning per colour within a figure: a legend label (or a coloured title) says the
 #   meaning before its first colon, "meaning: detail", and a colour has one meaning;
 # - panels titled (a), (b), ... in reading order: left to right, then top to bottom;
-# - no legend over data: every legend sits beside its axes;
+# - no legend over data: every legend sits beside its axes (below, in a panel drawn alone);
 # - no curve hidden under another: where two curves can meet, the one beneath is wider
 #   or the one on top is dashed or marked differently.
 # Colours: the Okabe-Ito palette (Okabe and Ito, "Color Universal Design", 2008), told apart
 # with the common colour-vision deficiencies; where two colours may meet, a marker or a
-# dash tells them apart too. Each panel is drawn by one function panel(ax, rows), so that
-# `figures --panels` can draw it alone, as a slide, with the same code.
+# dash tells them apart too. Each panel is drawn by one function panel(ax, rows, alone), so
+# that `figures --panels` can draw it alone, as a slide, with the same code (alone=True: a
+# panel that shares its neighbour's legend in the composite draws its own).
 
 _STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
           "legend.fontsize": 10, "xtick.labelsize": 11, "ytick.labelsize": 11,
