@@ -34,7 +34,8 @@ def drawn(tmp_path_factory):
             mp.setitem(fg.FIGURES, name, (compute, keeping(draw)))
         assert bn.main(["figures", "--quick", "--panels", "--out", str(out)]) == 0
     assert sorted(figs) == sorted(fg.FIGURES)
-    return out, figs
+    renderers = {name: _renderer(fig) for name, fig in figs.items()}   # drawn once, for the layout
+    return out, figs, renderers
 
 
 def test_every_figure_and_csv_is_written(drawn):
@@ -236,7 +237,6 @@ def _reading_order(fig):
 @pytest.mark.parametrize("name", list(fg.FIGURES))
 def test_panels_are_lettered_in_reading_order(drawn, name):
     fig = drawn[1][name]
-    _renderer(fig)
     titles = [ax.get_title() for ax in _reading_order(fig)]
     if len(titles) > 1:
         letters = [t[:3] for t in titles]
@@ -264,8 +264,7 @@ def _display_points(line, ax):
 
 @pytest.mark.parametrize("name", list(fg.FIGURES))
 def test_no_legend_over_data(drawn, name):
-    fig = drawn[1][name]
-    renderer = _renderer(fig)
+    fig, renderer = drawn[1][name], drawn[2][name]
     legends = [ax.get_legend() for ax in fig.get_axes() if ax.get_legend()]
     assert legends, name
     points = [_display_points(line, ax) for ax in fig.get_axes() for line in ax.get_lines()]
@@ -320,7 +319,6 @@ def test_no_curve_hidden_under_another(drawn, name):
     # points or another shape), or the one beneath is at least 2 points wider.
     from matplotlib.colors import to_hex
     fig = drawn[1][name]
-    _renderer(fig)
     for ax in fig.get_axes():
         lines = sorted(ax.get_lines(), key=lambda line: line.get_zorder())   # stable: drawn order
         for i, below in enumerate(lines):
