@@ -1190,7 +1190,8 @@ def parity_expected(formulation, act):
     return odd                                            # gated: gated_mlp, gated_rank_r
 
 
-def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
+def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None,
+                    params=None):
     """The Jacobian of the outputs on random inputs with respect to every parameter.
 
     Row n d_out + k is d y[n, k] / d theta, one backward pass with dy = e_(n, k); theta is
@@ -1198,24 +1199,35 @@ def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=N
 
     Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
         the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
-        of inputs (default: enough for the rank to be generic, see symmetry_dimension).
+        of inputs (default: enough for the rank to be generic, see symmetry_dimension);
+        params: a dict of parameters of these sizes to use instead of the init (not modified).
     Returns: J, a float64 array (n_tokens * d_out, n_params).
-    Raises: ValueError for an unknown name or a non-positive size.
+    Raises: ValueError for an unknown name or a non-positive size, or (relu, default
+        n_tokens) a unit or term that is on for fewer than its share of 10^5 inputs.
     Source: derivations.md, section 4.9.
     """
     form, act = get_formulation(formulation), get_activation(act)
     n_params = form.n_params(d, m, d_out, r)
-    if n_tokens is None:     # rows >= 2 n_params; 16 n_params with a kink: a ReLU unit
-        per_param = 16 if act.kink else 2    # may be on for a small share of the tokens
-        n_tokens = max(-(-per_param * n_params // d_out), d * (d + 1) // 2) + 10
-    _check_positive(n_tokens=n_tokens)
     rng = np.random.default_rng(seed)
-    params = form.init(rng, d, m, d_out, r)
-    x = rng.standard_normal((n_tokens, d))
+    drawn = form.init(rng, d, m, d_out, r)
+    params = drawn if params is None else {n: np.array(params[n], dtype=np.float64)
+                                           for n in form.param_names}
+    if n_tokens is not None:
+        _check_positive(n_tokens=n_tokens)
+        x = rng.standard_normal((n_tokens, d))
+    else:                    # rows >= 2 n_params, and d (d + 1) / 2 tokens for the monomials
+        x = rng.standard_normal((max(-(-2 * n_params // d_out), d * (d + 1) // 2) + 10, d))
+        if act.kink:         # relu: each unit (each term) on for 2 P_j / d_out + 10 tokens
+            need = -(-2 * n_params // (m * d_out)) + 10
+            while _fewest_on(form, act, x, params) < need:
+                if len(x) > 10 ** 5:
+                    raise ValueError(f"output_jacobian({form.name}, relu): a unit is on for "
+                                     f"fewer than {need} of {len(x)} inputs (dead, or nearly)")
+                x = np.concatenate([x, rng.standard_normal((len(x), d))])
     rows = []
     # A deliberate loop over blocks of 8 tokens (a backward pass costs in proportion to its
     # tokens, and each block needs 8 d_out of them), then over the block's outputs.
-    for start in range(0, n_tokens, 8):
+    for start in range(0, len(x), 8):
         y, cache = form.forward(x[start:start + 8], **params, act=act)   # (B, d_out)
         for n, k in np.ndindex(*y.shape):                 # one backward per output
             dy = np.zeros_like(y)
@@ -1225,20 +1237,30 @@ def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=N
     return np.array(rows)                                 # (N d_out, n_params)
 
 
-def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
+def _fewest_on(form, act, x, params):
+    # relu: the fewest tokens on which one unit (one term) has every argument of sigma > 0.
+    cache = form.forward(x, **params, act=act)[1]
+    on = np.logical_and.reduce([cache[k].reshape(len(x), -1) > 0 for k in form.sigma_args])
+    return int(on.sum(axis=0).min())
+
+
+def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, params=None):
     """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
 
     A continuous symmetry moves the parameters without changing any output: its directions
-    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows, 16
-    n_params for ReLU), holds nothing else. Rank: the singular values s_i > 1e-8 s_1; each
-    must lie outside [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
+    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows; for
+    ReLU also 2 P_j / d_out + 10 tokens on which each unit, each term, is on), holds nothing
+    else. Rank: the singular values s_i > 1e-8 s_1; each must lie outside
+    [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
 
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int.
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int;
+        params: parameters to use instead of the init (e.g. ReLU units that are always on).
     Returns: int >= 0, the dimension of the parameters computing one function, near a random one.
-    Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous rank.
+    Raises: ValueError for an unknown name or a bad size, or a ReLU unit (almost) never on;
+        RuntimeError for an ambiguous rank.
     Source: derivations.md, section 4.9.
     """
-    J = output_jacobian(formulation, act, d, m, d_out, r, seed)
+    J = output_jacobian(formulation, act, d, m, d_out, r, seed, params=params)
     s = np.linalg.svd(J, compute_uv=False)                # descending
     rel = s / s[0]
     ambiguous = rel[(rel > 1e-12) & (rel < 1e-5)]
@@ -1264,13 +1286,15 @@ def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     antisymmetric part of A_j), rank-r and rank-1 2 d r - n_s (n_s = l d - l(l - 1)/2,
     l = min(2r, d): the dimension of its scores), gated_mlp 1, double_gated_mlp 0,
     gated_rank_r 1; relu adds its scalings; static_query_mlp adds d^2 for the layer.
-    The identity (m <= d_out): y is linear in x or in the monomials x_p x_c, and the count
-    is that of a product of two matrices with the units' cones (derivations.md, 4.9).
+    The identity: y = M phi(x) is linear in x or in the monomials x_p x_c; for mlp,
+    static_query_mlp and bilinear M is any matrix of rank <= min(m, d_out, D), for the
+    rank-1 and rank-r forms (m <= d_out) a product of two matrices with the units' cones
+    (derivations.md, 4.9).
 
     Args: as symmetry_dimension (no seed).
     Returns: int.
     Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
-        and for the identity with m > d_out.
+        and for the identity with rank-1 or rank-r units and m > d_out.
     Source: derivations.md, section 4.9.
     """
     form, act = get_formulation(formulation), get_activation(act)
@@ -1281,11 +1305,15 @@ def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     n_params = form.n_params(d, m, d_out, r)
     global_q = d * d if formulation == "static_query_mlp" else 0
     if act.linear:
-        if m > d_out:
-            raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
-                             f"{d_out}, got {m}")
         linear_in_x = formulation in ("mlp", "static_query_mlp")
         D = d if linear_in_x else d * (d + 1) // 2        # features: x, or the monomials
+        if formulation in ("mlp", "static_query_mlp", "bilinear"):   # w_j: any vector
+            rho = min(m, d_out, D)                        # y = M phi(x), rank M <= rho
+            return n_params - rho * (d_out + D - rho)
+        if m > d_out:
+            raise ValueError(f"m: with the identity, the count for rank-1 and rank-r units is "
+                             f"derived for m <= d_out = {d_out}, got {m} (dependent values "
+                             "add the units' scores into scores of higher rank)")
         if linear_in_x:
             n = d
         elif formulation in ("gated_mlp", "double_gated_mlp"):
