@@ -1740,21 +1740,31 @@ def adam_init(params):
             "v": {k: np.zeros_like(v) for k, v in params.items()}}
 
 
-def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+              weight_decay=0.0):
     """One Adam step, returning new parameters and a new state (nothing updated in place).
 
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-        theta = theta - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        theta = theta - lr * ((m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd theta)
+
+    With weight_decay = wd > 0 this is AdamW: the decay is decoupled from the gradient (it
+    is not divided by sqrt(v)); wd = 0 is Adam.
 
     Args: params, grads: dicts name -> float array, same keys, shapes and dtypes; state: from
-        adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (real numbers).
+        adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0; weight_decay >= 0
+        (real numbers).
     Returns: (new_params, new_state), every array in its parameter's dtype.
-    Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
-        or state whose keys or shapes differ from the parameters'; TypeError for a number
-        that is not real, or a gradient or moment of another dtype than its parameter.
-    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
+    Raises: ValueError for a non-positive lr or eps, a negative weight_decay, a beta outside
+        [0, 1), or a gradient or state whose keys or shapes differ from the parameters';
+        TypeError for a number that is not real, or a gradient or moment of another dtype
+        than its parameter.
+    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults); Loshchilov & Hutter,
+        Decoupled Weight Decay Regularization, ICLR 2019 (AdamW).
     """
     lr, eps = _real("lr", lr), _real("eps", eps)      # Python floats: no upcast (see _real)
+    weight_decay = _real("weight_decay", weight_decay)
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay}")
     beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
     if not lr > 0 or not eps > 0:
         raise ValueError(f"lr and eps: expected positive numbers, got lr={lr}, eps={eps}")
@@ -1775,7 +1785,8 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
-        new_params[k] = (theta - lr * step).astype(theta.dtype, copy=False)
+        new_params[k] = (theta - lr * (step + weight_decay * theta)).astype(theta.dtype,
+                                                                          copy=False)
     return new_params, {"t": t, "m": m, "v": v}
 
 
