@@ -1409,6 +1409,12 @@ def _bracket(X, Y):
     return lambda theta: _derivative(Y, theta, X(theta)) - _derivative(X, theta, Y(theta))
 
 
+def _remembering(field, theta0):
+    # The same field, computed once at theta0 (every bracket asks for it there again).
+    value = field(theta0)
+    return lambda theta: value if theta is theta0 else field(theta)
+
+
 def _relative_singular_values(vectors):
     rows = np.array([v / np.linalg.norm(v) for v in vectors if np.linalg.norm(v) > 0])
     s = np.linalg.svd(rows, compute_uv=False)                # descending
@@ -1474,7 +1480,7 @@ def _lie_algebra(form, act, d, m, d_out, r, seed, n_tokens, max_level):
                 more = more[np.logical_and.reduce(far)]
             x = np.concatenate([x, more])
         G = rng.standard_normal((n_tokens, d_out))
-        return _loss_field(form, act, x[:n_tokens], G, at)
+        return _remembering(_loss_field(form, act, x[:n_tokens], G, at), theta)
 
     zeros, nonzeros = [0.0], [1.0]
 
@@ -1497,8 +1503,8 @@ def _lie_algebra(form, act, d, m, d_out, r, seed, n_tokens, max_level):
         previous, level = level, []
         while dim < n_params:
             size = 3 if dims and not level else n_params - dim + 3
-            level += [_bracket(new_field(), previous[i % len(previous)]) if dims else new_field()
-                      for i in range(size)]
+            level += [_remembering(_bracket(new_field(), previous[i % len(previous)])
+                                   if dims else new_field(), theta) for i in range(size)]
             vectors += [X(theta) for X in level[-size:]]
             dim, before = dimension(vectors), dim
             if dim == before or len(dims) == max_level:
@@ -1581,6 +1587,34 @@ def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
         raise ValueError(f"m: with the identity, {m} units of rank {rank} at d = {d} can mix "
                          f"(m - 1 > {codim}); no count is derived for that")
     return m * per_unit
+
+
+LAW_SIZES = ((4, 1, 2, 2), (3, 2, 2, 1))   # (d, m, d_out, r): a rank-2 unit; a layer of 2
+
+
+def conservation_law_table(seed=0, sizes=LAW_SIZES):
+    """Flat directions and conservation laws, measured and expected, for every formulation
+    and activation at each (d, m, d_out, r) of `sizes`.
+
+    Returns: list of dicts with keys formulation, activation, sizes, n_params, flat
+        (symmetry_dimension), flat_expected, laws (conservation_law_count), laws_expected,
+        holds (both equal their theory).
+    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, sections 4.9, 5.10.
+    """
+    rows = []
+    for size in sizes:
+        for formulation, form in FORMULATIONS.items():
+            for act in ACTIVATIONS:
+                row = {"formulation": formulation, "activation": act, "sizes": tuple(size),
+                       "n_params": form.n_params(*size),
+                       "flat": symmetry_dimension(formulation, act, *size, seed=seed),
+                       "flat_expected": symmetry_dimension_expected(formulation, act, *size),
+                       "laws": conservation_law_count(formulation, act, *size, seed=seed),
+                       "laws_expected": conservation_law_count_expected(formulation, act, *size)}
+                row["holds"] = (row["flat"] == row["flat_expected"]
+                                and row["laws"] == row["laws_expected"])
+                rows.append(row)
+    return rows
 
 
 # =============================================================================
