@@ -325,3 +325,15 @@ def test_conservation_law_table_agrees_with_theory():
     assert len(rows) == len(bn.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
     assert [r for r in rows if not r["holds"]] == []
     assert any(r["laws"] < r["flat"] for r in rows) and any(r["laws"] == r["flat"] > 0 for r in rows)
+
+
+def test_symmetry_dimension_with_more_units_than_outputs():
+    # 4.9: with the identity and c = 0 (mlp, static query, bilinear) the count holds for every
+    # m, k = P - rho (d_out + D - rho), rho = min(m, d_out, D); rank-1 units with m > d_out
+    # add into a rank-2 score, which theory refuses and the measurement counts.
+    for name, count in (("mlp", 17), ("static_query_mlp", 42), ("bilinear", 67)):
+        assert bn.symmetry_dimension_expected(name, "identity", 5, 4, 3) == count
+        assert bn.symmetry_dimension(name, "identity", 5, 4, 3) == count
+    assert bn.symmetry_dimension("rank1_bilinear", "identity", 5, 2, 1) == 22 - 14 == 8
+    with pytest.raises(ValueError, match="m <= d_out"):
+        bn.symmetry_dimension_expected("rank1_bilinear", "identity", 5, 2, 1)
