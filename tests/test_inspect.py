@@ -341,3 +341,50 @@ def test_adam_moves_the_key_value_imbalance_at_first_order():
     # Exactly quadratic for gradient descent, at any lr; first order for Adam as lr -> 0.
     np.testing.assert_allclose(change(0.1, False) / change(0.05, False), 4.0, rtol=1e-9)
     np.testing.assert_allclose(change(1e-6, True) / change(5e-7, True), 2.0, rtol=1e-3)
+
+
+def _swiglu_trained_by_adamw(steps=1500, lam=0.1, lr=1e-2, seed=0):
+    # A small SwiGLU layer (d = 4, m = 3, d_out = 4) fitted full-batch to a noisy SwiGLU
+    # teacher by AdamW, from a start with ||k_j|| = ||v_j|| for every unit.
+    rng = np.random.default_rng(seed)
+    form = bn.FORMULATIONS["gated_mlp"]
+    x = rng.standard_normal((64, 4))
+    target = form.forward(x, **form.init(rng, 4, 3, 4), act="silu")[0]
+    target = target + 0.1 * rng.standard_normal(target.shape)
+    p = form.init(rng, 4, 3, 4)
+    p["V"] = p["V"] * (np.linalg.norm(p["K"], axis=1) / np.linalg.norm(p["V"], axis=1))[:, None]
+    state = bn.adam_init(p)
+
+    def gradients(p):
+        y, cache = form.forward(x, **p, act="silu")
+        grads = form.backward(bn.mse_backward(1.0, bn.mse_forward(y, target)[1]), cache)
+        return {k: grads[k] for k in p}
+
+    start = bn.adamw_balances(p, bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)[1])
+    for _ in range(steps):
+        p, state = bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)
+    return p, state, gradients(p), start
+
+
+def test_adamw_balances_keys_and_values_in_the_preconditioned_norm():
+    # 9.3: from an exactly balanced start (Euclidean balance 0), AdamW moves the Euclidean
+    # key-value balance far from 0, while the balance in Adam's norm s = sqrt(v_hat) + eps
+    # stays near 0: at a fixed point m_hat / s = -lambda theta, and with 5.4's identity
+    # sum_i s k_i^2 = sum_i s v_i^2. The bookkeeping is exact: lambda times the preconditioned
+    # imbalance equals the residual terms below, to rounding.
+    lam, eps = 0.1, 1e-8
+    p, state, g, start = _swiglu_trained_by_adamw(lam=lam)
+    assert np.max(np.abs(start["euclidean"])) < 1e-12
+    balance = bn.adamw_balances(p, state, eps=eps)
+    assert np.max(np.abs(balance["euclidean"])) > 0.1
+    assert np.max(np.abs(balance["preconditioned"])) < 0.02
+    t = state["t"]
+    s = {k: np.sqrt(state["v"][k] / (1 - 0.999 ** t)) + eps for k in ("K", "V")}
+    m_hat = {k: state["m"][k] / (1 - 0.9 ** t) for k in ("K", "V")}
+    residual = {k: m_hat[k] / s[k] + lam * p[k] for k in ("K", "V")}     # 0 at a fixed point
+    lhs = lam * (np.sum(s["K"] * p["K"] ** 2, 1) - np.sum(s["V"] * p["V"] ** 2, 1))
+    rhs = (np.sum(s["K"] * p["K"] * residual["K"], 1) - np.sum(s["V"] * p["V"] * residual["V"], 1)
+           + np.sum(p["K"] * (g["K"] - m_hat["K"]), 1) - np.sum(p["V"] * (g["V"] - m_hat["V"]), 1)
+           - (np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1)))    # the last: 0 (5.4)
+    assert np.allclose(lhs, rhs, rtol=0, atol=1e-12 * np.max(np.abs(lhs)) + 1e-15)
+    assert np.max(np.abs(np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1))) < 1e-12
