@@ -388,3 +388,45 @@ def test_adamw_balances_keys_and_values_in_the_preconditioned_norm():
            - (np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1)))    # the last: 0 (5.4)
     assert np.allclose(lhs, rhs, rtol=0, atol=1e-12 * np.max(np.abs(lhs)) + 1e-15)
     assert np.max(np.abs(np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1))) < 1e-12
+
+
+def test_absolute_gaps_and_what_conservation_would_keep(tiny):
+    # 9.4: each unit's gaps ||q_j||^2 - ||k_j||^2 and ||k_j||^2 - ||v_j||^2, their per-layer
+    # distribution and sign, and, for an assumed initialisation, the initial gap, the share
+    # of units within 3 initial standard deviations of it, and the balance it would give.
+    folder, arrays = tiny
+    units, layers, info = im.inspect_checkpoint(folder, n_tokens=16, init_std=0.5, n_layers=3)
+    assert info["init_std"] == 0.5 and info["n_layers"] == 3 and "2 L" in info["initialisation"]
+    init = im.init_gaps(D, D, 0.5, 3)
+    for i in range(LAYERS):
+        want = direct_layer(arrays, i, np.zeros((1, D)) + 1)
+        rows = [u for u in units if u["layer"] == i]
+        gap_kv = want["k_norm"] ** 2 - want["v_norm"] ** 2
+        gap_qk = want["q_norm"] ** 2 - want["k_norm"] ** 2
+        np.testing.assert_allclose([u["gap_kv"] for u in rows], gap_kv, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose([u["gap_qk"] for u in rows], gap_qk, rtol=1e-12, atol=1e-13)
+        row = layers[i]
+        assert row["median_gap_kv"] == pytest.approx(np.median(gap_kv), rel=1e-12)
+        assert row["q25_gap_qk"] == pytest.approx(np.percentile(gap_qk, 25), rel=1e-12)
+        assert row["share_gap_kv_positive"] == np.mean(gap_kv > 0)
+        assert row["init_gap_kv"] == pytest.approx(D * 0.25 - D * 0.25 / 6, rel=1e-12)
+        within = np.mean(np.abs(gap_kv - init["kv_mean"]) <= 3 * init["kv_sd"])
+        assert row["share_gap_kv_within_init"] == within
+        total = want["k_norm"] ** 2 + want["v_norm"] ** 2
+        assert row["median_bal_kv_conserved"] == pytest.approx(np.median(init["kv_mean"] / total))
+    plain = im.inspect_checkpoint(folder, n_tokens=16)[1]            # no initialisation given
+    assert math.isnan(plain[0]["init_gap_kv"]) and not math.isnan(plain[0]["median_gap_kv"])
+
+
+def test_initial_gaps_match_a_sampled_initialisation():
+    # init_gaps: the mean and standard deviation of ||k||^2 - ||v||^2 under the depth rule,
+    # against 4000 sampled units at SmolLM2's sizes (d = d_out = 576, L = 30, std 1/24).
+    rng = np.random.default_rng(0)
+    d, L, std = 576, 30, 1 / 24
+    k = rng.normal(0, std, (4000, d))
+    v = rng.normal(0, std / np.sqrt(2 * L), (4000, d))
+    gap = np.sum(k ** 2, 1) - np.sum(v ** 2, 1)
+    init = im.init_gaps(d, d, std, L)
+    assert init["kv_mean"] == pytest.approx(1 - 1 / 60, rel=1e-12)
+    assert abs(gap.mean() - init["kv_mean"]) < 4 * init["kv_sd"] / np.sqrt(4000)
+    assert gap.std() == pytest.approx(init["kv_sd"], rel=0.05)
