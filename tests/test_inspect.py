@@ -430,3 +430,29 @@ def test_initial_gaps_match_a_sampled_initialisation():
     assert init["kv_mean"] == pytest.approx(1 - 1 / 60, rel=1e-12)
     assert abs(gap.mean() - init["kv_mean"]) < 4 * init["kv_sd"] / np.sqrt(4000)
     assert gap.std() == pytest.approx(init["kv_sd"], rel=0.05)
+
+
+def test_docs_quote_the_gaps_of_the_committed_run():
+    # docs/real-model.md's table of absolute gaps is inspect_layers_f32.csv, rounded as printed.
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "real-model.md").read_text(encoding="utf-8")
+    with open(root / "results" / "smollm2" / "inspect_layers_f32.csv", encoding="utf-8") as f:
+        rows = {int(r["layer"]): r for r in csv.DictReader(f)}
+    number = lambda text: float(text.replace("−", "-").rstrip("%"))      # noqa: E731
+    quoted = 0
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not (line.startswith("| ") and cells[0].isdigit() and len(cells) == 7):
+            continue
+        r = rows[int(cells[0])]
+        low, high = (number(c) for c in cells[2].split(","))
+        assert number(cells[1]) == round(float(r["median_gap_kv"]), 2)
+        assert (low, high) == (round(float(r["q25_gap_kv"]), 2), round(float(r["q75_gap_kv"]), 2))
+        assert number(cells[3]) == round(100 * float(r["share_gap_kv_positive"]))
+        assert number(cells[4]) == round(100 * float(r["share_gap_kv_within_init"]))
+        assert number(cells[5]) == round(float(r["median_bal_kv_conserved"]), 3)
+        assert number(cells[6]) == round(float(r["median_gap_qk"]), 2)
+        assert float(r["init_gap_kv"]) == pytest.approx(1 - 1 / 60, rel=1e-6)
+        quoted += 1
+    assert quoted >= 8
