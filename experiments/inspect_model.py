@@ -346,6 +346,39 @@ def overall_summary(unit_rows):
     return out
 
 
+def adamw_balances(params, state, eps=1e-8, beta2=0.999):
+    """Per unit of a gated layer: the key-value balance in the Euclidean norm and in Adam's
+    preconditioned norm, s = sqrt(v_hat) + eps.
+
+        euclidean_j      = (||k_j||^2 - ||v_j||^2) / (||k_j||^2 + ||v_j||^2)
+        preconditioned_j = (sum_i s_ji k_ji^2 - sum_i s_ji v_ji^2) / (same with +)
+
+    At a fixed point of AdamW, m_hat / s = -lambda theta; with m_hat the gradient and the
+    identity <k_j, dk_j> = <v_j, dv_j> (5.4) this makes preconditioned_j = 0, not euclidean_j.
+
+    Args: params: {"Q", "K" (m, d), "V" (m, d_out)} of gated_mlp; state: its adam_step state
+        (t >= 1); eps, beta2: as in adam_step.
+    Returns: dict with euclidean, preconditioned, (m,) float64 each.
+    Raises: ValueError if K, V or the state's moments are missing or of other shapes, or t < 1.
+    Source: Loshchilov & Hutter, ICLR 2019 (AdamW); derivations.md, section 9.3.
+    """
+    K, V = (np.asarray(params.get(n), dtype=np.float64) for n in ("K", "V"))
+    t = state.get("t", 0)
+    if K.ndim != 2 or V.ndim != 2 or len(K) != len(V) or t < 1:
+        raise ValueError(f"params: expected K (m, d) and V (m, d_out) of one m and a state "
+                         f"after a step, got K {K.shape}, V {V.shape}, t = {t}")
+    scale = {}
+    for name, W in (("K", K), ("V", V)):
+        v = np.asarray(state["v"][name], dtype=np.float64)
+        if v.shape != W.shape:
+            raise ValueError(f"state['v'][{name!r}]: expected shape {W.shape} (params[{name!r}]'s), "
+                             f"got {v.shape}")
+        scale[name] = np.sqrt(v / (1 - beta2 ** t)) + eps          # s = sqrt(v_hat) + eps
+    kk, vv = np.sum(K * K, axis=1), np.sum(V * V, axis=1)              # (m,)
+    sk, sv = np.sum(scale["K"] * K * K, axis=1), np.sum(scale["V"] * V * V, axis=1)
+    return {"euclidean": (kk - vv) / (kk + vv), "preconditioned": (sk - sv) / (sk + sv)}
+
+
 # Column order of the files: the raw-weight columns first, as promised in the docs.
 UNIT_COLUMNS = ["layer", "unit", "q_norm", "k_norm", "v_norm", "cos_qk", "bal_qk", "bal_kv",
                 "q_norm_g", "k_norm_g", "cos_qk_g", "bal_qk_g", "bal_kv_g",

@@ -360,7 +360,7 @@ def _swiglu_trained_by_adamw(steps=1500, lam=0.1, lr=1e-2, seed=0):
         grads = form.backward(bn.mse_backward(1.0, bn.mse_forward(y, target)[1]), cache)
         return {k: grads[k] for k in p}
 
-    start = bn.adamw_balances(p, bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)[1])
+    start = im.adamw_balances(p, bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)[1])
     for _ in range(steps):
         p, state = bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)
     return p, state, gradients(p), start
@@ -375,7 +375,7 @@ def test_adamw_balances_keys_and_values_in_the_preconditioned_norm():
     lam, eps = 0.1, 1e-8
     p, state, g, start = _swiglu_trained_by_adamw(lam=lam)
     assert np.max(np.abs(start["euclidean"])) < 1e-12
-    balance = bn.adamw_balances(p, state, eps=eps)
+    balance = im.adamw_balances(p, state, eps=eps)
     assert np.max(np.abs(balance["euclidean"])) > 0.1
     assert np.max(np.abs(balance["preconditioned"])) < 0.02
     t = state["t"]
