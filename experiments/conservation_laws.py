@@ -190,7 +190,7 @@ def conservation_law_count(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
     counts those), but not every flat direction gives a law: of a group of symmetries only the
     generators that are symmetric matrices do (derivations.md, 5.10).
 
-    Args: as symmetry_dimension.
+    Args: as bilinear_numpy.symmetry_dimension.
     Returns: int >= 0.
     Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous rank.
     Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, section 5.10.
