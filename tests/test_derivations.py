@@ -1046,3 +1046,26 @@ def test_tensorwise_rel_error_ignores_rounding_of_a_near_zero_element():
     assert abs(a - b) / (abs(a) + abs(b)) > 0.99          # the elementwise ratio: "wrong"
     assert bn.rel_error(analytic, numeric) < 1e-9         # the tensor-wise one: right
     assert np.max(np.abs(analytic)) > 0.1                 # the tensor's scale
+
+
+def _count(cell, d, r):
+    # A count of the text, '$d(d+1)/2$ (layer) $+ 1$', evaluated at d and r.
+    text = cell.replace("$", "").replace("(layer)", "").replace("^", "**").replace(" ", "")
+    text = re.sub(r"(?<=[\d)dr])(?=[(dr])", "*", text)                  # 2r -> 2*r, d(d -> d*(d
+    assert re.fullmatch(r"[\d()+\-*/dr]+", text), cell
+    return eval(text, {}, {"d": d, "r": r})                            # noqa: S307 (our text)
+
+
+def test_law_table_in_the_text():
+    # 5.10: "Each formulation's laws", flat directions and laws evaluated at d = 5, r = 2
+    # (one unit, where the layer's and the unit's counts add), against the two theories.
+    rows = [row for row in table_rows("### 5.10") if row[0].startswith("`")]
+    smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
+    seen = set()
+    for form, act, flat, laws, _ in rows:
+        name = form.strip("`")
+        for a in (smooth if act == "smooth" else (act,)):
+            assert _count(flat, 5, 2) == bn.symmetry_dimension_expected(name, a, 5, 1, 3, 2), (name, a)
+            assert _count(laws, 5, 2) == bn.conservation_law_count_expected(name, a, 5, 1, 3, 2)
+            seen.add((name, a))
+    assert seen == {(f, a) for f in bn.FORMULATIONS for a in bn.ACTIVATIONS if a != "identity"}
