@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+from torch.autograd.gradcheck import GradcheckError
 
 import bilinear_numpy as bn
 
@@ -685,7 +686,7 @@ def check_gradcheck(formulation, act, seed=0, x_shape=(2, 3, 4), m=3, d_out=2, r
 
     relu has a kink at 0, where central differences are wrong: the draw must keep every
     argument of sigma at least 1e-4 from it (seed 0: at least 4e-3), far above the step 1e-6.
-    Returns: True, or raises torch.autograd.gradcheck.GradcheckError naming the input.
+    Returns: True, or raises GradcheckError (torch.autograd.gradcheck) naming the input.
     Raises: ValueError for a relu draw with an argument of sigma within 1e-4 of the kink.
     """
     x, params, _ = _draw(formulation, torch.float64, seed, x_shape, m, d_out, r)
@@ -726,7 +727,7 @@ def parity_table(dtypes=(torch.float64, torch.float32), out=print):
         for act in acts:
             try:
                 verdicts.append("ok" if check_gradcheck(formulation, act) else "FAIL")
-            except torch.autograd.gradcheck.GradcheckError:
+            except GradcheckError:
                 verdicts.append("FAIL")
         failures += verdicts.count("FAIL")
         out(f"  {formulation:<18}" + "".join(f"{v:>11}" for v in verdicts))
