@@ -162,6 +162,8 @@ def main(argv=None):
     parser.add_argument("--variant", default="SwiGLU",
                         help="a name of train text's VARIANTS or formulation:activation[:r]")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=256,
+                        help="rows of each global batch (train text's: 256)")
     parser.add_argument("--backward", choices=("function", "autograd"), default="function",
                         help="the FFN's backward: the hand-derived Function, or autograd's")
     parser.add_argument("--out", type=Path, default=Path("runs") / "torch",
@@ -172,7 +174,7 @@ def main(argv=None):
     rank = int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")            # MASTER_ADDR, MASTER_PORT set by torchrun
-    task = TextTask64()
+    task = TextTask64(batch=args.batch)
     runs, seconds = {}, {}
     if rank == 0:                                  # the references, while the others wait
         runs["numpy"], seconds["numpy"] = numpy_run(task, args.variant, args.seed, args.steps)
@@ -192,8 +194,9 @@ def main(argv=None):
 def report(runs, seconds, args, world):
     """Print the table and write losses.csv; 0 if every run is within TOL of NumPy."""
     names = list(runs)
-    print(f"train text, {args.variant}, seed {args.seed}, float64, backward={args.backward}: "
-          f"loss (bits per character) of each step; torch_N = torch on N processes")
+    print(f"train text, {args.variant}, seed {args.seed}, batch {args.batch}, float64, "
+          f"backward={args.backward}: loss (bits per character) of each step; torch_N = torch "
+          f"on N processes")
     print(f"{'step':>5}" + "".join(f"{n:>22}" for n in names))
     for step in range(args.steps):
         print(f"{step + 1:>5}" + "".join(f"{runs[n][step]:>22.15f}" for n in names))

@@ -20,8 +20,8 @@ VARIANTS = ["mlp-relu", "static_query_mlp:gelu", "bilinear:sigmoid", "rank2-silu
 class SmallTask(tt.TextTask64):
     """The text task with a small model and batch, scored on a few validation positions."""
 
-    def __init__(self):
-        super().__init__(d=16, budget_units=85, batch=32, curve_size=16)   # m fits every form
+    def __init__(self, batch=32):
+        super().__init__(d=16, budget_units=85, batch=batch, curve_size=16)   # m fits every form
         self.val_positions = self.val_positions[:64]      # train_run's final evaluation
 
 
@@ -71,7 +71,7 @@ def test_the_model_holds_model_inits_names_and_values(task):
 
 def test_a_different_run_is_reported_and_fails(capsys, tmp_path):
     class Args:
-        steps, variant, seed, backward, out = 2, "SwiGLU", 0, "function", tmp_path
+        steps, variant, seed, batch, backward, out = 2, "SwiGLU", 0, 256, "function", tmp_path
     runs = {"numpy": [3.0, 2.0], "torch_1": [3.0, 2.0 * (1 + 1e-12)], "torch_2": [3.0, 2.0001]}
     assert tt.report(runs, {n: 0.01 for n in runs}, Args, 2) == 1
     out = capsys.readouterr().out
@@ -83,8 +83,10 @@ def test_a_different_run_is_reported_and_fails(capsys, tmp_path):
 
 def test_main_runs_numpy_and_torch_and_writes_the_losses(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(tt, "TextTask64", SmallTask)
-    assert tt.main(["--steps", "3", "--variant", "rank1-identity", "--out", str(tmp_path)]) == 0
+    assert tt.main(["--steps", "3", "--variant", "rank1-identity", "--batch", "16",
+                    "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
+    assert "rank1-identity, seed 0, batch 16, float64" in out
     assert "largest relative difference, torch_1 vs numpy" in out and "(ok 1e-09)" in out
     assert len((tmp_path / "losses.csv").read_text(encoding="utf-8").splitlines()) == 4
 
