@@ -148,6 +148,19 @@ def torch_run(task, variant, seed, steps, backward="function", world=1, rank=0):
     return losses, statistics.median(times)
 
 
+def check_same_text(task, world):
+    """Raise RuntimeError unless every process (of world) loaded the same training text: its
+    vocabulary size, length and a weighted sum of its ids, sum_i i * id_i, which another text
+    or a shifted one changes. Processes on other machines may run another clone or Python."""
+    ids = task.train_ids
+    mine = torch.tensor([task.vocab, len(ids), int(ids @ np.arange(len(ids)))])
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    if any(not torch.equal(other, mine) for other in every):
+        raise RuntimeError("the processes loaded different training texts (vocabulary size, "
+                           f"length, weighted sum of ids): {[e.tolist() for e in every]}")
+
+
 def max_rel_diff(a, b):
     """max over steps of |a - b| / |a| (losses are positive)."""
     return max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
@@ -175,6 +188,8 @@ def main(argv=None):
     if world > 1:
         dist.init_process_group("gloo")            # MASTER_ADDR, MASTER_PORT set by torchrun
     task = TextTask64(batch=args.batch)
+    if world > 1:
+        check_same_text(task, world)
     runs, seconds = {}, {}
     if rank == 0:                                  # the references, while the others wait
         runs["numpy"], seconds["numpy"] = numpy_run(task, args.variant, args.seed, args.steps)

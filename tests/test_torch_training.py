@@ -91,23 +91,27 @@ def test_main_runs_numpy_and_torch_and_writes_the_losses(monkeypatch, capsys, tm
     assert len((tmp_path / "losses.csv").read_text(encoding="utf-8").splitlines()) == 4
 
 
-def _ddp_worker(rank, world, store, task, variant, queue):
+def _ddp_worker(rank, world, store, task, variant, queue, shift=0):
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
                                          world_size=world)
     try:
+        if shift and rank == 1:                              # another text on this process
+            task.train_ids = task.train_ids[shift:]
+        tt.check_same_text(task, world)
         queue.put((rank, tt.torch_run(task, variant, 2, 4, world=world, rank=rank)[0]))
+    except RuntimeError as exc:
+        queue.put((rank, str(exc)))
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks the test process (Linux only)")
-def test_two_processes_with_ddp_lose_what_numpy_loses(task, tmp_path):
+def _run_two_processes(task, store, shift=0):
     # Two forked processes (torch already imported: no second start-up), gloo over a file
-    # store, each half of every batch; the same code as under torchrun.
+    # store, each half of every batch: the code that runs under torchrun.
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     workers = [context.Process(target=_ddp_worker,
-                               args=(rank, 2, tmp_path / "store", task, "SwiGLU", queue))
+                               args=(rank, 2, store, task, "SwiGLU", queue, shift))
                for rank in range(2)]
     for w in workers:
         w.start()
@@ -115,6 +119,22 @@ def test_two_processes_with_ddp_lose_what_numpy_loses(task, tmp_path):
     for w in workers:
         w.join(timeout=60)
         assert w.exitcode == 0
+    return results
+
+
+FORK_ONLY = pytest.mark.skipif(sys.platform != "linux", reason="forks the test process (Linux only)")
+
+
+@FORK_ONLY
+def test_two_processes_with_ddp_lose_what_numpy_loses(task, tmp_path):
+    results = _run_two_processes(task, tmp_path / "store")
     assert results[0] == results[1]                         # both report the global loss
     numpy_losses, _ = tt.numpy_run(task, "SwiGLU", 2, 4)
     assert tt.max_rel_diff(numpy_losses, results[0]) <= tt.TOL
+
+
+@FORK_ONLY
+def test_processes_that_loaded_different_texts_stop(task, tmp_path):
+    results = _run_two_processes(task, tmp_path / "store", shift=1)
+    for rank in (0, 1):
+        assert "the processes loaded different training texts" in results[rank]
