@@ -3,6 +3,8 @@ bilinear_numpy's plain pairs (forward and every gradient, both torch routes, flo
 float32), every hand-derived backward passes torch.autograd.gradcheck, and the conversions
 keep the project's names and shapes. Skipped when PyTorch is not installed."""
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,3 +201,15 @@ def test_a_module_trains_and_its_gradients_sum_over_leading_axes():
         per_token += torch.autograd.grad(y.sum(), q)[0]
     assert bn.rel_error(module.Q.grad.numpy(), per_token.numpy()) < 1e-14
     assert math.isfinite(float(module.Q.grad.norm()))
+
+
+def test_the_examples_of_docs_pytorch_run(capsys):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "pytorch.md").read_text(
+        encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert blocks
+    for code in blocks:
+        exec(compile(code, "docs/pytorch.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "GatedMLP(d=8, m=16, d_out=8, act='silu', backward='function')" in out
+    assert "torch.Size([16, 8])" in out and out.rstrip().endswith("True")
