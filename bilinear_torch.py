@@ -384,7 +384,7 @@ class GatedRankRFunction(torch.autograd.Function):
 # torch's own activation: backward="autograd" lets autograd differentiate it.
 
 
-class Formulation(torch.nn.Module):
+class FormulationModule(torch.nn.Module):
     """The common part of the modules below: parameters, input checks, the two routes.
 
     Args: d: input width; m: memory units; d_out: output width (default d); r: rank (rank-r
@@ -498,7 +498,7 @@ class Formulation(torch.nn.Module):
         return {"d": d, "m": m, "d_out": tensors["V"].shape[1], "r": r}
 
 
-class KeyValueMLP(Formulation):
+class KeyValueMLP(FormulationModule):
     """Key-value memory MLP: y = sigma(x K^T) V (K (m, d), V (m, d_out)); derivations.md 2.1."""
     name, function, default_act = "mlp", KeyValueMLPFunction, "relu"
 
@@ -507,7 +507,7 @@ class KeyValueMLP(Formulation):
         return sigma(x @ K.T) @ V
 
 
-class StaticQueryMLP(Formulation):
+class StaticQueryMLP(FormulationModule):
     """Static global query: y = sigma(x Q K^T) V (Q (d, d)); derivations.md 2.2."""
     name, function, default_act = "static_query_mlp", StaticQueryMLPFunction, "relu"
 
@@ -516,7 +516,7 @@ class StaticQueryMLP(Formulation):
         return sigma(x @ Q @ K.T) @ V
 
 
-class FullBilinear(Formulation):
+class FullBilinear(FormulationModule):
     """Full bilinear attention: y = sum_j sigma(x A_j x^T) v_j (A (m, d, d)); derivations.md 2.3."""
     name, function, default_act = "bilinear", FullBilinearFunction, "identity"
 
@@ -525,7 +525,7 @@ class FullBilinear(Formulation):
         return sigma(torch.einsum("...i,mij,...j->...m", x, A, x)) @ V
 
 
-class RankRBilinear(Formulation):
+class RankRBilinear(FormulationModule):
     """Rank-r bilinear: y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j (Q, K (m, d, r));
     derivations.md 2.4."""
     name, function, default_act, has_rank = ("rank_r_bilinear", RankRBilinearFunction,
@@ -538,7 +538,7 @@ class RankRBilinear(Formulation):
         return sigma((a * b).sum(dim=-1)) @ V
 
 
-class Rank1Bilinear(Formulation):
+class Rank1Bilinear(FormulationModule):
     """Rank-1 bilinear: y = sigma((x Q^T) * (x K^T)) V (Q, K (m, d)); derivations.md 2.5."""
     name, function, default_act = "rank1_bilinear", Rank1BilinearFunction, "identity"
 
@@ -547,7 +547,7 @@ class Rank1Bilinear(Formulation):
         return sigma((x @ Q.T) * (x @ K.T)) @ V
 
 
-class GatedMLP(Formulation):
+class GatedMLP(FormulationModule):
     """Gated MLP (GLU, Bilinear, ReGLU, GEGLU, SwiGLU): y = (sigma(x Q^T) * (x K^T)) V;
     derivations.md 2.6. In LLaMA-style code Q is gate_proj, K up_proj, V down_proj^T."""
     name, function, default_act = "gated_mlp", GatedMLPFunction, "silu"
@@ -557,7 +557,7 @@ class GatedMLP(Formulation):
         return (sigma(x @ Q.T) * (x @ K.T)) @ V
 
 
-class DoubleGatedMLP(Formulation):
+class DoubleGatedMLP(FormulationModule):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V; derivations.md 2.8."""
     name, function, default_act = "double_gated_mlp", DoubleGatedMLPFunction, "silu"
 
@@ -566,7 +566,7 @@ class DoubleGatedMLP(Formulation):
         return (sigma(x @ Q.T) * sigma(x @ K.T)) @ V
 
 
-class GatedRankR(Formulation):
+class GatedRankR(FormulationModule):
     """Gated rank-r: y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j (Q, K (m, d, r));
     derivations.md 2.7."""
     name, function, default_act, has_rank = "gated_rank_r", GatedRankRFunction, "silu", True
@@ -703,17 +703,23 @@ def check_gradcheck(formulation, act, seed=0, x_shape=(2, 3, 4), m=3, d_out=2, r
                                     (*inputs, get_activation(act)), eps=1e-6, atol=1e-8, rtol=1e-6)
 
 
-def parity_table(dtypes=(torch.float64, torch.float32), out=print):
+def parity_table(formulations=None, dtypes=(torch.float64, torch.float32), out=print):
     """Print check_parity for every formulation x activation and dtype (the worse of the two
-    routes, and the tensor), then gradcheck of every Function; return the number of failures."""
+    routes), then check_gradcheck of every Function; return the number of failing cells.
+
+    Args: formulations: keys of MODULES (default all); dtypes: torch float dtypes; out: a
+        function printing one line.
+    """
     failures = 0
     acts = list(ACTIVATIONS)
+    formulations = list(MODULES) if formulations is None else formulations
     for dtype in dtypes:
         tol = PARITY_TOL[dtype]
-        out(f"\nParity with bilinear_numpy, {str(dtype).split('.')[-1]}: worst relative error "
+        out("")
+        out(f"Parity with bilinear_numpy, {str(dtype).split('.')[-1]}: worst relative error "
             f"over y and every gradient, autograd and Function (tol {tol:.0e})")
         out(f"  {'formulation':<18}" + "".join(f"{a:>11}" for a in acts))
-        for formulation in MODULES:
+        for formulation in formulations:
             text = ""
             for act in acts:
                 row = check_parity(formulation, act, dtype)
@@ -721,8 +727,9 @@ def parity_table(dtypes=(torch.float64, torch.float32), out=print):
                 failures += worst > tol
                 text += f"{worst:>10.1e}{'!' if worst > tol else ' '}"
             out(f"  {formulation:<18}{text}")
-    out("\ntorch.autograd.gradcheck of every Function, float64 (atol 1e-8, rtol 1e-6)")
-    for formulation in MODULES:
+    out("")
+    out("torch.autograd.gradcheck of every Function, float64 (atol 1e-8, rtol 1e-6)")
+    for formulation in formulations:
         verdicts = []
         for act in acts:
             try:
@@ -731,7 +738,8 @@ def parity_table(dtypes=(torch.float64, torch.float32), out=print):
                 verdicts.append("FAIL")
         failures += verdicts.count("FAIL")
         out(f"  {formulation:<18}" + "".join(f"{v:>11}" for v in verdicts))
-    out(f"\n{failures} failures")
+    out("")
+    out(f"{failures} failures")
     return failures
 
 

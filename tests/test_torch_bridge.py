@@ -83,6 +83,24 @@ def test_a_wrong_backward_fails_parity_and_gradcheck(monkeypatch):
         bt.check_gradcheck("rank1_bilinear", "silu")
 
 
+def test_the_printed_table_counts_every_failing_cell(monkeypatch):
+    lines = []
+    assert bt.parity_table(["gated_mlp"], out=lines.append) == 0
+    assert sum(line.startswith("  gated_mlp ") for line in lines) == 3   # 2 dtypes, gradcheck
+    assert lines[-1] == "0 failures"
+
+    def wrong(ctx, dy):                                      # dV scaled by 1.001
+        dx, dQ, dK, dV, _ = right(ctx, dy)
+        return dx, dQ, dK, 1.001 * dV, None
+    right = bt.GatedMLPFunction.backward
+    monkeypatch.setattr(bt.GatedMLPFunction, "backward", staticmethod(wrong))
+    lines = []
+    assert bt.parity_table(["gated_mlp"], out=lines.append) == 3 * len(bt.ACTIVATIONS)
+    rows = [line for line in lines if line.startswith("  gated_mlp ")]
+    assert [row.count("!") for row in rows[:2]] == [6, 6] and rows[2].count("FAIL") == 6
+    assert lines[-1] == "18 failures"
+
+
 def test_gradcheck_refuses_a_draw_at_the_relu_kink():
     with pytest.raises(ValueError, match="from the kink"):   # many tokens: some s near 0
         bt.check_gradcheck("rank1_bilinear", "relu", x_shape=(400, 4), m=3)
