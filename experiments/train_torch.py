@@ -61,26 +61,33 @@ class TextTask64(train.TextTask):
 
 class StepRecorder:
     """Takes the place of train_run's progress line: keeps the loss of every step and the
-    time of each call (a step, and at some steps an evaluation of the learning curve)."""
+    wall and CPU time of each call (a step, and at some steps an evaluation of the curve)."""
 
     def __init__(self):
-        self.losses, self.times = [], [time.perf_counter()]
+        self.losses, self.wall, self.cpu = [], [time.perf_counter()], [time.process_time()]
 
     def step(self, what, step, steps, loss, run_start):
         self.losses.append(loss)
-        self.times.append(time.perf_counter())
+        self.wall.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+
+
+def _medians(wall, cpu):
+    # The median time of one step, wall clock and CPU (this process, all its threads).
+    return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
 
 
 def numpy_run(task, variant, seed, steps):
     """train text's own run (train.train_run) of one variant and seed in float64.
 
     Returns: (losses, seconds): the loss of each step in bits per character (a list of
-    floats) and the median time of one step (the median skips the learning curve's
-    evaluations, which train_run makes every steps / 10 steps).
+    floats) and {"wall": s, "cpu": s}, the median time of one step. With n_evals=1,
+    train_run evaluates its learning curve before the first step and after the last only,
+    so the median (of 3 steps or more) is a step's time.
     """
     recorder = StepRecorder()
-    train.train_run(task, variant, seed, steps, progress=recorder)
-    return recorder.losses, statistics.median(np.diff(recorder.times))
+    train.train_run(task, variant, seed, steps, n_evals=1, progress=recorder)
+    return recorder.losses, _medians(np.diff(recorder.wall), np.diff(recorder.cpu))
 
 
 class TextModel(torch.nn.Module):
@@ -113,7 +120,7 @@ def torch_run(task, variant, seed, steps, backward="function", world=1, rank=0):
     DistributedDataParallel and this process (rank) takes rows [rank B/world, (rank+1) B/world)
     of each global batch of B rows; the loss is averaged over the processes.
     Returns: (losses, seconds): each step's loss of the global batch in bits per character,
-    and the median time of one step on this process.
+    and {"wall": s, "cpu": s}, the median time of one step on this process.
     Raises: ValueError if the batch size is not a multiple of world.
     """
     formulation, act, r = train.resolve_variant(variant)
@@ -128,9 +135,9 @@ def torch_run(task, variant, seed, steps, backward="function", world=1, rank=0):
         net = torch.nn.parallel.DistributedDataParallel(net)
     optimizer = torch.optim.Adam(net.parameters(), lr=task.lr, betas=(0.9, 0.999), eps=1e-8)
     share = slice(rank * task.batch_size // world, (rank + 1) * task.batch_size // world)
-    losses, times = [], []
+    losses, wall, cpu = [], [], []
     for step in range(1, steps + 1):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         X, y = task.batch(batch_rng)               # the global batch; this process's share:
         logits = net(torch.from_numpy(X[share]))
         loss = F.cross_entropy(logits, torch.from_numpy(y[share]))   # nats, mean over the share
@@ -143,9 +150,10 @@ def torch_run(task, variant, seed, steps, backward="function", world=1, rank=0):
         if world > 1:
             dist.all_reduce(loss)                  # sum of the shares' means
             loss = loss / world
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         losses.append(float(loss) / math.log(2))   # bits per character, as train text reports
-    return losses, statistics.median(times)
+    return losses, _medians(wall, cpu)
 
 
 def check_same_text(task, world):
@@ -221,9 +229,10 @@ def report(runs, seconds, args, world):
         failures += diff > TOL
         print(f"largest relative difference, {n} vs numpy: {diff:.2e} "
               f"({'ok' if diff <= TOL else 'MORE THAN'} {TOL:.0e})")
-    print("one step (median): " + ", ".join(f"{n} {1e3 * s:.2f} ms" for n, s in seconds.items())
-          + f"; torch {torch.__version__}, 1 thread per process; load average "
-          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print("one step (median, wall / CPU of process 0): " + ", ".join(
+        f"{n} {1e3 * s['wall']:.2f} / {1e3 * s['cpu']:.2f} ms" for n, s in seconds.items())
+        + f"; torch {torch.__version__}, 1 thread per process; load average "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "losses.csv"
     with path.open("w", encoding="utf-8", newline="") as f:
