@@ -17,9 +17,10 @@ Under torchrun (WORLD_SIZE > 1) the torch model is wrapped in DistributedDataPar
 gloo backend (CPU): each process takes its share of every global batch, and DDP averages the
 gradients, which is the gradient of the global batch's mean loss. Process 0 also runs NumPy and
 torch on one process first (the others wait), so one command prints all three runs side by
-side and the time of one step of each. Results: RUN/torch/losses.csv (columns step, then one
-per run, loss in bits per character). Exit status 1 if a run differs from NumPy by more than
-1e-9 relative. docs/pytorch.md: the measured run, and how to run it across nodes and on a GPU.
+side and the time of one step of each. It writes runs/torch/losses.csv under the working
+folder (--out): a column step, then one per run, the loss in bits per character. Exit status
+1 if a run differs from NumPy by more than 1e-9 relative. docs/pytorch.md: the measured run,
+and how to run it across machines and on a GPU.
 """
 
 from __future__ import annotations
