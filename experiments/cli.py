@@ -100,7 +100,7 @@ def _cmd_verify(args):
 
 def _cmd_figures(args):
     from experiments import figures   # matplotlib is imported inside its drawing functions
-    figures.make_figures(args.out, quick=args.quick)
+    figures.make_figures(args.out, quick=args.quick, panels=args.panels)
     return 0
 
 
@@ -179,6 +179,8 @@ def build_parser():
                       help="output directory (default: figures/ in the working folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
+    figs.add_argument("--panels", action="store_true",
+                      help="also write each panel alone, for slides: OUT/panels/fig3_a.png, ...")
     figs.set_defaults(func=_cmd_figures)
 
     train = sub.add_parser("train", help="train every variant at equal parameter count on "
