@@ -9,7 +9,9 @@ Students:
     python -m exercises hint N               hints 1 and 2 without the table
 
 From a notebook (opened in the repository's folder or in exercises/): save, then in a cell
-`import exercises; exercises.check(1)`.
+`import exercises; exercises.check(1)`. A graded derivation is posed on a variant of the
+student's own, drawn from their seed: `exercises.variant(N)` returns it (a dict; the
+checker hands the same dict to the student's functions, which read it).
 
 Instructors:
 
@@ -60,6 +62,19 @@ def check(exercise=None, *options):
     from exercises.__main__ import main
     argv = ([] if exercise is None else ["check", str(exercise)]) + [str(o) for o in options]
     return main(argv)
+
+
+def variant(exercise, folder=None):
+    """Your own variant of exercise N (a dict; its "y" says it in one line), drawn from the
+    seed in student.json (seed 0 before `python -m exercises start --name YOU`) of `folder`
+    (default: exercises/). The checker hands the same dict to your functions."""
+    from exercises import checker
+    from exercises.course import COURSE
+    chosen = COURSE[exercise - 1]
+    if chosen.variant is None:
+        raise ValueError(f"exercise {exercise} is the same for everyone: it has no variant")
+    seed = checker.read_seed(checker.PACKAGE if folder is None else folder)[1]
+    return checker.own_variant(chosen, exercise, seed)
 
 
 def hint(exercise, level=None):

@@ -23,7 +23,6 @@ import numpy as np
 import bilinear_numpy as bn
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
-SHARED_TEXT = "look at how a parameter shared by every token collects its gradient"
 
 
 def draw(formulation, seed, r=R, n=N):
@@ -97,7 +96,7 @@ def key_value_memory(c):
         mistakes = {("look at what happens to the scores before they weigh the values",
                      "σ is missing: you returned (x Kᵀ) V"): (x @ K.T) @ V,
                     ("right for ReLU only: look at which activation your code applies",
-                     "σ is relu whatever act is: use bn.ACTIVATIONS[act]"):
+                     "σ is relu whatever act is: the activation must be the one act names"):
                         sigma("relu", x @ K.T) @ V,
                     ("look at the order of the steps: where the activation acts",
                      "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V"):
@@ -390,198 +389,155 @@ def fd_truth(forward, inputs, dy):
                                         value, dy) for name, value in inputs.items()}
 
 
-def fd_gradients(formulation, act, x, params, dy):
-    """fd_truth of a registered formulation's forward, for x and every parameter."""
-    form = bn.FORMULATIONS[formulation]
-    return fd_truth(lambda **kw: form.forward(**kw, act=act)[0], {"x": x} | params, dy)
-
-
-def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
-                  mistakes=None, reference=None, numeric=None, with_reference=True):
-    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given;
-    no such row when with_reference is False) and vs finite differences (of bn's forward,
-    unless `numeric` is given). mistakes: {(point, slip): the gradients that slip gives}."""
-    form = bn.FORMULATIONS.get(formulation) if formulation else None
-    if reference is None:
-        reference = form.backward(dy, form.forward(x, **params, act=act)[1])
-    if numeric is None and finite_differences:
-        numeric = fd_gradients(formulation, act, x, params, dy)
-    for name in ("x",) + tuple(params):
+def gradient_rows(c, fn, args, truth):
+    """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
+    computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
+    (checker.gradient_diagnosis reads which of them fail together)."""
+    for name, expected in truth.items():
         def got(name=name):
-            grads = c.call(fn, dy, x, *params.values(), act)
+            grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
                 raise KeyError(f"expected a dict with the key {name!r}; got "
                                f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        wrong = {text: g[name] for text, g in (mistakes or {}).items()
-                 if bn.rel_error(g[name], reference[name]) > 1e-8}
-        if with_reference:
-            c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
-        if finite_differences:
-            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
-                    mistakes=wrong)
+        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7)
 
 
-def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
-    """The gated MLP's gradients as a student might get them wrong (see GATED_MISTAKES)."""
-    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
-    a, b = x @ Q.T, x @ K.T                         # (N, m)
-    h = (a if mistake == "h without σ" else f(a)) * b
-    dh = dy @ V.T                                   # (N, m)
-    db = dh * f(a)
-    da = dh * b * (f(a) if mistake == "σ for σ′" else df(a))
-    if mistake == "b missing":
-        da = dh * df(a)
-    dx = da @ Q if mistake == "one branch" else da @ Q + db @ K
-    return {"x": dx, "Q": da.T @ x, "K": db.T @ x, "V": h.T @ dy}
+# ----- Units of one's own: exercises 9, 14, 15 -------------------------------------------
+# A variant is a dict: which factor carries the gate ("gate": "Q" or "K"), the gate's σ and
+# its power, the other factor's activation ("branch"), and for 14 where the gate's bias c
+# sits, for 15 where the temperature β sits and how. No file of the handout derives these
+# backward passes; the truth is fd_truth of own_unit, computed when the check runs.
+
+SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # σ of the gate
+BRANCH = ("identity", "sigmoid", "silu", "gelu")       # the other factor's activation
+POWER = {1: "", 2: "²", 3: "³"}
 
 
-GATED_MISTAKES = {
-    "σ for σ′": ("look at the step through the activation, from g back to a",
-                 "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)"),
-    "b missing": ("look at what the product of g and b passes back to g",
-                  "the factor b = x Kᵀ is missing from da"),
-    "one branch": ("look at every path from x to the output", "dx has one branch only: x "
-                   "feeds both a and b"),
-    "h without σ": ("look at the quantity that dy multiplies in dV", "dV uses a ⊙ b: h is "
-                    "σ(a) ⊙ b"),
-}
-
-# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2
-# (the gated MLP, exercise 9).
-GATED_PATTERNS = {
-    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a, "
-                      "the step between h and a",
-                      "da is wrong: the gradient reaching the gate a = x Qᵀ, through σ′(a) and "
-                      "the factor b"),
-    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b, "
-                      "the linear branch",
-                      "db is wrong: what the product h = σ(a) ⊙ b passes back to b"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); check "
-                     "the h it multiplies and the order of the product"),
-    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
-                     "x feeds both branches, so dx has two terms"),
-    frozenset("Q"): ("dQ alone wrong while dx is right: look at the step from da to dQ",
-                     "da is right; the product that turns da into dQ is not"),
-    frozenset("K"): ("dK alone wrong while dx is right: look at the step from db to dK",
-                     "db is right; the product that turns db into dK is not"),
-    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient every other "
-                       "one starts from, the step through V",
-                       "dh, the gradient of h that every other one starts from, is wrong: "
-                       "check the step back through V"),
-}
+def pick(rng, options):
+    return options[int(rng.integers(len(options)))]
 
 
-def wrong_tensors(rows, topic):
-    """The tensors whose gradient rows for `topic` are WRONG, as a set of names ('x', 'Q',
-    ...); None when a row of that topic raised or is not written (no pattern to read)."""
-    wrong = set()
-    for row in rows:
-        if row.topic != topic or not row.check.startswith("d"):
-            continue
-        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
-            return None
-        if row.verdict == "WRONG":
-            wrong.add(row.check.split(",")[0][1:])
-    return wrong
+def draw_unit(rng, powers=(1, 2, 3), branches=BRANCH):
+    """A gated unit that is neither the module's gated MLP nor its double-gated one."""
+    while True:
+        v = {"gate": pick(rng, ("Q", "K")), "sigma": pick(rng, SMOOTH),
+             "power": pick(rng, powers), "branch": pick(rng, branches)}
+        if v["power"] > 1 or v["branch"] not in ("identity", v["sigma"]):
+            return v
 
 
-def pattern_diagnosis(rows, topic, patterns):
-    """[(point, idea) of `patterns` for the set of wrong gradients], or []."""
-    wrong = wrong_tensors(rows, topic)
-    text = patterns.get(frozenset(wrong)) if wrong else None
-    return [text] if text else []
+def unit_text(v):
+    """The variant's forward in one line: "y = (silu(x Kᵀ)² ⊙ sigmoid(x Qᵀ)) V"."""
+    gate, other = ("Q", "K") if v["gate"] == "Q" else ("K", "Q")
+    a, b = f"x {gate}ᵀ", f"x {other}ᵀ"
+    if "bias" in v:
+        a, b = (a + " + c" if v["bias"] == "inside" else a), b + " + e"
+    if "beta_on" in v:
+        scaled = (lambda z: f"β ⊙ ({z})") if v["beta_as"] == "times" else (lambda z: f"({z}) / β")
+        a, b = (scaled(a), b) if v["beta_on"] == "gate" else (a, scaled(b))
+    g = f"{v['sigma']}({a}){POWER[v['power']]}"
+    g = f"({g} + c)" if v.get("bias") == "outside" else g
+    u = f"{v['branch']}({b})" if v["branch"] != "identity" else f"({b})" if " " in b[4:] else b
+    return f"y = ({g} ⊙ {u}) V" + (" + f" if "bias" in v else "")
 
 
-def diagnose_backprop_gated(rows):
-    return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
+def own_unit(x, p, v):
+    """The forward of the variant v (see unit_text) with parameters p."""
+    gate, other = (p["Q"], p["K"]) if v["gate"] == "Q" else (p["K"], p["Q"])
+    a, b = x @ gate.T, x @ other.T                                    # (N, m) each
+    if "c" in p:
+        a, b = (a + p["c"] if v["bias"] == "inside" else a), b + p["e"]
+    if "beta" in p:
+        scale = (lambda z: p["beta"] * z) if v["beta_as"] == "times" else (lambda z: z / p["beta"])
+        a, b = (scale(a), b) if v["beta_on"] == "gate" else (a, scale(b))
+    g = sigma(v["sigma"], a) ** v["power"]
+    g = g + p["c"] if v.get("bias") == "outside" else g
+    return (g * sigma(v["branch"], b)) @ p["V"] + p.get("f", 0.0)
 
 
-SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # exercise 9's variants: the student's σ
+def unit_problem(c, extra=()):
+    """The student's numbers: x (N, d), Q, K (m, d), V (m, d_out), the extra parameters
+    (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
+    rng = c.rng(1)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
+    sizes = {"c": M, "e": M, "f": D_OUT}
+    for name in extra:
+        p[name] = rng.uniform(0.5, 2.0, M) if name == "beta" else rng.standard_normal(sizes[name])
+    return x, p, rng.standard_normal((N, D_OUT))
+
+
+def unit_rows(c, v, forward, backward, extra=()):
+    """The rows of a unit of one's own: the forward, then every gradient vs fd_truth."""
+    x, p, dy = unit_problem(c, extra)
+    c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
+            lambda: c.call(forward, x, *p.values(), v))
+    truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
+    gradient_rows(c, backward, (dy, x, *p.values(), v), truth)
+    return x, p, dy, truth
+
+
+def variant_9(rng):
+    v = draw_unit(rng)
+    return v | {"y": unit_text(v)}
 
 
 def backprop_gated(c):
-    """The worked example of a variant of one's own: the smooth σ is drawn from the
-    student's seed and the truth is computed now, by finite differences of the forward."""
-    act = c.variant(SMOOTH, lambda a: f"σ = {a} (the rows 'vs finite differences' use it)")
-    x, p = draw("gated_mlp", seed=8)
-    dy = c.rng(1).standard_normal((N, D_OUT))
-    f = lambda v: bn.gated_mlp_forward(v, **p, act=act)[0]           # noqa: E731
-    numeric = fd_gradients("gated_mlp", act, x, p, dy)
-    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric["x"],
+    """The worked example of a variant of one's own: the unit is drawn from the student's
+    seed (variant_9) and the truth is computed now, by finite differences of its forward."""
+    v = c.variant()
+    x, p, dy = unit_problem(c)
+    f = lambda z: own_unit(z, p, v)                                   # noqa: E731
+    numeric = bn.numerical_gradient(f, x, dy)
+    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric,
             lambda: c.call("numerical_gradient", f, x, dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
               lambda: c.call("numerical_gradient", f, x, dy, in_place=True))
-    for act, fd in ((act, True), ("relu", False)):
-        mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
-                    for key, text in GATED_MISTAKES.items()}
-        gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
-                      finite_differences=fd, mistakes=mistakes, numeric=numeric if fd else None,
-                      reference=numeric if fd else None, with_reference=not fd)
+    unit_rows(c, v, "unit_forward", "unit_backward")
 
 
-# ----- Backprop II: rank-r bilinear -------------------------------------------------------
+# ----- Backprop II: rank-r bilinear of one's own ------------------------------------------
 
 
-def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
-    """The rank-r gradients as a student might get them wrong (see RANK_R_MISTAKES)."""
-    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+def rank_r_text(v):
+    a = "(x Q_jρ)²" if v["square"] in ("Q", "both") else "(x Q_jρ)"
+    b = "(x K_jρ)²" if v["square"] in ("K", "both") else "(x K_jρ)"
+    return (f"y = {v['sigma']}(s){POWER[v['power']]} V,  s_j = Σ_ρ {a} {b},  "
+            f"r = {v['r']}")
+
+
+def variant_10(rng):
+    while True:
+        v = {"r": pick(rng, (2, 3)), "sigma": pick(rng, ("identity",) + SMOOTH),
+             "square": pick(rng, ("Q", "K", "both", "none")), "power": pick(rng, (1, 2, 3))}
+        if v["square"] != "none" or v["power"] > 1:                   # not the module's unit
+            return v | {"y": rank_r_text(v)}
+
+
+def rank_r_scores_of(x, Q, K, v):
     a, b = np.einsum("nd,jdr->njr", x, Q), np.einsum("nd,jdr->njr", x, K)   # (N, m, r)
-    s = np.sum(a * b, axis=2)                                                # (N, m)
-    ds = (dy @ V.T) * (f(s) if mistake == "σ for σ′" else df(s))
-    da, db = ds[:, :, None] * b, ds[:, :, None] * a
-    if mistake == "a for b":
-        da, db = ds[:, :, None] * a, ds[:, :, None] * b
-    dx = np.einsum("njr,jdr->nd", da, Q)
-    if mistake != "one branch":
-        dx = dx + np.einsum("njr,jdr->nd", db, K)
-    return {"x": dx, "Q": np.einsum("njr,nd->jdr", da, x), "K": np.einsum("njr,nd->jdr", db, x),
-            "V": f(s).T @ dy}
-
-
-RANK_R_MISTAKES = {
-    "σ for σ′": ("look at the step through the activation, from σ(s) back to s",
-                 "σ(s) in place of σ′(s) in ds"),
-    "a for b": ("look at what the product of the two factors passes back to each",
-                "the factors are swapped: the score's gradient with respect to a is b, and "
-                "with respect to b is a"),
-    "one branch": ("look at every path from x to the output",
-                   "dx has one term only: x feeds both a and b"),
-}
-
-RANK_R_PATTERNS = {
-    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient of the score "
-                       "s, which every other one starts from",
-                       "ds, the gradient of the score, is wrong: check the step back through V "
-                       "and through the activation"),
-    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a",
-                      "da is wrong: the score's gradient times the other factor"),
-    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b",
-                      "db is wrong: the score's gradient times the other factor"),
-    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
-                     "x feeds both a and b, so dx has two terms"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); check "
-                     "what it multiplies and the order of the product"),
-}
-
-
-def diagnose_backprop_rank_r(rows):
-    return pattern_diagnosis(rows, "rank_r_bilinear_backward", RANK_R_PATTERNS)
+    a = a ** 2 if v["square"] in ("Q", "both") else a
+    b = b ** 2 if v["square"] in ("K", "both") else b
+    return np.sum(a * b, axis=2)                                             # (N, m)
 
 
 def backprop_rank_r(c):
-    x, p = draw("rank_r_bilinear", seed=9)
-    dy = np.random.default_rng(90).standard_normal((N, D_OUT))
-    c.close("rank_r_scores = sum_rho (xQ)(xK)", "rank_r_scores",
-            bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["s"],
-            lambda: c.call("rank_r_scores", x, p["Q"], p["K"]))
-    for act in ("identity", "gelu"):
-        mistakes = {text: rank_r_backward_mistaken(dy, x, *p.values(), act, key)
-                    for key, text in RANK_R_MISTAKES.items()}
-        gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", act, x, p, dy,
-                      mistakes=mistakes)
+    v = c.variant()
+    rng = c.rng(1)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
+         "K": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
+    dy = rng.standard_normal((N, D_OUT))
+    c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
+            lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
+
+    def forward(x, Q, K, V):
+        return sigma(v["sigma"], rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
+                  fd_truth(forward, {"x": x} | p, dy))
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
@@ -684,162 +640,47 @@ def higher_rank(c):
     c.answer_is("RANK_FOR_EXACT", 8)
 
 
-# ----- Backprop III: a gated unit with biases (a form derivations.md does not derive) ------
-# The references below are the checker's own: the library has no such form.
+# ----- Backprop III and IV: a unit of one's own with biases, with a temperature ------------
 
 
-def gated_bias_reference(x, Q, K, V, c, e, f, act):
-    """y = (σ(x Qᵀ + c) ⊙ (x Kᵀ + e)) V + f."""
-    return (sigma(act, x @ Q.T + c) * (x @ K.T + e)) @ V + f
-
-
-def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
-    """The gradients of gated_bias_reference; `mistake` makes one of BIAS_MISTAKES."""
-    s = bn.ACTIVATIONS[act]
-    a, b = x @ Q.T + c, x @ K.T + e                       # (N, m)
-    dh = dy @ V.T                                         # (N, m)
-    db = dh * s.f(a)
-    da = dh * b * s.df(x @ Q.T if mistake == "σ′ without c" else a)
-    grads = {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": (s.f(a) * b).T @ dy,
-             "c": da.sum(axis=0), "e": db.sum(axis=0), "f": dy.sum(axis=0)}
-    if mistake == "e missing":
-        db0 = dh * s.f(a)
-        da0 = dh * (x @ K.T) * s.df(a)
-        grads.update(x=da0 @ Q + db0 @ K, Q=da0.T @ x, c=da0.sum(axis=0))
-    return grads
-
-
-BIAS_MISTAKES = {
-    "σ′ without c": ("look at the point where the gate's derivative is evaluated",
-                     "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c"),
-    "e missing": ("look at what the linear branch passes back to the gate",
-                  "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e"),
-}
-
-# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2.
-BIAS_PATTERNS = {
-    frozenset("xQc"): ("dK, dV, de and df right but dx, dQ and dc wrong: look at the gradient "
-                       "reaching the gate's input a, the step between the gate and a",
-                       "da is wrong: the chain rule through σ, at a with its bias, and through "
-                       "the product with b"),
-    frozenset("xKe"): ("dx, dK and de wrong, the rest right: look at the gradient reaching the "
-                       "linear branch b",
-                       "db is wrong: what the product with σ(a) passes back to b"),
-    frozenset("c"): ("dc alone wrong: " + SHARED_TEXT,
-                     "c is added to every token, so its gradient adds up the gradient of a "
-                     "over the tokens"),
-    frozenset("e"): ("de alone wrong: " + SHARED_TEXT,
-                     "e is added to every token, so its gradient adds up the gradient of b "
-                     "over the tokens"),
-    frozenset("f"): ("df alone wrong: " + SHARED_TEXT,
-                     "f is added to every token, so its gradient adds up dy over the tokens"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); the h it "
-                     "multiplies has both biases in it"),
-}
-
-
-def diagnose_gated_biases(rows):
-    return pattern_diagnosis(rows, "gated_bias_backward", BIAS_PATTERNS)
+def variant_14(rng):
+    v = draw_unit(rng, powers=(1, 2), branches=BRANCH[1:]) | {"bias": pick(rng, ("inside", "outside"))}
+    return v | {"y": unit_text(v)}
 
 
 def gated_biases(c):
-    rng = np.random.default_rng(140)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "c": rng.standard_normal(M),
-         "e": rng.standard_normal(M), "f": rng.standard_normal(D_OUT)}
-    dy = rng.standard_normal((N, D_OUT))
-    for act in ("silu", "relu"):
-        c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
-                gated_bias_reference(x, **p, act=act),
-                lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
-                mistakes={("look at the biases: is each one added where it belongs?",
-                           "a bias is missing (c, e or f)"):
-                          gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
-    zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
-    c.close("zero biases: the gated MLP", "gated_bias_forward",
-            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
-            lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
-    numeric = fd_truth(lambda **kw: gated_bias_reference(**kw, act="silu"), {"x": x} | p, dy)
-    for act, fd in (("silu", numeric), ("relu", None)):
-        reference = gated_bias_gradients(dy, x, *p.values(), act)
-        mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
-                    for key, text in BIAS_MISTAKES.items()}
-        gradient_rows(c, "gated_bias_backward", None, act, x, p, dy,
-                      finite_differences=fd is not None, mistakes=mistakes,
-                      reference=reference, numeric=fd)
-    c.answer_is("BIAS_FACTORS", {"c": 2.0, "e": 0.5, "f": 1.0})
+    v = c.variant()
+    unit_rows(c, v, "gated_bias_forward", "gated_bias_backward", extra=("c", "e", "f"))
 
 
-# ----- Backprop IV: a gate with a learnable temperature ------------------------------------
-
-
-def temperature_reference(x, Q, K, V, beta, act):
-    """y = (σ(β ⊙ (x Qᵀ)) ⊙ (x Kᵀ)) V."""
-    return (sigma(act, beta * (x @ Q.T)) * (x @ K.T)) @ V
-
-
-def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
-    """The gradients of temperature_reference; `mistake` makes one of TEMPERATURE_MISTAKES."""
-    s = bn.ACTIVATIONS[act]
-    a, b = x @ Q.T, x @ K.T
-    u = beta * a
-    dh = dy @ V.T
-    du = dh * b * s.df(u)
-    da = du if mistake == "no β in da" else du * beta
-    dbeta = (du if mistake == "no a in dβ" else du * a).sum(axis=0)
-    return {"x": da @ Q + (dh * s.f(u)) @ K, "Q": da.T @ x, "K": (dh * s.f(u)).T @ x,
-            "V": (s.f(u) * b).T @ dy, "beta": dbeta}
-
-
-TEMPERATURE_MISTAKES = {
-    "no β in da": ("look at the gradient reaching a through the temperature",
-                   "the chain rule through u = β ⊙ a is missing its factor β"),
-    "no a in dβ": ("look at the gradient reaching β",
-                   "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)"),
-}
-
-TEMPERATURE_PATTERNS = {
-    frozenset("xQ"): ("dK, dV and dβ right but dx and dQ wrong: look at the gradient reaching "
-                      "a, the step between u and a",
-                      "da is wrong: the gradient reaching a goes through u = β ⊙ a"),
-    frozenset(["beta"]): ("dβ alone wrong: " + SHARED_TEXT,
-                          "β_j multiplies a_j for every token, so its gradient adds up, over "
-                          "the tokens, the gradient of u times a"),
-}
-
-
-def diagnose_gate_temperature(rows):
-    return pattern_diagnosis(rows, "temperature_backward", TEMPERATURE_PATTERNS)
+def variant_15(rng):
+    v = draw_unit(rng, powers=(1,)) | {"beta_on": pick(rng, ("gate", "branch")),
+                                        "beta_as": pick(rng, ("times", "over"))}
+    return v | {"y": unit_text(v)}
 
 
 def gate_temperature(c):
-    rng = np.random.default_rng(150)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "beta": rng.uniform(0.5, 2.0, M)}
-    dy = rng.standard_normal((N, D_OUT))
-    for act in ("silu", "sigmoid"):
-        c.close(f"temperature_forward, {act}", "temperature_forward",
-                temperature_reference(x, **p, act=act),
-                lambda act=act: c.call("temperature_forward", x, *p.values(), act))
-    c.close("β = 1: the gated MLP", "temperature_forward",
-            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
-            lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
-    numeric = fd_truth(lambda **kw: temperature_reference(**kw, act="silu"), {"x": x} | p, dy)
-    for act, fd in (("silu", numeric), ("sigmoid", None)):
-        mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
-                    for key, text in TEMPERATURE_MISTAKES.items()}
-        gradient_rows(c, "temperature_backward", None, act, x, p, dy,
-                      finite_differences=fd is not None, mistakes=mistakes,
-                      reference=temperature_gradients(dy, x, *p.values(), act), numeric=fd)
-    g = temperature_gradients(dy, x, *p.values(), "gelu")
-    c.close("temperature_residual", "temperature_residual",
-            np.sum(p["Q"] * g["Q"], axis=1) - p["beta"] * g["beta"],
-            lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
-            tol=1e-8)
-    c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
+    v = c.variant()
+    x, p, dy, truth = unit_rows(c, v, "temperature_forward", "temperature_backward",
+                                extra=("beta",))
+    names = ("Q", "K", "dQ", "dK", "beta", "dbeta")
+    values = (p["Q"], p["K"], truth["Q"], truth["K"], p["beta"], truth["beta"])
+    scale = max(float(np.max(np.abs(a * b))) for a, b in zip(values[:2] + values[4:5],
+                                                             values[2:4] + values[5:]))
+
+    def residual(grads):
+        r = np.asarray(c.call("temperature_residual", *grads, v), dtype=float)
+        if r.shape != (M,):
+            raise ValueError(f"expected one number per unit, shape ({M},); got {r.shape}")
+        return float(np.max(np.abs(r))) / scale
+    c.holds("temperature_residual: 0 on the true gradients", "temperature_residual",
+            "|residual| < 1e-6", lambda: residual(values), lambda r: r < 1e-6,
+            "the quantity you return does not vanish on the true gradients: which rescaling "
+            "of a factor and of β leaves your variant's output unchanged?")
+    other = c.rng(2).standard_normal(M)                  # gradients that no symmetry constrains
+    c.holds("temperature_residual: not 0 on other gradients", "temperature_residual",
+            "|residual| > 1e-3", lambda: residual(values[:5] + (other,)), lambda r: r > 1e-3,
+            "your residual vanishes for any dβ: it must depend on the gradients")
 
 
 # ----- A trained model's file, read by hand ------------------------------------------------

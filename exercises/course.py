@@ -3,7 +3,7 @@ exercises exist and in what order.
 
 Exercise N (1-based position in COURSE) lives in exercises/exNN_<slug>.py, its solution in
 exercises/solutions/exNN_<slug>.py, its checks in checks.py and its hints under <slug> in
-hints.json. Exercise(slug, title, check, writes, diagnose): see checker.Exercise.
+hints.json. Exercise(slug, title, check, writes, diagnose, variant): see checker.Exercise.
 """
 
 from exercises import checks
@@ -26,25 +26,20 @@ COURSE = [
              checks.inverse_scaling, ("symmetry_deviation", "transform_params")),
     Exercise("symmetry_ablation", "Which broken symmetry matters? The 2x2 ablation",
              checks.symmetry_ablation, ("symmetry_deviation", "transform_params")),
-    Exercise("backprop_gated", "Backprop I: the gated MLP by hand",
-             checks.backprop_gated, ("gated_mlp_backward", "gated_rank_r_backward",
-                                     "numerical_gradient"),
-             checks.diagnose_backprop_gated),
-    Exercise("backprop_rank_r", "Backprop II: the rank-r bilinear unit",
-             checks.backprop_rank_r, ("rank_r_bilinear_backward",),
-             checks.diagnose_backprop_rank_r),
+    Exercise("backprop_gated", "Backprop I: a gated unit of your own by hand",
+             checks.backprop_gated, ("numerical_gradient",), variant=checks.variant_9),
+    Exercise("backprop_rank_r", "Backprop II: a rank-r bilinear unit of your own",
+             checks.backprop_rank_r, variant=checks.variant_10),
     Exercise("conservation", "Symmetry gives a conservation law",
              checks.conservation, ("conservation_residual",)),
     Exercise("tied_factors", "Tied factors and squared ReLU",
              checks.tied_factors),
     Exercise("higher_rank", "Higher rank: eigendecomposition and truncation",
              checks.higher_rank, ("eigen_factors",)),
-    Exercise("gated_biases", "Backprop III: a gated unit with biases (new)",
-             checks.gated_biases, ("gated_mlp_backward", "gated_rank_r_backward"),
-             checks.diagnose_gated_biases),
-    Exercise("gate_temperature", "Backprop IV: a gate with a learned temperature (new)",
-             checks.gate_temperature, ("gated_mlp_backward", "gated_rank_r_backward"),
-             checks.diagnose_gate_temperature),
+    Exercise("gated_biases", "Backprop III: a gated unit with biases, your own",
+             checks.gated_biases, variant=checks.variant_14),
+    Exercise("gate_temperature", "Backprop IV: a learned temperature, your own",
+             checks.gate_temperature, variant=checks.variant_15),
     Exercise("read_a_checkpoint", "A trained model's file, read by hand: the balances",
              checks.read_a_checkpoint, (), checks.diagnose_read_a_checkpoint),
     Exercise("count_symmetries", "Count the continuous symmetries: the Jacobian's rank",
