@@ -807,8 +807,8 @@ def read_a_checkpoint(c):
 
 # ----- Capstone: design a variant --------------------------------------------------------
 
-CAPSTONE_SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
-                       "key_value_rescaling", "permutation")
+CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
+CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 NAMED = ("mlp", "static_query_mlp", "bilinear", "rank_r_bilinear", "rank1_bilinear",
          "gated_mlp", "double_gated_mlp", "gated_rank_r")
 
@@ -838,6 +838,8 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
     x, Q, K, V = capstone_problem(seed)
     y = forward(x, Q, K, V, act)[0]
+    if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
+        return bn.rel_error(y, forward(-x, Q, K, V, act)[0])
     return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
                                    act)[0])
 
@@ -919,7 +921,7 @@ def design_a_variant(c):
                 return claim, capstone_deviation(student, act(), symmetry)
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
                     claim_and_measure,
-                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= 1e-10),
+                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= CLAIM_TOL),
                     "your claim (a bool) and the measured deviation disagree (kept when the "
                     "deviation is at most 1e-10)")
             c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",

@@ -529,3 +529,28 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     assert carol["ex03_file"] == name(3).replace(".py", ".ipynb")
     assert carol["ex03_status"] == "failing"
     assert dave["done"] == "0" and dave["seed"] == "" and dave["passed"] == "0"
+
+
+# ----- The capstone works as printed ---------------------------------------------------------
+
+
+def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_argument():
+    import bilinear_numpy as bn
+    text = (ROOT / "exercises" / name(19)).read_text(encoding="utf-8")   # the stub's text
+    assert all(f'"{key}"' in text for key in bn.SYMMETRIES) and "six" in text
+    assert "five" not in text and "1e-7" in text and "1e-10" in text
+    assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
+    assert checks.CAPSTONE_SYMMETRIES == bn.SYMMETRIES and checks.CLAIM_TOL == 1e-10
+
+
+@needs_solutions
+def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_path):
+    # The solution's register() (every argument named, as the text shows) is enough for
+    # bn.gradcheck with relu: sigma_args keeps σ's arguments away from the kink.
+    text = (checker.SOLUTIONS_FOLDER / name(19)).read_text(encoding="utf-8")
+    (tmp_path / name(19)).write_text(text.replace('ACT = "silu"', 'ACT = "relu"'),
+                                     encoding="utf-8")
+    result = checker.check_file(19, COURSE[18], tmp_path / name(19))
+    grad = [row for row in result.rows if row.check.startswith("bn.gradcheck")]
+    assert len(grad) == 4 and all(row.verdict == "ok" for row in grad), rows_of(result)
+    assert all(row.verdict == "ok" for row in result.rows if "Adam" in row.check)
