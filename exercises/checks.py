@@ -364,7 +364,7 @@ def symmetry_ablation(c):
         real = list(csv.DictReader(f))
     tasks = sorted({r["task"] for r in real})
     d = ablation.paired_difference(real, "image", "double-gated-silu", "SwiGLU")
-    c.close("paired_difference, results/ablation.csv, image, SwiGLU vs double-gated", "paired_difference",
+    c.close("paired_difference, ablation.csv, image", "paired_difference",
             [d["mean"], d["low"], d["high"]],
             lambda: c.call("paired_difference", real, "image", ("double_gated_mlp", "silu"),
                            ("gated_mlp", "silu")), tol=1e-9)
@@ -673,12 +673,12 @@ def gate_temperature(c):
         if r.shape != (M,):
             raise ValueError(f"expected one number per unit, shape ({M},); got {r.shape}")
         return float(np.max(np.abs(r))) / scale
-    c.holds("temperature_residual: 0 on the true gradients", "temperature_residual",
+    c.holds("temperature_residual, true gradients: 0", "temperature_residual",
             "|residual| < 1e-6", lambda: residual(values), lambda r: r < 1e-6,
             "the quantity you return does not vanish on the true gradients: which rescaling "
             "of a factor and of β leaves your variant's output unchanged?")
     other = c.rng(2).standard_normal(M)                  # gradients that no symmetry constrains
-    c.holds("temperature_residual: not 0 on other gradients", "temperature_residual",
+    c.holds("temperature_residual, other dβ: not 0", "temperature_residual",
             "|residual| > 1e-3", lambda: residual(values[:5] + (other,)), lambda r: r > 1e-3,
             "your residual vanishes for any dβ: it must depend on the gradients")
 
@@ -996,38 +996,95 @@ def with_rank(rng, shape, rank, scale=1.0):
     return scale * rng.standard_normal((shape[0], rank)) @ rng.standard_normal((rank, shape[1]))
 
 
-SQUARED_RELU = bn.Activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
-                             lambda z: 2 * np.maximum(z, 0), False, False, True)
-
-
 def symmetry_problems(seed=170):
-    """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5,
-    d_out = 3, and the two forms of the question (a squared-ReLU MLP of 2 units, a rank-1
-    SiLU unit on (1, x))."""
+    """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5, d_out = 3."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((30, D))
     unit = bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
     problems = {f"{name}, {act}": (name, act, x, unit)
                 for name, act in (("gated_mlp", "silu"), ("gated_mlp", "relu"),
                                   ("rank1_bilinear", "silu"), ("double_gated_mlp", "silu"))}
-    problems["squared_relu_mlp"] = ("mlp", SQUARED_RELU, x,
-                                    bn.FORMULATIONS["mlp"].init(rng, D, 2, D_OUT))
-    x1 = np.concatenate([np.ones((len(x), 1)), x], axis=1)          # (1, x): (30, 6)
-    problems["rank1_with_biases"] = ("rank1_bilinear", "silu", x1,
-                                     bn.FORMULATIONS["rank1_bilinear"].init(rng, D + 1, 1, D_OUT))
     return problems
 
 
-def symmetry_along_null_space(J, unit):
-    """The continuous symmetry of bn.SYMMETRIES (positive factors) whose direction at
-    alpha = 1 lies in the null space of J (|J t| <= 1e-6 |J| |t|)."""
-    theta = np.concatenate([v.ravel() for v in unit.values()])
-    for name in ("inverse_scaling_pos", "key_value_rescaling"):
-        moved = bn.transform_params("gated_mlp", unit, name, np.array([1 + 1e-7]))
-        t = (np.concatenate([v.ravel() for v in moved.values()]) - theta) / 1e-7
-        if np.linalg.norm(J @ t) <= 1e-6 * np.linalg.norm(J, 2) * np.linalg.norm(t):
-            return name
-    raise AssertionError("checks.py: no symmetry along the null space")
+# The student's own unit for the count: a form, a scalar function φ and m units. The truth
+# is P − rank J, J by finite differences (fourth order) of the forward below, at check time.
+
+SCALARS = {"relu": lambda z: np.maximum(z, 0), "relu²": lambda z: np.maximum(z, 0) ** 2,
+           "relu³": lambda z: np.maximum(z, 0) ** 3, "z²": lambda z: z ** 2,
+           "z³": lambda z: z ** 3, "silu": bn.ACTIVATIONS["silu"].f,
+           "sigmoid": bn.ACTIVATIONS["sigmoid"].f, "tanh": np.tanh}
+COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
+               "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
+               "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}
+COUNT_D, COUNT_D_OUT = 4, 2
+
+
+def variant_17(rng):
+    form = pick(rng, tuple(COUNT_FORMS))
+    phis = tuple(SCALARS) if form in ("mlp", "gated") else ("z²", "z³", "silu", "sigmoid", "tanh")
+    v = {"form": form, "phi": pick(rng, phis), "m": pick(rng, (1, 2) if "rank1" in form else (1, 2, 3)),
+         "d": COUNT_D, "d_out": COUNT_D_OUT}
+    shown = v["phi"] if v["phi"][0] == "z" else v["phi"][:4].replace("relu", "relu(z)") + \
+        v["phi"][4:] if v["phi"].startswith("relu") else v["phi"] + "(z)"
+    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} units, "
+                     f"d = {COUNT_D}, d_out = {COUNT_D_OUT}"}
+
+
+def count_unit(v, x, p):
+    """(y, the arguments of φ) of the unit v (see COUNT_FORMS)."""
+    phi = SCALARS[v["phi"]]
+    if v["form"] == "mlp":
+        z = x @ p["K"].T
+        return phi(z) @ p["V"], z
+    if v["form"] == "gated":
+        z = x @ p["Q"].T
+        return (phi(z) * (x @ p["K"].T)) @ p["V"], z
+    if v["form"] == "rank1 with biases":
+        z = (x @ p["Q"].T + p["beta"]) * (x @ p["K"].T + p["gamma"])
+    else:
+        z = (x @ p["Q"].T) * (x @ p["K"].T)
+    return phi(z) @ p["V"], z
+
+
+def count_reference(v, rng, n=60, h=1e-3):
+    """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
+    kink of φ (so that no difference of step 2h crosses one); a draw whose singular values
+    leave the rank unclear is drawn again."""
+    for _ in range(10):
+        count = count_draw(v, rng, n, h)
+        if count is not None:
+            return count
+    raise AssertionError("checks.py: no draw with a clear rank")
+
+
+def count_draw(v, rng, n, h):
+    m, d = v["m"], v["d"]
+    p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d), "K": rng.standard_normal((m, d)) / np.sqrt(d),
+         "V": rng.standard_normal((m, v["d_out"]))}
+    if v["form"] == "mlp":
+        del p["Q"]
+    if v["form"] == "rank1 with biases":
+        p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
+    x = rng.standard_normal((20 * n, d))
+    x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
+    names, theta = list(p), np.concatenate([a.ravel() for a in p.values()])
+    splits = np.cumsum([a.size for a in p.values()])[:-1]
+
+    def y(t):
+        parts = dict(zip(names, np.split(t, splits)))
+        return count_unit(v, x, {k: parts[k].reshape(p[k].shape) for k in names})[0].ravel()
+    columns = []
+    for i in range(theta.size):
+        e = np.zeros_like(theta)
+        e[i] = h
+        columns.append((8 * (y(theta + e) - y(theta - e)) - (y(theta + 2 * e) - y(theta - 2 * e)))
+                       / (12 * h))
+    rel = np.linalg.svd(np.stack(columns, axis=1), compute_uv=False)
+    rel = rel / rel[0]
+    if np.any((rel > 1e-10) & (rel < 1e-5)):
+        return None
+    return theta.size - int(np.sum(rel > 1e-7))
 
 
 def diagnose_count_symmetries(rows):
@@ -1105,14 +1162,11 @@ def count_symmetries(c):
         return "no error"
 
     c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError", raises_in_gap)
-    counts, P = {}, {}
     for label, (name, act, xs, params) in problems.items():
-        P[label] = sum(v.size for v in params.values())
-        counts[label] = P[label] - rank_reference(jacobian_reference(name, act, xs, params))
-        if label in ("squared_relu_mlp", "rank1_with_biases"):
-            continue
+        P = sum(v.size for v in params.values())
+        count = P - rank_reference(jacobian_reference(name, act, xs, params))
         form = bn.FORMULATIONS[name]
-        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
+        c.equal(f"count_symmetries, {label}, P {P}", "count_symmetries", count,
                 lambda form=form, act=act, xs=xs, params=params: c.call(
                     "count_symmetries", form.forward, form.backward, xs, params, act))
     k, v = unit["K"][0], unit["V"][0]
@@ -1129,16 +1183,13 @@ def count_symmetries(c):
             "|cos| > 1 - 1e-9", alignment, lambda cos: cos > 1 - 1e-9,
             "J times your vector is not near zero: which singular value does your vector "
             "belong to?")
-    c.answer_is("SWIGLU_RANK", rank_reference(J))
-    c.answer_is("SWIGLU_SYMMETRY", symmetry_along_null_space(J, unit))
-    for label in ("squared_relu_mlp", "rank1_with_biases"):
-        name, act, xs, params = problems[label]
-        form = bn.FORMULATIONS[name]
-        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
-                lambda form=form, act=act, xs=xs, params=params: c.call(
-                    "count_symmetries", form.forward, form.backward, xs, params, act))
-    c.answer_is("PREDICTED", {label: counts[label]
-                              for label in ("squared_relu_mlp", "rank1_with_biases")}, dict)
+    own = c.variant()
+    rng = c.rng(1)
+    others = [variant_17(rng) for _ in range(3)]             # three more units of the family
+    for i, v in enumerate([own] + others, 1):
+        label = "your unit" if i == 1 else f"unit {i}: {v['form']}, {v['phi']}, m {v['m']}"
+        c.equal(f"predict_count, {label}", "predict_count", count_reference(v, c.rng(2, i)),
+                lambda v=v: c.call("predict_count", v))
 
 
 # ----- Adam, weight decay and tied factors ---------------------------------------------------

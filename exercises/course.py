@@ -45,7 +45,7 @@ COURSE = [
     Exercise("count_symmetries", "Count the continuous symmetries: the Jacobian's rank",
              checks.count_symmetries, ("symmetry_dimension", "output_jacobian",
                                        "symmetry_dimension_expected", "symmetry_dimension_table"),
-             checks.diagnose_count_symmetries),
+             checks.diagnose_count_symmetries, variant=checks.variant_17),
     Exercise("adam_and_ties", "Adam, weight decay and tied factors",
              checks.adam_and_ties, (), checks.diagnose_adam_and_ties),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",

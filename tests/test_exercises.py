@@ -380,9 +380,9 @@ def draws(number, seeds=range(1, 11)):
     return [checker.own_variant(COURSE[number - 1], number, s)["y"] for s in seeds]
 
 
-@pytest.mark.parametrize("number", [9, 10, 14, 15])
+@pytest.mark.parametrize("number", [9, 10, 14, 15, 17])
 def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
-    assert len(set(draws(number))) >= 8, draws(number)
+    assert len(set(draws(number))) >= 8, draws(number)             # of ten
     module_units = {"y = (silu(x Qᵀ) ⊙ x Kᵀ) V"}                 # derivations.md §3.6's form
     assert not module_units & set(draws(number, range(200)))
 
@@ -397,14 +397,19 @@ FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COU
 @pytest.mark.parametrize("number, names", [(9, "'unit_forward', 'unit_backward'"),
                                            (10, "'rank_r_scores', 'rank_r_bilinear_backward'"),
                                            (14, "'gated_bias_forward', 'gated_bias_backward'"),
-                                           (15, "'temperature_forward', 'temperature_backward'")])
+                                           (15, "'temperature_forward', 'temperature_backward'"),
+                                           (17, "'predict_count',")])
 def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, names, tmp_path):
     # The solution with seed A's variant written in (whatever variant it is handed) passes
     # seed A's check and fails the check of a seed whose variant differs.
     seed_a = 1
     seed_b = next(s for s in range(2, 50) if draws(number, [s]) != draws(number, [seed_a]))
     path = solved(tmp_path, number, FIXED.format(n=number, seed=seed_a, names=names))
-    assert checker.check_file(number, COURSE[number - 1], path, seed=seed_a).status == "done"
+    mine = checker.check_file(number, COURSE[number - 1], path, seed=seed_a)
+    if number == 17:                      # its other units are not seed A's: only its own row
+        assert next(r for r in mine.rows if "your unit" in r.check).verdict == "ok"
+    else:
+        assert mine.status == "done", rows_of(mine)
     other = checker.check_file(number, COURSE[number - 1], path, seed=seed_b)
     assert other.status == "failing" and other.first_failure.verdict == "WRONG"
 
@@ -554,3 +559,17 @@ def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_p
     grad = [row for row in result.rows if row.check.startswith("bn.gradcheck")]
     assert len(grad) == 4 and all(row.verdict == "ok" for row in grad), rows_of(result)
     assert all(row.verdict == "ok" for row in result.rows if "Adam" in row.check)
+
+
+@needs_solutions
+def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tmp_path):
+    # The table's check column is 44 wide: a longer name would be cut or push the row out.
+    for number, exercise in NUMBERED:
+        result = checker.check_file(number, exercise, checker.SOLUTIONS_FOLDER / name(number))
+        assert all(len(row.check) <= 44 for row in result.rows), \
+            [row.check for row in result.rows if len(row.check) > 44]
+    text = (checker.SOLUTIONS_FOLDER / name(17)).read_text(encoding="utf-8")
+    predict = text.index("## 4. Predict")
+    assert "#49-counting" not in text[:predict]           # the table's section: read after
+    try_it = text[text.index("# %% Try it"):]
+    assert "count_symmetries(" not in try_it and "SWIGLU" not in text
