@@ -772,11 +772,11 @@ def read_a_checkpoint(c):
             return got
 
         path = folder / "file1" / "tiny_model.safetensors"
-        c.equal("read_f32_tensor, a missing name raises KeyError", "read_f32_tensor", "KeyError",
+        c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
                 raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
-        c.equal("read_f32_tensor, an F16 tensor raises ValueError", "read_f32_tensor",
+        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor",
                 "ValueError", raises("b", half, ValueError))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -1187,8 +1187,8 @@ def count_symmetries(c):
     rng = c.rng(1)
     others = [variant_17(rng) for _ in range(3)]             # three more units of the family
     for i, v in enumerate([own] + others, 1):
-        label = "your unit" if i == 1 else f"unit {i}: {v['form']}, {v['phi']}, m {v['m']}"
-        c.equal(f"predict_count, {label}", "predict_count", count_reference(v, c.rng(2, i)),
+        label = ", your unit" if i == 1 else f" {i}: {v['form']}, {v['phi']}, m {v['m']}"
+        c.equal(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
                 lambda v=v: c.call("predict_count", v))
 
 
