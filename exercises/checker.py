@@ -379,12 +379,17 @@ class Checks:
     def answer_is(self, name, expected, transform=None, check=None):
         """Row: the answer `name` (after transform) equals `expected`; the expected value
         is not shown (the row would give it away)."""
+        self.predicted(check or name, name, expected,
+                       lambda: (transform or (lambda v: v))(self.answer(name)))
+
+    def predicted(self, check, topic, expected, got_fn):
+        """Row: got_fn() == expected exactly, types included, the expected value not shown
+        (a prediction's truth, measured at check time, would give it away)."""
         def compare(got):
             verdict, got_text, _, _, message = compare_equal(expected, got)
             why = message[message.index(": a bool"):] if ": a bool" in message else ""
             return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer" + why
-        self._row(check or name, name, HIDDEN,
-                  lambda: (transform or (lambda v: v))(self.answer(name)), compare)
+        self._row(check, topic, HIDDEN, got_fn, compare)
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""

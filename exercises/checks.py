@@ -234,6 +234,72 @@ def gated_mlp(c):
     c.answer_is("M_GATED", 2 * 3072 * 768 // (3 * 768))
 
 
+# ----- A two-factor unit of one's own: exercises 6 and 7 --------------------------------
+# y = Σ_j φ(x·q_j) ψ(x·k_j) v_j with φ, ψ drawn from PAIR; what the student predicts is
+# measured at check time on random data (rel error of the outputs after the change).
+
+PAIR = ("z", "z²", "z³", "relu", "relu²", "silu", "sigmoid", "tanh")
+
+
+def pair_fn(name):
+    return (lambda z: z) if name == "z" else SCALARS[name]
+
+
+def pair_variant(rng, same_share):
+    phi = pick(rng, PAIR)
+    psi = phi if rng.random() < same_share else pick(rng, tuple(p for p in PAIR if p != phi))
+    shown = lambda f, arg: (arg if f == "z" else f"({arg}){f[1:]}") if f[0] == "z" else \
+        f"{f[:4]}({arg}){f[4:]}" if f.startswith("relu") else f"{f}({arg})"   # noqa: E731
+    return {"phi": phi, "psi": psi,
+            "y": f"y = Σ_j {shown(phi, 'x·q_j')} {shown(psi, 'x·k_j')} v_j"}
+
+
+def pair_deviation(v, change, seed_rng):
+    """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
+    x = seed_rng.standard_normal((12, D))
+    Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    V = seed_rng.standard_normal((M, D_OUT))
+    y = lambda Q, K: (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V  # noqa: E731
+    return bn.rel_error(y(Q, K), y(*change(Q, K)))
+
+
+def pair_rows(c, function, truth, convert=lambda answer: answer):
+    """Rows: function(variant) for the student's unit and three more, against truth(v, rng)
+    (convert: the student's answer as the truth is written, e.g. a float)."""
+    own = c.variant()
+    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([own] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {v['phi']}, {v['psi']}"
+        c.predicted(f"{function}{label}", function, truth(v, c.rng(2, i)),
+                    lambda v=v: convert(c.call(function, v)))
+
+
+def variant_6(rng):
+    return pair_variant(rng, same_share=1 / 3)
+
+
+def exchange_truth(v, rng):
+    return bool(pair_deviation(v, lambda Q, K: (K, Q), rng) <= 1e-10)
+
+
+EXPONENTS = (-3.0, -2.0, -1.5, -1.0, -2 / 3, -0.5, -1 / 3)
+
+
+def variant_7(rng):
+    return pair_variant(rng, same_share=0.0)
+
+
+def exponent_truth(v, rng):
+    """The c of EXPONENTS for which (α q_j, α^c k_j) keeps the output at α = 0.5 and 2,
+    measured; "none" when none does (an answer None is read as "none")."""
+    seed = int(rng.integers(2 ** 32))
+    for c in EXPONENTS:
+        if all(pair_deviation(v, lambda Q, K, a=a: (a * Q, a ** c * K),
+                              np.random.default_rng(seed)) <= 1e-10 for a in (0.5, 2.0)):
+            return round(c, 9)
+    return "none"
+
+
 # ----- Exchange symmetry ------------------------------------------------------------------
 
 
@@ -261,6 +327,7 @@ def exchange_symmetry(c):
     c.holds("RELU_COUNTEREXAMPLE breaks exchange", "RELU_COUNTEREXAMPLE",
             "|relu(a)b - relu(b)a| > 1e-3", relu_gap, lambda gap: gap > 1e-3)
     c.answer_is("RANK1_KEEPS_FOR_EVERY_SIGMA", True)
+    pair_rows(c, "own_keeps_exchange", exchange_truth)
 
 
 # ----- Inverse-scaling symmetry -----------------------------------------------------------
@@ -302,7 +369,13 @@ def inverse_scaling(c):
                         if bn.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
                  for sign in ("positive", "negative")},
                 lambda answer: {sign: set(acts) for sign, acts in answer.items()})
-    c.answer_is("RELU_NEGATIVE", "b")
+    z, a = np.linspace(-3, 3, 13), -1.7                  # the options, evaluated now
+    options = {"a": a * sigma("relu", z), "b": -a * sigma("relu", -z),
+               "c": a * sigma("relu", -z), "d": sigma("relu", z)}
+    c.answer_is("RELU_NEGATIVE", next(k for k, v in options.items()
+                                      if np.array_equal(v, sigma("relu", a * z))))
+    pair_rows(c, "own_scaling_exponent", exponent_truth,
+              lambda e: "none" if e is None else round(float(e), 9))
 
 
 # ----- Which broken symmetry matters? The 2x2 ablation ------------------------------------
@@ -1188,7 +1261,7 @@ def count_symmetries(c):
     others = [variant_17(rng) for _ in range(3)]             # three more units of the family
     for i, v in enumerate([own] + others, 1):
         label = ", your unit" if i == 1 else f" {i}: {v['form']}, {v['phi']}, m {v['m']}"
-        c.equal(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
+        c.predicted(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
                 lambda v=v: c.call("predict_count", v))
 
 
