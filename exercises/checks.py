@@ -300,6 +300,53 @@ def exponent_truth(v, rng):
     return "none"
 
 
+def variant_11(rng):
+    return pair_variant(rng, same_share=1 / 4)
+
+
+def ratio_truth(v, rng):
+    """⟨q_j, dq_j⟩ / ⟨k_j, dk_j⟩ measured (gradients by fd_truth) for two upstream gradients:
+    the one number it is for every unit and dy (to 4 digits: the differences' error), or
+    "none"."""
+    x = rng.standard_normal((40, D))                 # 40 tokens: no unit off on all of them
+    Q, K = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D)) / np.sqrt(D)
+    V = rng.standard_normal((M, D_OUT))
+
+    def y(Q, K):
+        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+    ratios = []
+    for _ in range(2):
+        g = fd_truth(y, {"Q": Q, "K": K}, rng.standard_normal((40, D_OUT)))
+        top, bottom = np.sum(Q * g["Q"], axis=1), np.sum(K * g["K"], axis=1)
+        alive = np.abs(bottom) > 1e-6 * np.max(np.abs(bottom))    # a unit off on every token
+        ratios.append(top[alive] / bottom[alive])                  # tells nothing: left out
+    r = np.concatenate(ratios)
+    return round(float(np.median(r)), 4) if np.allclose(r, np.median(r), rtol=1e-4, atol=0) \
+        else "none"
+
+
+def variant_12(rng):
+    return pair_variant(rng, same_share=1 / 3)
+
+
+def tied_truth(v, rng):
+    """Does Q = K stay tied under 10 steps of gradient descent (lr 0.02, clipped) on a random
+    regression? Measured: max |Q − K| <= 1e-6 max |Q| at the end (an untie moves it by
+    about 1e-3 in one step)."""
+    x, T = rng.standard_normal((40, D)), rng.standard_normal((40, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 4
+    p = {"Q": W.copy(), "K": W.copy(), "V": V}
+
+    def y(Q, K, V):
+        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+    for _ in range(10):
+        g = fd_truth(y, p, (y(**p) - T) / len(x))
+        step = 0.02 / max(1.0, *(float(np.max(np.abs(a))) for a in g.values()))  # clipped:
+        p = {k: p[k] - step * g[k] for k in p}             # one factor for all, ties kept
+    assert np.all(np.isfinite(p["Q"])), "checks.py: the run diverged"
+    return bool(np.max(np.abs(p["Q"] - p["K"])) <= 1e-6 * np.max(np.abs(p["Q"])))
+
+
 # ----- Exchange symmetry ------------------------------------------------------------------
 
 
@@ -640,6 +687,8 @@ def conservation(c):
               lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3,
                              in_place=True))
     c.answer_is("DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1})
+    pair_rows(c, "own_conserved", ratio_truth,
+              lambda a: "none" if a is None else round(float(a[1]) / float(a[0]), 4))
     c.answer_is("CONSERVED_GATED",
                 {a for a in bn.ACTIVATIONS
                  if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}, set)
@@ -668,6 +717,7 @@ def tied_factors(c):
         c.close(f"tied_gap, {name}, {act}", "tied_gap", expected,
                 lambda name=name, act=act: c.call("tied_gap", name, act, x, T, W, V, 0.05, 12),
                 tol=1e-8)
+    pair_rows(c, "own_stays_tied", tied_truth)
     c.answer_is("STAYS_TIED",
                 {"rank1_bilinear": set(bn.ACTIVATIONS),
                  "gated_mlp": {a for a in bn.ACTIVATIONS
