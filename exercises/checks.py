@@ -736,6 +736,26 @@ def truncation_reference(A, r):
     return np.linalg.norm(A_sym - A_r) / np.linalg.norm(A_sym)
 
 
+RANK_FORMS = ("B Cᵀ", "B Cᵀ + C Bᵀ", "B Bᵀ + S")        # B, C (d, k); S antisymmetric
+
+
+def variant_13(rng):
+    v = {"form": pick(rng, RANK_FORMS), "d": int(rng.integers(5, 10)), "k": int(rng.integers(1, 4))}
+    return v | {"y": f"A = {v['form']} with B, C of shape (d, k), d = {v['d']}, k = {v['k']}"
+                     + (", S a random antisymmetric (d, d)" if "S" in v["form"] else "")}
+
+
+def exact_rank_truth(v, rng):
+    """The smallest r whose truncation error (truncation_reference) is below 1e-10 for a
+    random A of the variant's form, measured."""
+    d, k = v["d"], v["k"]
+    B, C, S = (rng.standard_normal((d, k)), rng.standard_normal((d, k)),
+               rng.standard_normal((d, d)))
+    A = {"B Cᵀ": B @ C.T, "B Cᵀ + C Bᵀ": B @ C.T + C @ B.T, "B Bᵀ + S": B @ B.T + S - S.T}
+    A = A[v["form"]][None]                                    # one unit: (1, d, d)
+    return next(r for r in range(1, d + 1) if truncation_reference(A, r) <= 1e-10)
+
+
 def higher_rank(c):
     _, p = draw("bilinear", seed=16)
     A = p["A"]
@@ -760,7 +780,12 @@ def higher_rank(c):
                  for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
-    c.answer_is("RANK_FOR_EXACT", 8)
+    pair = c.variant()
+    others = [variant_13(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([pair] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {v['form']}, d {v['d']}, k {v['k']}"
+        c.predicted(f"own_rank_for_exact{label}", "own_rank_for_exact",
+                    exact_rank_truth(v, c.rng(2, i)), lambda v=v: c.call("own_rank_for_exact", v))
 
 
 # ----- Backprop III and IV: a unit of one's own with biases, with a temperature ------------

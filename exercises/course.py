@@ -37,7 +37,7 @@ COURSE = [
     Exercise("tied_factors", "Tied factors and squared ReLU",
              checks.tied_factors, variant=checks.variant_12),
     Exercise("higher_rank", "Higher rank: eigendecomposition and truncation",
-             checks.higher_rank, ("eigen_factors",)),
+             checks.higher_rank, ("eigen_factors",), variant=checks.variant_13),
     Exercise("gated_biases", "Backprop III: a gated unit with biases, your own",
              checks.gated_biases, variant=checks.variant_14),
     Exercise("gate_temperature", "Backprop IV: a learned temperature, your own",

@@ -193,8 +193,8 @@ HOSTILE = {
     12: (".py", "def squared_relu_forward(x, K, V):\n    raise KeyboardInterrupt\n",
          ("squared_relu_forward = relu(xK^T)^2 V", "ERROR", "KeyboardInterrupt")),
     13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.__main__ import main\n"
-                "main(['check', '13'])\nRANK_FOR_EXACT = 'many'\n",
-         ("RANK_FOR_EXACT", "WRONG", "not the answer")),
+                "main(['check', '13'])\ndef own_rank_for_exact(variant):\n    return 'many'\n",
+         ("own_rank_for_exact, your unit", "WRONG", "not the answer")),
 }
 
 
@@ -380,7 +380,7 @@ def draws(number, seeds=range(1, 11)):
     return [checker.own_variant(COURSE[number - 1], number, s)["y"] for s in seeds]
 
 
-@pytest.mark.parametrize("number", [6, 7, 9, 10, 11, 12, 14, 15, 17])
+@pytest.mark.parametrize("number", [6, 7, 9, 10, 11, 12, 13, 14, 15, 17])
 def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
     assert len(set(draws(number))) >= 8, draws(number)             # of ten
     module_units = {"y = (silu(x Qᵀ) ⊙ x Kᵀ) V"}                 # derivations.md §3.6's form
@@ -400,7 +400,7 @@ FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COU
                                            (15, "'temperature_forward', 'temperature_backward'"),
                                            (17, "'predict_count',"), (6, "'own_keeps_exchange',"),
                                            (7, "'own_scaling_exponent',"), (11, "'own_conserved',"),
-                                           (12, "'own_stays_tied',")])
+                                           (12, "'own_stays_tied',"), (13, "'own_rank_for_exact',")])
 def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, names, tmp_path):
     # The solution with seed A's variant written in (whatever variant it is handed) passes
     # seed A's check and fails the check of a seed whose variant differs.
@@ -408,7 +408,7 @@ def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, name
     seed_b = next(s for s in range(2, 50) if draws(number, [s]) != draws(number, [seed_a]))
     path = solved(tmp_path, number, FIXED.format(n=number, seed=seed_a, names=names))
     mine = checker.check_file(number, COURSE[number - 1], path, seed=seed_a)
-    if number in (6, 7, 11, 12, 17):              # its other units are not seed A's: only its own row
+    if number in (6, 7, 11, 12, 13, 17):              # its other units are not seed A's: only its own row
         assert next(r for r in mine.rows if "your unit" in r.check).verdict == "ok"
     else:
         assert mine.status == "done", rows_of(mine)
