@@ -957,9 +957,6 @@ def read_a_checkpoint(c):
 
 CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
-NAMED = ("mlp", "static_query_mlp", "bilinear", "rank_r_bilinear", "rank1_bilinear",
-         "gated_mlp", "double_gated_mlp", "gated_rank_r")
-
 
 def transformed(Q, K, V, symmetry, alpha):
     """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
