@@ -245,9 +245,20 @@ def pair_fn(name):
     return (lambda z: z) if name == "z" else SCALARS[name]
 
 
+MODULE_SIGMA = {"z", "relu", "silu", "sigmoid"}      # the module's own σ (z: the identity)
+
+
+def module_pair(phi, psi):
+    """True for a unit the module has: rank-1 with the identity, a gated or double-gated MLP."""
+    return phi in MODULE_SIGMA and psi in MODULE_SIGMA and (phi == psi or "z" in (phi, psi))
+
+
 def pair_variant(rng, same_share):
-    phi = pick(rng, PAIR)
-    psi = phi if rng.random() < same_share else pick(rng, tuple(p for p in PAIR if p != phi))
+    while True:
+        phi = pick(rng, PAIR)
+        psi = phi if rng.random() < same_share else pick(rng, tuple(p for p in PAIR if p != phi))
+        if not module_pair(phi, psi):
+            break
     shown = lambda f, arg: (arg if f == "z" else f"({arg}){f[1:]}") if f[0] == "z" else \
         f"{f[:4]}({arg}){f[4:]}" if f.startswith("relu") else f"{f}({arg})"   # noqa: E731
     return {"phi": phi, "psi": psi,
@@ -741,7 +752,7 @@ RANK_FORMS = ("B Cᵀ", "B Cᵀ + C Bᵀ", "B Bᵀ + S")        # B, C (d, k); S
 
 def variant_13(rng):
     v = {"form": pick(rng, RANK_FORMS), "d": int(rng.integers(5, 10)), "k": int(rng.integers(1, 4))}
-    return v | {"y": f"A = {v['form']} with B, C of shape (d, k), d = {v['d']}, k = {v['k']}"
+    return v | {"y": f"A = {v['form']} with {'B' if 'S' in v['form'] else 'B, C'} of shape (d, k), d = {v['d']}, k = {v['k']}"
                      + (", S a random antisymmetric (d, d)" if "S" in v["form"] else "")}
 
 
@@ -1166,13 +1177,14 @@ COUNT_D, COUNT_D_OUT = 4, 2
 
 
 def variant_17(rng):
-    form = pick(rng, tuple(COUNT_FORMS))
-    phis = tuple(SCALARS) if form in ("mlp", "gated") else ("z²", "z³", "silu", "sigmoid", "tanh")
+    form = pick(rng, tuple(COUNT_FORMS))      # no unit of the module's: its σ only with biases
+    phis = ("z²", "z³", "tanh") + ("relu²", "relu³") * (form in ("mlp", "gated")) + \
+        ("silu", "sigmoid") * (form == "rank1 with biases")
     v = {"form": form, "phi": pick(rng, phis), "m": pick(rng, (1, 2) if "rank1" in form else (1, 2, 3)),
          "d": COUNT_D, "d_out": COUNT_D_OUT}
     shown = v["phi"] if v["phi"][0] == "z" else v["phi"][:4].replace("relu", "relu(z)") + \
         v["phi"][4:] if v["phi"].startswith("relu") else v["phi"] + "(z)"
-    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} units, "
+    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} unit{'s' * (v['m'] > 1)}, "
                      f"d = {COUNT_D}, d_out = {COUNT_D_OUT}"}
 
 

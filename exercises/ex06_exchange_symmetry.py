@@ -97,7 +97,8 @@ RANK1_KEEPS_FOR_EVERY_SIGMA = None  # TODO: True or False
 # ## 4. A unit of your own
 #
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
-# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²). `python -m exercises
+# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
+# pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises
 # check 6` prints it at the top; `variant(6)` returns it, a dict with "phi" and "psi".
 # Write `own_keeps_exchange(variant)`: does swapping Q and K leave this unit's output
 # unchanged for every input? Decide it **by the argument above** (what must hold for all a,

@@ -94,7 +94,7 @@ RELU_NEGATIVE = None  # TODO: "a", "b", "c" or "d"
 #
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with two different
 # functions φ and ψ among z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is
-# relu(z)²). `python -m exercises check 7` prints it at the top; `variant(7)` returns it,
+# relu(z)²; never a pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises check 7` prints it at the top; `variant(7)` returns it,
 # a dict with "phi" and "psi". Scaling the queries by α > 0 now needs the keys scaled by
 # some power of α: find the exponent `c` for which `(α q_j, α^c k_j)` leaves the output
 # unchanged for every α > 0 and every input, or `None` when no power does. Reason it out

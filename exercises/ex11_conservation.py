@@ -103,7 +103,8 @@ CONSERVED_GATED = None  # TODO: a set of activation names
 # ## 4. A unit of your own
 #
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
-# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²); `python -m
+# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
+# pair the module has, such as z with silu, a SwiGLU unit); `python -m
 # exercises check 11` prints it, `variant(11)` returns it (a dict with "phi" and "psi").
 # Find the numbers `(c_q, c_k)` for which `c_q ‖q_j‖² − c_k ‖k_j‖²` is conserved by
 # gradient flow, for every loss, or `None` when no such pair exists. Derive it: which

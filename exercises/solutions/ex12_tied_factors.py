@@ -100,7 +100,8 @@ STAYS_TIED = {"rank1_bilinear": set(bn.ACTIVATIONS),  # ANSWER: a dict of two se
 # ## 4. A unit of your own
 #
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
-# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²); `python -m
+# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
+# pair the module has, such as z with silu, a SwiGLU unit); `python -m
 # exercises check 12` prints it, `variant(12)` returns it (a dict with "phi" and "psi").
 # Started tied, `Q = K`, does gradient descent keep `Q = K` at every step, for every loss?
 # Reason it out from the gradients of `q_j` and `k_j` at a tied point (what must hold for

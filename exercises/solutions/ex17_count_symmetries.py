@@ -141,8 +141,8 @@ def null_direction(J):
 #     "rank1":              y = Σ_j φ((x·q_j)(x·k_j)) v_j
 #     "rank1 with biases":  y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j
 #
-# with a scalar function φ among relu, relu², relu³, z², z³, silu, sigmoid, tanh, and m
-# units (`d = 4`, `d_out = 2`). `python -m exercises check 17` prints yours at the top
+# with a scalar function φ among relu², relu³, z², z³, tanh (and silu, sigmoid with the
+# biases), and m units (`d = 4`, `d_out = 2`). `python -m exercises check 17` prints yours at the top
 # (`variant(17)` returns it: a dict with "form", "phi", "m", "d", "d_out").
 #
 # Write `predict_count(variant)`: the number of continuous symmetries, **reasoned by hand**,
