@@ -788,7 +788,8 @@ def advice(result, hints=None):
     text; [] when every row is ok). Level 1: where to look, from the slips recognised in the
     rows or, when none was, which gradients fail together (gradient_diagnosis) or the
     exercise's diagnose, else the topic's hint; level 2: the slips named, else the idea;
-    level 3: the rule for the first failing gradient's last step, else the topic's."""
+    level 3: the rule for the last step of the first failing gradient (a parameter's before
+    dx's, which every wrong intermediate reaches), else the topic's."""
     row = result.first_failure
     if row is None:
         return []
@@ -805,5 +806,6 @@ def advice(result, hints=None):
     failing = [r.check.split(" ")[0] for r in result.rows
                if r.verdict != "ok" and r.topic == topic and r.check.split(" ")[0] in
                table.get("formulas", {})]
+    failing.sort(key=lambda name: name == "dx")     # a parameter's step before dx's (downstream)
     third = table["formulas"][failing[0]] if failing else own[2]
     return ["; ".join(points) or own[0], "; ".join(slips) or own[1], third]
