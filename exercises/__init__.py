@@ -28,9 +28,12 @@ The files, in the order a check runs through them:
   c.close (arrays, rel_error), c.equal and c.answer_is (exact, types included), c.holds (a
   property). The student's code is reached only through c.call(name, ...) and c.answer(name),
   inside the lambdas, so whatever it does becomes a row. Expected values are computed
-  there, at check time, from bilinear_numpy or finite differences; c.rng(...) and
-  c.variant(options) draw from the student's seed, so a problem can be the student's own.
-  A wrong value that matches a known slip (mistakes={(point, slip): value}) is recognised.
+  there, at check time, from bilinear_numpy or finite differences; c.variant() (the
+  exercise's variant(rng), in course.py) and c.rng(...) draw from the student's seed, so a
+  problem is the student's own, handed to the student's functions as their last argument;
+  c.predicted compares a prediction without showing its truth. A wrong value that matches
+  a known slip (mistakes={(point, slip): value}) is recognised; a backward pass's rows
+  ("dNAME vs ...") are read by one rule, checker.gradient_diagnosis.
 - checker.py: rows and their comparison (with the shape/value diagnosis: "a transpose? got
   (5, 4) where (4, 5) was due"), Checks, and the child process. Each exercise runs in its own
   child (`python -c ... child_main`), in its own session, with its own temporary folder, and

@@ -6,9 +6,10 @@ compared with rel_error), c.equal (exact values), c.holds (a property) or c.answ
 at check time, outside the student's code: from bilinear_numpy (bn), or for a form of the
 student's own from fd_truth (finite differences of its forward). `c.call(name, ...)` runs
 the student's function `name` and `c.answer(name)` reads the student's answer `name`.
-`c.variant(options)` draws the student's own variant from their seed (and shows it at the
-top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is the worked
-example. Inputs are small, so every exercise checks in well under a second.
+`c.variant()` draws the student's own variant from their seed (the exercise's variant_N,
+shown at the top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is
+the worked example; `c.predicted` compares a prediction with the truth measured here,
+without showing it. Inputs are small, so every exercise checks in well under a second.
 """
 
 from __future__ import annotations
