@@ -16,12 +16,12 @@
 # [4.7 The table](../derivations.md#47-the-table) and
 # [3.0 Four rules](../derivations.md#30-four-rules-and-two-ways-to-check-them).
 #
-# **What to do.** Set `NAME`, `ACT`, `KEEPS` and `WHY`; write `forward`, `backward` and
-# `register`. You may call anything in `bilinear_numpy`. **Check:**
+# **What to do.** Set `NAME`, `ACT`, `KEEPS`, `WHY`, `EQUATION` and `SIGMA_ARGS`; write
+# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy`. **Check:**
 # `python -m exercises check 19`. It passes when every row is ok:
 #
 # - `register()` puts a `bn.Formulation` with the parameters `("Q", "K", "V")` under `NAME`
-#   (section 2 shows the call, with every argument named), and your forward differs from
+#   (section 2 writes the call for you, every argument named), and your forward differs from
 #   the rank-1 unit, the gated MLP and the double-gated MLP (rel error > 1e-6);
 # - `bn.gradcheck(NAME, ACT, x_shape=(5, 4))`: each of dx, dQ, dK, dV within a rel error of
 #   **1e-7** of finite differences of your forward;
@@ -107,10 +107,24 @@ def backward(dy, cache):
     raise NotImplementedError("backward: not written yet (complete its TODO)")
 
 
+# %% [markdown]
+# `register()` below is written for you: it needs `EQUATION` (your unit's line, as text)
+# and `SIGMA_ARGS` (the keys of your cache that hold σ's arguments: every array σ is
+# applied to; `bn.gradcheck` redraws its inputs until none is within 1e-3 of relu's kink).
+
+# %%
+EQUATION = None  # TODO: a str
+SIGMA_ARGS = None  # TODO: a tuple of the cache keys σ is applied to
+
+
 def register():
-    """Add your variant to bn.FORMULATIONS under NAME."""
-    # TODO: a Formulation of your forward and backward, in the registry under NAME
-    raise NotImplementedError("register: not written yet (complete its TODO)")
+    """Add your variant to bn.FORMULATIONS under NAME, every argument named."""
+    if NAME is None or EQUATION is None or SIGMA_ARGS is None:
+        raise NotImplementedError("register: set NAME, EQUATION and SIGMA_ARGS first")
+    bn.FORMULATIONS[NAME] = bn.Formulation(
+        name=NAME, equation=EQUATION, forward=forward, backward=backward,
+        param_names=("Q", "K", "V"), shapes=SHAPES, cost="(your unit's multiply-adds)",
+        init_scales=SCALES, sigma_args=SIGMA_ARGS)
 
 
 # %% Try it: the gradient check of your registered variant

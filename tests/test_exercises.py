@@ -556,6 +556,7 @@ def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_a
     assert all(f'"{key}"' in text for key in bn.SYMMETRIES) and "six" in text
     assert "five" not in text and "1e-7" in text and "1e-10" in text
     assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
+    assert "bn.Formulation(\n        name=NAME" in text and "sigma_args=SIGMA_ARGS)" in text  # shown
     assert checks.CAPSTONE_SYMMETRIES == bn.SYMMETRIES and checks.CLAIM_TOL == 1e-10
 
 
