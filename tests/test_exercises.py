@@ -575,6 +575,17 @@ def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_p
 
 
 @needs_solutions
+def test_the_capstone_refuses_a_module_unit_with_q_and_k_relabelled(tmp_path):
+    # The gated MLP with its two projections swapped is the gated MLP, not a new design.
+    swapped = ('\n\ndef forward(x, Q, K, V, act="silu"):\n'
+               '    y, cache = bn.gated_mlp_forward(x, K, Q, V, act=act)\n'
+               '    return y, {"cache": cache}\n')
+    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, swapped))
+    row = next(r for r in result.rows if r.check == "forward differs from gated_mlp")
+    assert row.verdict == "WRONG", rows_of(result)
+
+
+@needs_solutions
 def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tmp_path):
     # The table's check column is 48 wide: a longer name would push its row out of line.
     for number, exercise in NUMBERED:
