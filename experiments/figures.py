@@ -830,11 +830,16 @@ def make_figures(out_dir="figures", quick=False, names=None, out=print):
     Args:
         out_dir: str or Path, created if missing; quick: bool, use the small sizes of QUICK;
         names: iterable of keys of FIGURES (default: all); out: function printing one line.
+    Each figure's CSV and PNG replace the old pair together when that figure is done
+    (outputs.Staged), so a CSV never sits beside the PNG of another run; Ctrl-C keeps the
+    figures finished so far (outputs.Stopped says which).
+
     Returns:
         list of the Paths written (PNG and CSV of each figure).
     Raises:
-        ValueError for an unknown figure name.
+        ValueError for an unknown figure name; outputs.Stopped on Ctrl-C.
     """
+    from experiments import outputs
     names = list(FIGURES) if names is None else list(names)
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
@@ -845,9 +850,15 @@ def make_figures(out_dir="figures", quick=False, names=None, out=print):
     for name in names:
         start = time.perf_counter()
         compute, draw = FIGURES[name]
-        rows = compute(**(QUICK[name] if quick else {}))
-        write_csv(rows, out_dir / f"{name}.csv")
-        draw(rows, out_dir / f"{name}.png")
+        try:
+            rows = compute(**(QUICK[name] if quick else {}))
+            with outputs.Staged() as files:
+                write_csv(rows, files.path(out_dir / f"{name}.csv"))
+                draw(rows, files.path(out_dir / f"{name}.png"))
+        except KeyboardInterrupt:
+            done = (f"{', '.join(p.stem for p in written[::2])} finished, in {out_dir}"
+                    if written else "no figure finished")
+            raise outputs.Stopped(f"{done}; {name} and the rest as they were") from None
         written += [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
         out(f"wrote {out_dir / name}.png and .csv ({time.perf_counter() - start:.1f} s)")
     return written

@@ -58,15 +58,15 @@ def output_folder(option, path):
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{option}: got {text!r}; expected a folder that exists or can be "
-                         f"made, and this one cannot ({exc.strerror or exc})") from None
+        raise UsageError(f"{option}: got {text!r}, a folder that cannot be made "
+                         f"({exc.strerror or exc}); expected one that exists or can be made") from None
     try:                                            # the real test: make a file, remove it
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise UsageError(f"{option}: got {text!r}; expected a folder new files can be written "
-                         f"in, and this one takes none ({exc.strerror or exc})") from None
+        raise UsageError(f"{option}: got {text!r}, a folder that takes no new file "
+                         f"({exc.strerror or exc}); expected one that can be written in") from None
     return path
 
 

@@ -484,8 +484,9 @@ def _train_and_write(task_name, mode, seeds, steps, variants, lr, image, results
                 rows.append(result["row"])
                 outputs.write_whole(partial, lambda path: write_csv(path, task, rows))
                 curves.setdefault(v, []).append(result["curve"])
-                if task_name == "image" and seed == 0:
-                    recon[v] = task.predict(result["params"], *resolve_variant(v)[:2])
+                if task_name == "image" and seed == 0:     # a diverged run: no picture
+                    recon[v] = None if result["diverged_at"] else task.predict(
+                        result["params"], *resolve_variant(v)[:2])
                 what = (f"diverged at step {result['diverged_at']}" if result["diverged_at"]
                         else f"{task.metric} = {result['row'][task.metric]:.3f}")
                 progress.message(f"   {v:<18} seed {seed}: {what}  ({result['seconds']:.1f} s)")
