@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, cli, outputs, train, train_figures
+from experiments import ablation, cli, train, train_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_TEXT = ["train", "text", "--quick", "--steps", "1", "--seeds", "2",
@@ -46,6 +46,14 @@ def stopped_line(capsys):
     return lines[-1]
 
 
+def main_status(argv):
+    """bn.main(argv); a KeyboardInterrupt that escapes it (a traceback for the user) fails."""
+    try:
+        return bn.main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main as KeyboardInterrupt: the user sees a traceback")
+
+
 def csv_rows(path):
     with Path(path).open(encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
@@ -54,6 +62,31 @@ def csv_rows(path):
 class SmallImageTask(train.ImageTask):
     def __init__(self, path=None):
         super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
+
+
+class SmallTextTask(train.TextTask):
+    def __init__(self):
+        super().__init__(context=2, e=2, d=8, budget_units=6, batch=16, curve_size=16)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any training, measuring or drawing fails the test: the command must stop before."""
+    def work(*args, **kwargs):
+        raise AssertionError("work started before the options were checked")
+
+    from experiments import bench, figures, inspect_model
+    for module, name in ((train, "train_run"), (train, "TextTask"), (train, "ImageTask"),
+                         (bench, "measure"), (figures, "make_figures"), (inspect_model, "run"),
+                         (cli, "verification_report")):
+        monkeypatch.setattr(module, name, work)
+
+
+@pytest.fixture
+def small_tasks(monkeypatch):
+    """Both tasks at toy sizes: the command line's behaviour, not the numbers, is tested."""
+    monkeypatch.setitem(train.TASKS, "text", SmallTextTask)
+    monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
 
 
 # ----- verify and the exit statuses ------------------------------------------------------
@@ -132,7 +165,7 @@ def test_no_option_of_any_command_is_abbreviated():
     assert tried >= 15
 
 
-def test_seed_is_not_taken_for_seeds(capsys):
+def test_seed_is_not_taken_for_seeds(capsys, no_work):
     assert bn.main(["train", "text", "--seed", "5"]) == 2
     one_error_line(capsys, "unrecognized arguments: --seed 5")
     assert bn.main(["--seed", "5", "train", "text"]) == 2          # before the subcommand
@@ -150,7 +183,8 @@ def test_seed_is_not_taken_for_seeds(capsys):
     (["inspect", "model.safetensors", "--layers", ""], "--layers"),
     (["inspect", ""], "path"),
 ])
-def test_an_empty_value_is_an_error_not_a_default(argv, option, capsys, tmp_path, monkeypatch):
+def test_an_empty_value_is_an_error_not_a_default(argv, option, capsys, tmp_path, monkeypatch,
+                                                 no_work):
     monkeypatch.chdir(tmp_path)
     assert bn.main(argv) == 2
     one_error_line(capsys, "expected")
@@ -162,13 +196,13 @@ def test_an_empty_value_is_an_error_not_a_default(argv, option, capsys, tmp_path
     (["--seed", "1", "figures"], ["--seed", "figures"]),
     (["--seed", "1", "bench"], ["--seed", "bench"]),
 ])
-def test_an_ignored_option_is_an_error(argv, words, capsys, tmp_path, monkeypatch):
+def test_an_ignored_option_is_an_error(argv, words, capsys, tmp_path, monkeypatch, no_work):
     monkeypatch.chdir(tmp_path)
     assert bn.main(argv) == 2
     one_error_line(capsys, *words)
 
 
-def test_duplicates_are_refused_before_work(capsys, tmp_path):
+def test_duplicates_are_refused_before_work(capsys, tmp_path, no_work):
     out = str(tmp_path)
     assert bn.main(["train", "text", "--variants", "SwiGLU,SwiGLU", "--out", out]) == 2
     one_error_line(capsys, "--variants", "'SwiGLU' is given twice")
@@ -204,7 +238,8 @@ def test_duplicates_are_refused_before_work(capsys, tmp_path):
     (["train", "video"], "task"),
 ])
 def test_a_bad_value_is_one_line_naming_the_option_and_what_is_allowed(argv, option, capsys,
-                                                                         tmp_path, monkeypatch):
+                                                                         tmp_path, monkeypatch,
+                                                                         no_work):
     monkeypatch.chdir(tmp_path)
     assert bn.main(argv) == 2
     line = one_error_line(capsys, option)
@@ -213,8 +248,7 @@ def test_a_bad_value_is_one_line_naming_the_option_and_what_is_allowed(argv, opt
 
 
 def test_bad_values_leave_no_traceback_in_a_real_process(tmp_path):
-    for argv in (["verify", "--seed", "-1"], ["bench", "--tokens", "0"],
-                 ["figures", "--out", str(tmp_path / "file")], ["train", "image", "--lr", "inf"]):
+    for argv in (["verify", "--seed", "-1"], ["figures", "--out", str(tmp_path / "file")]):
         (tmp_path / "file").write_text("a file", encoding="utf-8")
         proc = subprocess.run([sys.executable, str(ROOT / "bilinear_numpy.py"), *argv],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -235,16 +269,8 @@ def _a_file(tmp_path):
 @pytest.mark.parametrize("command", [
     ["train", "text", "--quick"], ["train", "image", "--quick"], ["train", "ablation", "--quick"],
     ["figures"], ["inspect", "model.safetensors"]])
-def test_a_file_as_out_is_refused_before_any_work(command, capsys, tmp_path, monkeypatch):
+def test_a_file_as_out_is_refused_before_any_work(command, capsys, tmp_path, no_work):
     # train text --quick --out FILE trained to the end, then died with NotADirectoryError.
-    def no_work(*args, **kwargs):
-        raise AssertionError("work started before the output folder was checked")
-
-    for module, name in ((train, "train_run"), (train, "TextTask"), (train, "ImageTask")):
-        monkeypatch.setattr(module, name, no_work)
-    from experiments import figures, inspect_model
-    monkeypatch.setattr(figures, "make_figures", no_work)
-    monkeypatch.setattr(inspect_model, "run", no_work)
     out = _a_file(tmp_path)
     assert bn.main([*command, "--out", str(out)]) == 2
     one_error_line(capsys, "--out", "which is a file", "expected a folder")
@@ -252,9 +278,7 @@ def test_a_file_as_out_is_refused_before_any_work(command, capsys, tmp_path, mon
     one_error_line(capsys, "--out", "cannot be made")
 
 
-def test_bench_out_is_checked_before_the_benchmark(capsys, tmp_path, monkeypatch):
-    from experiments import bench
-    monkeypatch.setattr(bench, "measure", lambda *a: pytest.fail("measured before the check"))
+def test_bench_out_is_checked_before_the_benchmark(capsys, tmp_path, no_work):
     assert bn.main(["bench", "--quick", "--out", str(tmp_path)]) == 2     # a folder
     one_error_line(capsys, "--out", "which is a folder", "expected a file name")
     out = _a_file(tmp_path)
@@ -263,7 +287,7 @@ def test_bench_out_is_checked_before_the_benchmark(capsys, tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
-def test_a_folder_that_cannot_be_made_is_refused(capsys):
+def test_a_folder_that_cannot_be_made_is_refused(capsys, no_work):
     # /proc takes no new folder, not even from root.
     assert bn.main(["train", "text", "--quick", "--out", "/proc/bilinear-numpy-test"]) == 2
     one_error_line(capsys, "--out", "cannot be made")
@@ -271,7 +295,7 @@ def test_a_folder_that_cannot_be_made_is_refused(capsys):
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
                     reason="root writes into read-only folders")
-def test_a_read_only_folder_is_refused(capsys, tmp_path):
+def test_a_read_only_folder_is_refused(capsys, tmp_path, no_work):
     folder = tmp_path / "read-only"
     (folder / "results").mkdir(parents=True)
     (folder / "figures").mkdir()
@@ -285,8 +309,10 @@ def test_a_read_only_folder_is_refused(capsys, tmp_path):
             path.chmod(0o755)
 
 
-def test_a_folder_that_takes_no_file_is_refused(capsys, tmp_path, monkeypatch):
+def test_a_folder_that_takes_no_file_is_refused(capsys, tmp_path, monkeypatch, no_work):
     # As a read-only folder (tested above where the tests do not run as root), here for root too.
+    from experiments import outputs
+
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
@@ -322,12 +348,12 @@ def _stop_after(monkeypatch, finished):
     monkeypatch.setattr(train, "train_run", run)
 
 
-def test_ctrl_c_keeps_every_finished_run_and_says_where(capsys, tmp_path, monkeypatch):
+def test_ctrl_c_keeps_every_finished_run_and_says_where(capsys, tmp_path, monkeypatch, small_tasks):
     out = tmp_path / "out"
     (out / "results").mkdir(parents=True)
     (out / "results" / "text.csv").write_text("old\n", encoding="utf-8")
     _stop_after(monkeypatch, 3)
-    assert bn.main([*TINY_TEXT, "--out", str(out)]) == 130
+    assert main_status([*TINY_TEXT, "--out", str(out)]) == 130
     err = stopped_line(capsys)
     assert err.startswith("stopped (Ctrl-C); 3 of 4 runs finished")
     partial = out / "results" / "text.partial.csv"
@@ -339,16 +365,16 @@ def test_ctrl_c_keeps_every_finished_run_and_says_where(capsys, tmp_path, monkey
     assert not list(out.rglob(".*.tmp*"))
 
 
-def test_ctrl_c_before_any_run_finished_says_nothing_was_written(capsys, tmp_path, monkeypatch):
+def test_ctrl_c_before_any_run_finished_says_nothing_was_written(capsys, tmp_path, monkeypatch, small_tasks):
     _stop_after(monkeypatch, 0)
-    assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 130
+    assert main_status([*TINY_TEXT, "--out", str(tmp_path)]) == 130
     assert "no run had finished, nothing was written" in stopped_line(capsys)
     monkeypatch.setattr(cli, "verification_report", lambda seed: (_ for _ in ()).throw(KeyboardInterrupt))
-    assert bn.main(["verify"]) == 130
+    assert main_status(["verify"]) == 130
     assert stopped_line(capsys) == "stopped (Ctrl-C)"
 
 
-def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, monkeypatch):
+def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, monkeypatch, small_tasks):
     # Ctrl-C while the figure was drawn left a new CSV beside the old PNG.
     out = tmp_path / "out"
     for sub, name in (("results", "text.csv"), ("figures", "text_curves.png")):
@@ -359,7 +385,7 @@ def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(train_figures, "learning_curves", interrupted)
-    assert bn.main([*TINY_TEXT, "--out", str(out)]) == 130
+    assert main_status([*TINY_TEXT, "--out", str(out)]) == 130
     assert "4 of 4 runs finished" in stopped_line(capsys)
     assert (out / "results" / "text.csv").read_text(encoding="utf-8") == "old"
     assert (out / "figures" / "text_curves.png").read_text(encoding="utf-8") == "old"
@@ -367,7 +393,7 @@ def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, 
     assert not list(out.rglob(".*.tmp*"))                    # no half-written file left
 
 
-def test_a_finished_run_replaces_every_file_together(tmp_path):
+def test_a_finished_run_replaces_every_file_together(tmp_path, small_tasks):
     out = tmp_path / "out"
     assert bn.main([*TINY_TEXT, "--out", str(out)]) == 0
     assert len(csv_rows(out / "results" / "text.csv")) == 4
@@ -390,13 +416,13 @@ def test_figures_keeps_the_finished_figures_on_ctrl_c(capsys, tmp_path, monkeypa
     monkeypatch.setattr(figures, "FIGURES", {n: figures.FIGURES[n] for n in names})
     monkeypatch.setitem(figures.QUICK, names[1], figures.QUICK[names[1]])
     out = tmp_path / "figs"
-    assert bn.main(["figures", "--quick", "--out", str(out)]) == 130
+    assert main_status(["figures", "--quick", "--out", str(out)]) == 130
     err = stopped_line(capsys)
     assert f"{names[0]} finished, in {out}" in err
     assert sorted(p.name for p in out.iterdir()) == [f"{names[0]}.csv", f"{names[0]}.png"]
 
 
-def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monkeypatch):
+def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monkeypatch, small_tasks):
     def full_disk(path, task, rows):
         if ".partial" not in Path(path).name and ".text." in Path(path).name:   # the final CSV
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -438,7 +464,8 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert len(csv_rows(partial)) >= 1 and not (tmp_path / "results" / "text.csv").exists()
 
 
-def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path):
+def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, small_tasks):
+    from experiments import outputs
     with outputs.one_run_at_a_time(tmp_path, "train-text") as lock:
         assert lock.exists()
         assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 2
@@ -454,6 +481,7 @@ def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     import platform
+    from experiments import outputs
     lock = tmp_path / ".figures.lock"
     lock.write_text(f"pid {dead} on {platform.node()} since then\n", encoding="utf-8")
     with outputs.one_run_at_a_time(tmp_path, "figures"):
@@ -464,9 +492,8 @@ def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
 # ----- a diverged run is a result ----------------------------------------------------------
 
 
-def test_a_diverged_run_is_recorded_not_a_crash(capsys, tmp_path, monkeypatch):
+def test_a_diverged_run_is_recorded_not_a_crash(capsys, tmp_path, small_tasks):
     # train image --lr 1e30 died in psnr_db ("math domain error") and wrote no CSV.
-    monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
     out = tmp_path / "out"
     assert bn.main(["train", "image", "--quick", "--lr", "1e30", "--steps", "4", "--seeds", "2",
                     "--variants", "SwiGLU,mlp-relu", "--out", str(out)]) == 0
