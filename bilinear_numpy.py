@@ -75,9 +75,7 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # float64, tanh-GELU's 2u) turns eps/2 into kappa_f eps/2 relative in f, kappa_f = |z f'/f|:
 # z^2 eps / 2 for exact GELU far out (1e-13 at z = -30), so no few-ulp bound there without
 # more precision. Below the normal range: the smallest normal number, absolute. No
-# overflow, NaN or warning for any finite z; at z = +-inf each sigma and sigma' is its limit
-# (silu(-inf) = gelu(-inf) = 0, silu'(+inf) = 1, ...: a factor z that meets a 0 there is
-# clipped to the largest finite float, so inf * 0 never makes a NaN).
+# overflow, NaN or warning for any finite z; at +-inf the limits (silu(-inf) = 0: _finite).
 
 
 @dataclass(frozen=True)
@@ -126,10 +124,8 @@ def _sigmoid_grad(z):
 
 
 def _finite(z, lower_only=False):
-    # z with -inf (and +inf unless lower_only) clipped to the largest finite float of its
-    # dtype: every finite z unchanged; z * 0 = 0 at the infinite ends, the limit there.
-    big = np.finfo(z.dtype).max
-    return np.maximum(z, -big) if lower_only else np.clip(z, -big, big)
+    big = np.finfo(z.dtype).max                   # -inf (+inf) -> -big (big): big * 0 = 0, the
+    return np.maximum(z, -big) if lower_only else np.clip(z, -big, big)   # limit; finite z kept
 
 
 def _silu(z):
@@ -582,13 +578,10 @@ def rel_error(a, b) -> float:
 def numerical_gradient(f, x, dy, h=1e-6):
     """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
 
-        dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),
-        tau_i = h max(1, |x[i]|),  error O(tau_i^2) + O(eps / tau_i),
+        dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),  tau_i = h max(1, |x[i]|),
 
-    the step h (derivations.md calls it tau: h is the hidden layer there) scaled with each
-    entry, so that x[i] +- tau_i differs from x[i] however large it is (a fixed 1e-6 is lost
-    in rounding beside 1e12). The quotient divides by the two probes' actual distance, as
-    floats (derivations.md, 7.4).
+    error O(tau_i^2) + O(eps / tau_i): the step scales with each entry (beside 1e12 a fixed
+    1e-6 is lost in rounding). derivations.md, 7.4, calls the step tau (h is the hidden layer).
 
     A deliberate loop over the entries of a private copy of x (the caller's x is untouched).
 
@@ -596,8 +589,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
         h: the relative step, a finite real number above eps = 2.2e-16 (float64's).
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding over a step of 1e-6
-        leaves no correct digit); ValueError for h not finite above eps, x not finite (no
-        difference quotient exists there) or f(x) not shaped as dy.
+        leaves no correct digit); ValueError for h not finite above eps or f(x) not shaped as dy.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
     x = np.asarray(x)
@@ -611,9 +603,6 @@ def numerical_gradient(f, x, dy, h=1e-6):
     if not (real and np.finfo(np.float64).eps < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, above float64's "
                          f"eps 2.2e-16 (a smaller one is lost in rounding), got {h!r}")
-    if not np.isfinite(x).all():
-        raise ValueError("numerical_gradient: x has NaN or infinite entries; a difference "
-                         "quotient needs finite ones")
     h = _real("h", h)                             # a Python float, also from np.float32
     xp = x.copy()
     grad = np.zeros_like(xp)
@@ -634,8 +623,7 @@ def numerical_gradient(f, x, dy, h=1e-6):
         xp[i] = old - step
         minus, x_minus = output(xp), xp[i]
         xp[i] = old                               # restore before the next probe
-        # L(x+) - L(x-) = sum((f(x+) - f(x-)) * dy): outputs the entry does not move cancel
-        # before the sum, so a large output elsewhere adds no rounding error.
+        # L(x+) - L(x-) as sum((f(x+) - f(x-)) dy): outputs x_i does not move cancel first
         grad[i] = float(np.sum((plus - minus) * dy)) / (x_plus - x_minus)   # x+ - x- ~ 2 tau_i
     return grad
 
@@ -701,8 +689,8 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         real numbers); max_draws: how many draws to try.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, x_shape or max_draws not integers
-        >= 1, h not finite > 0, tol not in (0, 1) (NaN, inf and negative ones included),
-        kink_margin not finite >= 0, or no draw avoiding the kink (use fewer tokens or units);
+        >= 1, h not finite > 0, tol outside (0, 1), kink_margin not finite >= 0, or no draw
+        avoiding the kink (use fewer tokens or units);
         TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
@@ -714,10 +702,9 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     x_shape = tuple(x_shape)
     _check_positive(max_draws=max_draws)
     tol, kink_margin = _real("tol", tol), _real("kink_margin", kink_margin)   # Python floats
-    if not 0 < tol < 1:        # rel_error is in [0, 1]: a tol of 1 or more (inf) passes anything
-        raise ValueError(f"gradcheck: expected a tolerance tol with 0 < tol < 1, got {tol!r}")
-    if not 0 <= kink_margin < math.inf:
-        raise ValueError(f"gradcheck: expected a finite kink_margin >= 0, got {kink_margin!r}")
+    if not (0 < tol < 1 and 0 <= kink_margin < math.inf):   # rel_error <= 1: tol >= 1 passes all
+        raise ValueError(f"gradcheck: expected 0 < tol < 1 and a finite kink_margin >= 0, got "
+                         f"tol={tol!r}, kink_margin={kink_margin!r}")
     rng = np.random.default_rng(seed)
     d = x_shape[-1]
     for draw in range(1, max_draws + 1):
@@ -1472,7 +1459,7 @@ def rmsnorm_forward(x, g, eps=1e-6):
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
     eps = _real("eps", eps)                       # a Python float keeps float32 work float32
     if not 0 < eps < math.inf:
-        raise ValueError(f"eps: expected a number > 0, finite, got {eps}")
+        raise ValueError(f"eps: expected a number > 0, got {eps} (a finite one)")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
     return xhat * g, {"forward": "rmsnorm_forward", "xhat": xhat, "rms": rms, "g": g.copy()}
