@@ -566,3 +566,25 @@ def test_an_infinite_learning_rate_is_refused_like_a_nan_one():
             train.run_task("text", lr=lr)
         with pytest.raises(ValueError, match="lr"):
             ablation.run_ablation(lr=lr)
+
+
+def test_bench_keeps_the_rows_measured_before_ctrl_c(capsys, tmp_path, monkeypatch):
+    from experiments import bench
+    real, calls = bench.measure, []
+
+    def measure(*args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(bench, "measure", measure)
+    out = tmp_path / "bench.csv"
+    out.write_text("old\n", encoding="utf-8")
+    assert main_status(["bench", "--quick", "--formulation", "mlp", "--dtype", "float64",
+                        "--activation", "relu", "--activation", "silu", "--tokens", "8",
+                        "--repeats", "1", "--out", str(out)]) == 130
+    line = stopped_line(capsys)
+    assert "1 of 2 rows measured" in line and "bench.partial.csv" in line
+    assert len(csv_rows(tmp_path / "bench.partial.csv")) == 1
+    assert out.read_text(encoding="utf-8") == "old\n"
