@@ -357,3 +357,16 @@ def test_default_run_stops_with_a_message_without_the_corpus(monkeypatch, capsys
     assert bn.main([]) == 2
     err = capsys.readouterr().err
     assert "python_doc_topics.txt.gz" in err and "test.jpg" in err
+
+
+def test_the_results_page_names_the_python_and_versions_of_each_training_file():
+    # The text data once depended on the Python that ran it: each committed training result
+    # says which Python and which NumPy (and SciPy or none) made it.
+    root = data.CORPUS_PATH.parent.parent
+    rows = {line.split("|")[1].strip(): line for line in
+            (root / "results" / "README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")}
+    for name in ("text.csv", "image.csv", "ablation.csv", "ablation_full.csv"):
+        row = next(line for key, line in rows.items() if f"`{name}`" in key)
+        assert re.search(r"Python 3\.\d+", row) and re.search(r"NumPy \d", row), name
+        assert "SciPy" in row, name
