@@ -1,207 +1,280 @@
-"""Command line of the exercise checker.
-
-    python -m exercises                 progress over every exercise
-    python -m exercises check N         the checks of exercise N, a row each, what the
-                                        failing rows suggest, and a first hint
-    python -m exercises check N --hint 2   ... with hints up to level 2 (3: the formula)
-    python -m exercises hint N          what the failing rows suggest and hints of levels
-                                        1 and 2 (no table); --level 3 adds the formula
-    python -m exercises --solutions     the same on exercises/solutions/
-    python -m exercises --folder DIR    the same on DIR (e.g. a student's hand-in)
-    --time-limit SECONDS                stop an exercise after this long (default 30; 0: none)
-
-Exit status: 0 when every started exercise passes, 1 when any fails, 2 on bad usage.
-"""
+"""The command line of the course (the commands: exercises/__init__.py)."""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
+import secrets
 import sys
+import time
 from pathlib import Path
 
-from exercises import checker
+from exercises import checker, release
 from exercises.course import COURSE
+
+NUMBERED = list(enumerate(COURSE, start=1))
 
 
 def shown(path):
-    """The path relative to the working folder when it is inside it."""
+    """A path relative to the working folder when it is inside it, else in full."""
     try:
-        return os.path.relpath(path)
-    except ValueError:          # another drive on Windows
+        text = os.path.relpath(path)
+    except ValueError:                                   # another drive on Windows
         return str(path)
-
-
-def folder_label(folder):
-    """How the progress line names the folder checked: relative to the repository when it
-    is inside it (`exercises`, `exercises/solutions`, the same from any working folder),
-    else relative to the working folder, else in full; never a bare `.`."""
-    folder = Path(folder).resolve()
-    for base in (checker.ROOT, Path.cwd()):
-        try:
-            label = folder.relative_to(base.resolve()).as_posix()
-        except ValueError:
-            continue
-        if label != ".":
-            return label
-    return str(folder)
+    return str(path) if text.startswith("..") else text
 
 
 def find_exercise(key):
     """Exercise number from '3', '03', 'ex03', 'ex03_full_bilinear' or 'full_bilinear'."""
-    key = key.strip().lower().removesuffix(".py")
-    for number, exercise in enumerate(COURSE, start=1):
-        stem = checker.file_name(number, exercise).removesuffix(".py")
-        if key in (str(number), f"{number:02d}", f"ex{number:02d}", stem, exercise.slug):
+    key = key.strip().lower().removesuffix(".py").removesuffix(".ipynb")
+    for number, exercise in NUMBERED:
+        if key in (str(number), f"{number:02d}", f"ex{number:02d}", exercise.slug,
+                   checker.file_name(number, exercise).removesuffix(".py")):
             return number
     return None
 
 
-def show_progress(folder, seconds):
-    results = checker.run_exercises(list(enumerate(COURSE, start=1)), folder, seconds)
-    print(f"{checker.progress_bar(results)}   ({folder_label(folder)})")
-    width = max(len(exercise.title) for exercise in COURSE)
-    for result in results:
-        print(checker.summary_line(result, width))
-    nxt = next((r for r in results if r.status != "done"), None)
-    if nxt is None:
-        print("\nEvery exercise is done.")
-    else:
-        print(f"\nNext: open {shown(nxt.path)}, then run `python -m exercises check {nxt.number}`")
-    return checker.exit_status(results)
+def who(folder):
+    name, seed = checker.read_seed(folder)
+    return (f"Student: {name} (seed {seed})" if name else
+            "No seed yet: run `python -m exercises start --name YOURNAME` once")
 
 
 def print_hints(result, level, more):
-    """Hint levels 1..level for the first row that is not ok (level 2: the slip when one
-    was recognised; level 3: the formula of each failing gradient first), and how to ask
-    for more: `more` is the command with "{level}" for the next level."""
-    levels = checker.hint_levels(result, checker.load_hints())[:max(1, level)]
-    topic = "general" if result.status == "not started" else checker.hint_topic(result)
-    for number, (name, text) in enumerate(levels, start=1):
-        print(f"Hint {number} of 3, {name} ({topic}): {text}")
+    """Hint levels 1..level of checker.advice and how to ask for the next one."""
+    levels = checker.advice(result)[:level]
+    names = ("where to look", "the slip" if any(r.slip for r in result.rows) else "the idea",
+             "the rule")
+    for number, text in enumerate(levels, start=1):
+        print(f"Hint {number} of 3{'' if number == 1 else ', ' + names[number - 1]}: {text}")
     if len(levels) < 3:
         print("More: " + more.format(level=len(levels) + 1))
 
 
-def show_check(number, folder, seconds, level=1):
+def format_rows(rows):
+    """The per-check table, with the message of each row that is not ok under it."""
+    number = lambda v: f"{v:9.1e}" if v is not None else f"{'-':>9}"   # noqa: E731
+    lines = [f"  {'check':<44} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}"
+             f"  verdict", "  " + "-" * 110]
+    seen = set()
+    for row in rows:
+        lines.append(f"  {row.check:<44} {row.expected[:18]:<18} {row.got[:18]:<18} "
+                     f"{number(row.max_diff)} {number(row.rel_err)}  {row.verdict}")
+        if row.message and row.message not in seen:     # a repeated message is shown once
+            lines.append(f"      -> {row.message}")
+            seen.add(row.message)
+    return "\n".join(lines)
+
+
+def show_check(number, folder, seconds, level, seed, table=True):
+    """`check N` (table=True) or `hint N`: exit 0 when exercise N is done."""
     exercise = COURSE[number - 1]
-    result = checker.run_exercise(number, exercise, folder, seconds)
-    print(f"Exercise {number}: {exercise.title}\nFile: {shown(result.path)}\n")
-    if result.note:
-        print(f"Note: {result.note}\n")
+    result = checker.run_exercise(number, exercise, folder, seconds, seed)
+    print(f"Exercise {number}: {exercise.title}\n{who(folder)}")
+    if result.variant:
+        print(f"Your variant: {result.variant}")
     if result.status == "missing":
-        print(f"Result: missing: {shown(result.path)} does not exist.")
-        return 0
-    print(checker.format_rows(result.rows))
-    n_ok = sum(row.verdict == "ok" for row in result.rows)
-    print(f"\nResult: {result.status} ({n_ok} of {len(result.rows)} checks ok)")
-    if result.output.strip():
+        print(f"\nmissing: {result.note}")
+        return 1
+    print(f"File: {shown(result.path)} ({result.note})\n")
+    if table:
+        print(format_rows(result.rows) + "\n")
+    print(f"Result: {result.status} ({result.passed} of {len(result.rows)} checks ok, "
+          f"{result.seconds:.1f} s)")
+    if table and result.output.strip():
         lines = result.output.strip().splitlines()
         print("\nYour code printed:\n  " + "\n  ".join(lines[:20])
               + (f"\n  ... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""))
-    if result.status == "not started":
-        print(f"Open {shown(result.path)} and complete the functions and answers marked TODO.")
-        print_hints(result, level, f"python -m exercises check {number} --hint {{level}}")
-    elif result.status == "failing":
-        row = result.first_failure
-        print(f"First failing check: {row.check} ({row.verdict})")
-        for text in checker.diagnoses(result):
-            print(f"Look at: {text}")
-        print_hints(result, level, f"python -m exercises check {number} --hint {{level}}")
-    elif number < len(COURSE):
-        print(f"Well done. Next: python -m exercises check {number + 1}")
-    return checker.exit_status([result])
-
-
-def show_hint(number, folder, seconds, level):
-    """`hint N`: the hints for the first row that is not ok, levels 1..level."""
-    exercise = COURSE[number - 1]
-    result = checker.run_exercise(number, exercise, folder, seconds)
-    print(f"Exercise {number}: {exercise.title} ({result.status})")
     if result.status == "done":
-        print("Every check passes: no hint needed.")
+        print("Well done." + (f" Next: python -m exercises check {number + 1}"
+                              if number < len(COURSE) else ""))
         return 0
-    if result.status == "missing":
-        print(f"{shown(result.path)} does not exist.")
-        return 0
-    for text in checker.diagnoses(result):
-        print(f"Look at: {text}")
-    print_hints(result, level, f"python -m exercises hint {number} --level {{level}}")
+    if result.status == "not started":
+        print(f"Open {shown(result.path)} and complete what is marked TODO.")
+    elif not table:                                      # hint N: the first failing row still
+        row = result.first_failure
+        print(f"First failing check: {row.check} ({row.verdict})" +
+              (f": {row.message}" if row.message else ""))
+    more = f"python -m exercises {'check' if table else 'hint'} {number} " \
+           f"{'--hint' if table else '--level'} {{level}}"
+    print_hints(result, level, more)
+    return 1
+
+
+def summary_line(result, width):
+    text = f"  {result.number:>2}  {result.exercise.title:<{width}}  {result.status}"
+    missing = checker.file_name(result.number, result.exercise)
+    text += f" ({result.path.name})" if result.path else f": no {missing} (or .ipynb)"
+    row = result.first_failure
+    if result.status == "failing" and row is not None:
+        text += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
+    return text
+
+
+def show_progress(folder, seconds, seed):
+    """The progress over every exercise: exit 0 when every one is done."""
+    results = checker.run_exercises(NUMBERED, folder, seconds, seed=seed)
+    done = sum(result.status == "done" for result in results)
+    print(f"Progress [{'#' * done}{'-' * (len(results) - done)}] {done} of {len(results)} done"
+          f"   ({shown(folder)})\n{who(folder)}")
+    width = max(len(exercise.title) for exercise in COURSE)
+    for result in results:
+        print(summary_line(result, width))
+    nxt = next((r for r in results if r.status != "done"), None)
+    print("\nEvery exercise is done." if nxt is None else
+          f"\nNext: python -m exercises check {nxt.number}")
+    return 0 if nxt is None else 1
+
+
+def start(folder, name):
+    """Set the student's seed once, in FOLDER/student.json."""
+    path = Path(folder) / checker.SEED_FILE
+    old_name, old_seed = checker.read_seed(folder)
+    if old_name:
+        print(f"Already started as {old_name} (seed {old_seed}) in {shown(path)}: a seed is "
+              f"set once.")
+        return 0 if old_name == name else 1
+    if not name.strip():
+        print("error: --name: give your name (any text that tells you apart)", file=sys.stderr)
+        return 2
+    seed = 1 + secrets.randbelow(999_999)
+    path.write_text(json.dumps({"name": name.strip(), "seed": seed}) + "\n", encoding="utf-8")
+    print(f"Started as {name.strip()}: your seed is {seed}, kept in {shown(path)} (hand it in "
+          f"with your exercises).")
     return 0
 
 
-def add_folder_options(parser, default):
-    """--solutions, --folder and --time-limit, accepted before or after the command."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--solutions", action="store_true", default=default,
-                       help="check the solved copies in exercises/solutions/")
-    where.add_argument("--folder", type=Path, default=default,
-                       help="check the exercise files in this folder")
-    parser.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
-                        help=f"stop an exercise (its import and its checks) that runs longer "
-                             f"than this, with a TIMEOUT row, and go on with the next "
-                             f"(default {checker.DEFAULT_TIME_LIMIT:g}; 0: no limit)")
+def grade(submissions, csv_path, seconds, jobs):
+    """Every student folder of SUBMISSIONS: the CSV and a short table. Exit 0 when it ran."""
+    students = sorted(p for p in Path(submissions).iterdir() if p.is_dir()
+                      and not p.name.startswith((".", "_")))
+    if not students:
+        print(f"error: no student folder in {submissions}", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    tasks = [(student, number, exercise) for student in students for number, exercise in NUMBERED]
+    found = checker.parallel(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks, jobs)
+    by_student = {s: found[k * len(COURSE):(k + 1) * len(COURSE)] for k, s in enumerate(students)}
+    header = ["student", "name", "seed", "done", "passed", "total", "seconds"]
+    for number, exercise in NUMBERED:
+        header += [f"ex{number:02d}_{part}"
+                   for part in ("passed", "total", "status", "file", "seconds")]
+    lines = []
+    print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
+    for student, results in by_student.items():
+        name, seed = checker.read_seed(student)
+        done = sum(r.status == "done" for r in results)
+        passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
+        seconds_taken = sum(r.seconds for r in results)
+        line = [student.name, name, seed if name else "", done, passed, total,
+                f"{seconds_taken:.2f}"]
+        for r in results:
+            line += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
+                     f"{r.seconds:.2f}"]
+        lines.append(line)
+        print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
+              f"{len(COURSE)} {passed:>4} of {total:<4} {seconds_taken:>8.1f}")
+    try:
+        with open(csv_path, "w", encoding="utf-8", newline="") as f:
+            csv.writer(f).writerows([header] + lines)
+    except OSError as error:
+        print(f"error: --csv: {error}", file=sys.stderr)
+        return 2
+    print(f"\n{len(students)} students graded in {time.monotonic() - began:.1f} s "
+          f"({jobs or os.cpu_count()} at a time); wrote {shown(csv_path)}")
+    return 0
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="python -m exercises",
-        description="Check the course's exercises. With no command, show the progress "
-                    "over every exercise.")
-    add_folder_options(parser, None)
+    parser = argparse.ArgumentParser(prog="python -m exercises", description=
+                                     "The course's checker (see exercises/__init__.py).")
+
+    def folder_options(p, default):
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--solutions", action="store_true", default=default,
+                           help="check the solved copies in exercises/solutions/")
+        where.add_argument("--folder", type=Path, default=default,
+                           help="check the exercise files in this folder")
+        p.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
+                       help=f"per check (default {checker.TIME_LIMIT:g}; 0: none)")
+        p.add_argument("--seed", type=int, default=default,
+                       help="check as the student of this seed (default: student.json's)")
+
+    folder_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    check = sub.add_parser("check", help="run the checks of one exercise, a row per check")
-    check.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
-    check.add_argument("--hint", type=int, choices=(1, 2, 3), default=1, metavar="LEVEL",
-                       help="show hints up to this level: 1 where to look (default), 2 the "
-                            "idea, 3 the formula")
-    add_folder_options(check, argparse.SUPPRESS)   # keep the values given before "check"
-    hint = sub.add_parser("hint", help="the hints for the first failing check of an exercise")
-    hint.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
-    hint.add_argument("--level", type=int, choices=(1, 2, 3), default=2,
-                      help="show hints up to this level (default 2; 3: the formula)")
-    add_folder_options(hint, argparse.SUPPRESS)
+    for command, text in (("check", "the checks of one exercise, a row each"),
+                          ("hint", "the hints for the first failing check")):
+        p = sub.add_parser(command, help=text)
+        p.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
+        p.add_argument("--hint" if command == "check" else "--level", dest="level", type=int,
+                       choices=(1, 2, 3), default=1 if command == "check" else 2)
+        folder_options(p, argparse.SUPPRESS)             # keep values given before the command
+    p = sub.add_parser("start", help="set your seed once: start --name YOURNAME")
+    p.add_argument("--name", required=True)
+    folder_options(p, argparse.SUPPRESS)
+    p = sub.add_parser("grade", help="grade a class: one folder per student")
+    p.add_argument("submissions", type=Path)
+    p.add_argument("--csv", type=Path, required=True)
+    p.add_argument("--jobs", type=int, default=None, help="children at a time (default: cores)")
+    folder_options(p, argparse.SUPPRESS)
+    p = sub.add_parser("handout", help="a copy of the repository for students")
+    p.add_argument("out", type=Path)
+    p = sub.add_parser("release", help="the stubs made from the solutions")
+    p.add_argument("--write", action="store_true", help="rewrite exercises/exNN_*.py")
     return parser
 
 
 def main(argv=None):
-    # Show what a console cannot encode as '?' instead of failing (e.g. a Windows code page).
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr):             # print '?' where a console cannot encode
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
+    if args.command == "handout":
+        return release.handout(args.out)
+    if args.command == "release":
+        return release.main(["--write"] if args.write else [])
     folder = (checker.SOLUTIONS_FOLDER if args.solutions else
-              args.folder if args.folder is not None else checker.STUDENT_FOLDER)
-    seconds = checker.DEFAULT_TIME_LIMIT if args.time_limit is None else args.time_limit
-    if not 0 <= seconds <= 1e6:                    # also catches NaN and inf
-        print(f"error: --time-limit: expected seconds from 0 (no limit) to 1e6, "
-              f"got {args.time_limit}", file=sys.stderr)
+              args.folder if args.folder is not None else checker.PACKAGE).resolve()
+    seconds = checker.TIME_LIMIT if args.time_limit is None else args.time_limit
+    if not 0 <= seconds <= 1e6:                          # also NaN and inf
+        print(f"error: --time-limit: expected 0 (none) to 1e6 seconds, got {seconds}",
+              file=sys.stderr)
         return 2
+    if args.command == "grade":
+        if not args.submissions.is_dir():
+            print(f"error: {args.submissions} is not a folder", file=sys.stderr)
+            return 2
+        return grade(args.submissions, args.csv, seconds, args.jobs)
     if not folder.is_dir():
         print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
         return 2
-    if args.command in ("check", "hint"):
-        number = find_exercise(args.exercise)
-        if number is None:
-            names = ", ".join(f"{n} {ex.slug}" for n, ex in enumerate(COURSE, start=1))
-            print(f"error: no exercise {args.exercise!r}; expected one of: {names}",
-                  file=sys.stderr)
-            return 2
-        if args.command == "hint":
-            return show_hint(number, folder, seconds, args.level)
-        return show_check(number, folder, seconds, args.hint)
-    return show_progress(folder, seconds)
+    if args.command == "start":
+        return start(folder, args.name)
+    try:
+        if args.command in ("check", "hint"):
+            number = find_exercise(args.exercise)
+            if number is None:
+                print(f"error: no exercise {args.exercise!r}; expected 1 to {len(COURSE)} or a "
+                      f"name: {', '.join(e.slug for e in COURSE)}", file=sys.stderr)
+                return 2
+            return show_check(number, folder, seconds, args.level, args.seed,
+                              table=args.command == "check")
+        return show_progress(folder, seconds, args.seed)
+    except checker.Nested:
+        print("(exercises: no check here: this file is being run by the checker)")
+        return 0
 
 
 def run():
-    """`python -m exercises`: main() with the exit status, quiet when the output's reader
-    stops early (e.g. `| head`)."""
+    """`python -m exercises`, quiet when its reader stops early (`| head`) or on Ctrl-C."""
     try:
         sys.exit(main())
-    except KeyboardInterrupt:   # Ctrl-C: the child process is already stopped (run_exercises)
+    except KeyboardInterrupt:
         print("\nstopped (Ctrl-C)", file=sys.stderr)
         sys.exit(130)
-    except BrokenPipeError:     # the output went to a program that stopped reading (head)
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
 

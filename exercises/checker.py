@@ -1,37 +1,22 @@
-"""The exercise checker: run a student's file in a child process, report a row per check.
+"""The checker: a student's file in a child process, a row per check (design: __init__.py).
 
-Each exercise (see course.py) has a check function that receives a `Checks` object and
-adds rows to it. A row runs the student's code inside a try/except, compares what came
-back with what `bilinear_numpy` (or a finite difference) gives, and records a verdict:
-
-    ok      the comparison ran and passed
-    WRONG   the comparison ran and failed (wrong value, shape or type)
-    ERROR   the student's code raised (anything: SystemExit and KeyboardInterrupt too),
-            called the library function the exercise asks for, replaced a part of the
-            library (put back at once), or ended its process
-    TIMEOUT the exercise ran past its time limit (an endless loop?): its checks stop there
-    TODO    the student's code still raises NotImplementedError, or an answer is None
-
-An exercise whose rows are all TODO is "not started"; all ok is "done"; anything else is
+A row is (check, topic, expected, got, max|diff|, rel err, verdict, message): `ok` when a
+comparison ran and passed, `WRONG` when it ran and failed, `ERROR` when the student's code
+raised, exited, ended its process or called the library function it is asked to write,
+`TIMEOUT` when the check ran past its time limit, `TODO` while the code still raises
+NotImplementedError or an answer is None. All ok: "done"; all TODO: "not started"; else
 "failing". No row says ok without a comparison that returned True.
-
-Isolation: run_exercises imports and checks the students' files in a child process
-(`python -c ... child_main`), which reports each row to the parent through a file as it
-goes. The parent kills the child when an exercise runs past its time limit (subprocess's
-kill works alike on Linux, macOS and Windows; no signal timer is needed), reads what the
-child printed through a pipe and keeps only its start, so an endless loop or endless
-printing costs the time limit and nothing else. check_module runs checks in this process
-(for the developer tests of well-behaved code).
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
+import copy
 import importlib.util
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,184 +32,80 @@ import numpy as np
 import bilinear_numpy as bn
 
 PACKAGE = Path(__file__).resolve().parent          # exercises/
-ROOT = PACKAGE.parent                              # the repository (bilinear_numpy.py)
-STUDENT_FOLDER = PACKAGE                           # exercises/exNN_*.py
-SOLUTIONS_FOLDER = PACKAGE / "solutions"           # exercises/solutions/exNN_*.py
+ROOT = PACKAGE.parent                              # the repository
+SOLUTIONS_FOLDER = PACKAGE / "solutions"
 HINTS_FILE = PACKAGE / "hints.json"
-HIDDEN = "(hidden)"                                 # shown instead of an expected answer
-DEFAULT_TIME_LIMIT = 30.0                          # seconds per exercise, import included
-STARTUP_LIMIT = 120.0                              # seconds for the child to import NumPy
+SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
+CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
+TIME_LIMIT = 10.0                                  # seconds per check (the import is one)
+STARTUP_LIMIT = 120.0                              # seconds for a child to import NumPy
 OUTPUT_KEPT = 4000                                 # characters of a child's output kept
+HIDDEN = "(hidden)"                                # shown in place of an expected answer
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of the course.
-
-    Attributes:
-        slug: the topic part of the file name, e.g. "key_value_memory"; also the key of
-            its hints in hints.json.
-        title: one line shown in the progress list.
-        check: function(Checks) that adds one row per check.
-        forbidden: names of bilinear_numpy functions the student's code may not reach, by
-            any route (see watching): the ones the exercise asks the student to write,
-            and those that compute the same thing (gated_rank_r_backward at r = 1 is
-            gated_mlp_backward).
-        diagnose: function(rows) -> list of (point, idea): what the pattern of WRONG and
-            ok rows says. `point` (shown as "Look at:", hint level 1) says which step or
-            quantity to look at and never the fix ("dK and dV right but dx and dQ wrong:
-            look at the gradient reaching a"); `idea` (hint level 2) names the slip.
-    """
+    """slug: the file's topic (exNN_slug.py) and its hints' key; title: one line; check:
+    function(Checks) adding the rows; writes: bn names the exercise asks the student to
+    write (calling one is an ERROR row); diagnose: function(rows) -> [(point, slip)] read
+    from which rows fail together."""
 
     slug: str
     title: str
     check: Callable
-    forbidden: tuple = ()
+    writes: tuple = ()
     diagnose: Callable | None = None
 
 
 def file_name(number, exercise):
-    """The file of exercise `number` (1-based): ex01_key_value_memory.py."""
     return f"ex{number:02d}_{exercise.slug}.py"
 
 
 @dataclass
 class Row:
-    """One check: what was expected, what came back, the max |difference| and the verdict."""
-
     check: str
-    topic: str            # the student's function or answer checked (a key of hints.json)
+    topic: str            # the student's function or answer (a key of hints.json)
     expected: str
     got: str
     max_diff: float | None
     rel_err: float | None
-    verdict: str          # "ok", "WRONG", "ERROR", "TIMEOUT" or "TODO"
-    message: str = ""
-    diagnosis: str = ""   # where to look, when the wrong value matches a known slip
-    slip: str = ""        # that slip, named (shown at hint level 2 only)
+    verdict: str          # ok, WRONG, ERROR, TIMEOUT, TODO
+    message: str = ""     # what the row tells the student (the shape/value diagnosis)
+    point: str = ""       # a recognised slip: where to look (hint level 1)
+    slip: str = ""        # ... and the slip named (hint level 2)
 
 
 @dataclass
 class Result:
-    """The outcome of one exercise: status is "done", "failing", "not started" or "missing"."""
-
     number: int
     exercise: Exercise
-    path: Path
-    status: str
+    path: Path | None     # the file graded (None: neither exNN.py nor exNN.ipynb)
+    status: str           # done, failing, not started, missing
     rows: list = field(default_factory=list)
-    output: str = ""      # what the student's code printed (its start), if it was kept
-    note: str = ""        # e.g. that the code cells of a notebook were checked
+    output: str = ""      # what the student's code printed (its start)
+    note: str = ""        # which file was graded and why
+    variant: str = ""     # the student's own variant, when the exercise draws one
+    seconds: float = 0.0
 
     @property
     def first_failure(self):
-        """The first row that is not ok (None when every row is ok)."""
         return next((row for row in self.rows if row.verdict != "ok"), None)
 
-
-class ForbiddenCall(Exception):
-    """Raised when the student's code calls the bilinear_numpy function it should write."""
-
-
-class MissingName(Exception):
-    """Raised when the student's file does not define a function or answer the check needs."""
+    @property
+    def passed(self):
+        return sum(row.verdict == "ok" for row in self.rows)
 
 
-def bn_file():
-    """The resolved path of bilinear_numpy.py, as its functions' code objects name it."""
-    return str(Path(bn.__file__).resolve())
+class Refused(Exception):
+    """The student's code called a function it is asked to write, or replaced a library table."""
 
 
-@contextlib.contextmanager
-def watching(names):
-    """Record every call, by any route, of a bilinear_numpy function in `names`.
-
-    The routes a student may take to the library's own code are many: bn.gated_mlp_backward,
-    bn.FORMULATIONS["gated_mlp"].backward, bn.get_formulation(...).backward, a name bound at
-    import (`from bilinear_numpy import gated_mlp_backward as f`), functools.partial, another
-    public function that calls it (bn.gradcheck calls bn.numerical_gradient), even a fresh
-    copy of the module loaded from its file. All of them run the same source: the function
-    of that name in bilinear_numpy.py, or its speed path `_<name>_fast`, which is what
-    FORMULATIONS runs. So a profile hook (sys.setprofile, and
-    threading.setprofile for new threads) watches every Python call while the student's
-    code runs and records the calls whose code comes from bilinear_numpy.py under a
-    forbidden name. The hook raises nothing (a student's `except:` cannot swallow it); the
-    caller turns a record into a ForbiddenCall after the student's code returns.
-
-    An entry of `names` that ends in ".py" (e.g. "experiments/safetensors_reader.py", a
-    path from the repository's folder) forbids every function and class of that file: any
-    code of the file run while the student's code runs, other than its import-time module
-    body (importing it is harmless; using it is not).
-
-    Yields: the list the calls are appended to (function names, in order).
-    """
-    called, verdicts, where = [], {}, bn_file()
-    files = {str((ROOT / name).resolve()): name for name in names if name.endswith(".py")}
-    names = frozenset(name for name in names if not name.endswith(".py"))
-    names = names | {f"_{name}_fast" for name in names}   # the registry's speed paths
-
-    def hook(frame, event, arg):
-        if event != "call":
-            return
-        code = frame.f_code
-        hit = verdicts.get(code)
-        if hit is None:           # first call of this code: is it a forbidden one?
-            path = str(Path(code.co_filename).resolve())
-            hit = verdicts[code] = ((code.co_name in names and path == where) or
-                                    (path in files and code.co_name != "<module>"))
-        if hit and code.co_name in names:   # named as the student knows it: gated_mlp_backward
-            called.append(code.co_name.removeprefix("_").removesuffix("_fast")
-                          if code.co_name.endswith("_fast") else code.co_name)
-        elif hit:
-            called.append(f"{code.co_name} (in {files[str(Path(code.co_filename).resolve())]})")
-
-    if not names and not files:
-        yield called
-        return
-    previous = sys.getprofile()
-    threading.setprofile(hook)
-    sys.setprofile(hook)
-    try:
-        yield called
-    finally:
-        sys.setprofile(previous)
-        threading.setprofile(None)
+def status_of(rows):
+    verdicts = {row.verdict for row in rows}
+    return "done" if verdicts == {"ok"} else "not started" if verdicts == {"TODO"} else "failing"
 
 
-class LibraryGuard:
-    """What bilinear_numpy holds before a student's code runs, to put back after it.
-
-    The checker computes its expected values with bilinear_numpy. A file that replaces one
-    of its functions (`bn.gated_mlp_forward = mine`, `bn.rel_error = ...`) or a registry
-    entry would make the checker compare the student's code with itself. restore() puts
-    every module name, FORMULATIONS entry and ACTIVATIONS entry back as it was and returns
-    the names that had been changed or removed (new names, like the capstone's registered
-    variant, are left alone)."""
-
-    def __init__(self):
-        self.names = dict(vars(bn))
-        self.registries = {"FORMULATIONS": (bn.FORMULATIONS, dict(bn.FORMULATIONS)),
-                           "ACTIVATIONS": (bn.ACTIVATIONS, dict(bn.ACTIVATIONS))}
-
-    def restore(self):
-        changed = []
-        for name, value in self.names.items():
-            if vars(bn).get(name, self) is not value:
-                changed.append(f"bn.{name}")
-                setattr(bn, name, value)
-        for label, (registry, saved) in self.registries.items():
-            for key, value in saved.items():
-                if registry.get(key, self) is not value:
-                    changed.append(f"bn.{label}[{key!r}]")
-                    registry[key] = value
-        return changed
-
-
-class Tampered(Exception):
-    """Raised when the student's code replaced part of bilinear_numpy (see LibraryGuard)."""
-
-
-# ----- How values are shown and compared --------------------------------------------
+# ----- Values shown and compared -------------------------------------------------------
 
 
 def describe(value, width=18):
@@ -243,47 +124,42 @@ def describe(value, width=18):
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def shape_diagnosis(expected_shape, got_shape):
+def shape_diagnosis(due, got):
     """A likely cause of a wrong shape, or ""."""
-    if got_shape == expected_shape[::-1]:
-        return (f"a transpose? got {got_shape} where {expected_shape} was due: check the "
-                f"order of the factors of each product")
-    if np.prod(got_shape) == np.prod(expected_shape):
+    if got == due[::-1]:
+        return f"a transpose? got {got} where {due} was due: check the order of the factors"
+    if np.prod(got) == np.prod(due):
         return "the right number of entries in another shape: an axis order or a reshape?"
-    if got_shape[1:] == expected_shape and len(got_shape) == len(expected_shape) + 1:
-        return (f"one value per token ({got_shape[0]} of them) where one was due: look at how "
-                f"a parameter shared by every token collects its gradient")
-    if got_shape == expected_shape[1:]:
-        return f"the leading axis ({expected_shape[0]}) is missing: summed over it?"
-    if len(got_shape) == len(expected_shape) + 1 and 1 in got_shape:
+    if got[1:] == due and len(got) == len(due) + 1:
+        return (f"one value per token ({got[0]} of them) where one was due: look at how a "
+                f"parameter shared by every token collects its gradient")
+    if got == due[1:]:
+        return f"the leading axis ({due[0]}) is missing: summed over it?"
+    if len(got) == len(due) + 1 and 1 in got:
         return "an extra axis of length 1: a [:, None] left in, or a (N, 1) column?"
-    if expected_shape and got_shape[:1] == expected_shape[:1] and len(got_shape) < len(expected_shape):
+    if due and got[:1] == due[:1] and len(got) < len(due):
         return "an axis is missing: summed over it?"
     return ""
 
 
-def value_diagnosis(expected, got):
-    """A likely cause of a wrong value of the right shape, or "": a constant factor (2, 1/2,
-    a sign, the number of tokens) or a transpose of a square matrix."""
-    scale = float(np.sum(expected * expected))
+def value_diagnosis(due, got):
+    """A likely cause of a wrong value of the right shape: a constant factor or a transpose."""
+    scale = float(np.sum(due * due))
     if scale == 0 or not np.all(np.isfinite(got)):
         return ""
-    c = float(np.sum(expected * got)) / scale
-    if abs(c) > 1e-12 and bn.rel_error(c * expected, got) < 1e-8:
+    c = float(np.sum(due * got)) / scale                  # the best factor c: got ≈ c due
+    if abs(c) > 1e-12 and bn.rel_error(c * due, got) < 1e-8:
         if abs(c + 1) < 1e-8:
             return "the sign is flipped: every entry is minus the expected one"
-        return (f"every entry is {c:.4g} times the expected one: a constant factor "
-                f"(a 2, a 1/2, a count of tokens or units)?")
-    if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
-        swapped = np.swapaxes(expected, -1, -2)
-        if bn.rel_error(swapped, got) < 1e-8:
-            return "you returned the transpose of each matrix"
+        return f"every entry is {c:.4g} times the expected one: a constant factor?"
+    if due.ndim >= 2 and due.shape[-1] == due.shape[-2] and \
+            bn.rel_error(np.swapaxes(due, -1, -2), got) < 1e-8:
+        return "you returned the transpose of each matrix"
     return ""
 
 
 def compare_close(expected, got, tol):
-    """Arrays: same shape (no broadcasting) and rel_error <= tol.
-
+    """Arrays: the same shape (never broadcast) and rel_error <= tol.
     Returns (verdict, got text, max |diff|, rel error, message)."""
     expected = np.asarray(expected, dtype=np.float64)
     if got is None:
@@ -291,44 +167,40 @@ def compare_close(expected, got, tol):
     if isinstance(got, (bool, np.bool_)) or (isinstance(got, np.ndarray) and got.dtype == bool):
         return "WRONG", describe(got), None, None, "expected numbers, got booleans"
     try:
-        got_array = np.asarray(got, dtype=np.float64)
+        array = np.asarray(got, dtype=np.float64)
     except (TypeError, ValueError):
         return "WRONG", describe(got), None, None, f"expected numbers, got {type(got).__name__}"
-    if got_array.shape != expected.shape:
-        why = shape_diagnosis(expected.shape, got_array.shape)
-        return ("WRONG", describe(got_array), None, None,
-                f"shape {got_array.shape}, expected {expected.shape}" + (f": {why}" if why else ""))
-    diff = float(np.max(np.abs(got_array - expected), initial=0.0))
-    rel = bn.rel_error(expected, got_array)          # inf for NaN or inf: never a pass
+    if array.shape != expected.shape:
+        why = shape_diagnosis(expected.shape, array.shape)
+        return ("WRONG", describe(array), None, None,
+                f"shape {array.shape}, expected {expected.shape}" + (f": {why}" if why else ""))
+    diff = float(np.max(np.abs(array - expected), initial=0.0))
+    rel = bn.rel_error(expected, array)                   # inf for NaN or inf: never a pass
     if rel <= tol:
-        return "ok", describe(got_array), diff, rel, ""
-    where = np.unravel_index(np.argmax(np.abs(got_array - expected)), expected.shape)
-    worst = tuple(int(i) for i in where)
-    why = value_diagnosis(expected, got_array)
-    return ("WRONG", describe(got_array), diff, rel,
-            f"rel error {rel:.1e} > tol {tol:.0e}; worst at index {worst}: "
-            f"got {got_array[where]:.6g}, expected {expected[where]:.6g}" + (f"; {why}" if why else ""))
+        return "ok", describe(array), diff, rel, ""
+    where = np.unravel_index(np.argmax(np.abs(array - expected)), expected.shape)
+    why = value_diagnosis(expected, array)
+    return ("WRONG", describe(array), diff, rel,
+            f"rel error {rel:.1e} > tol {tol:.0e}; worst at index {tuple(map(int, where))}: got "
+            f"{array[where]:.6g}, expected {expected[where]:.6g}" + (f"; {why}" if why else ""))
 
 
 def same_value(expected, got):
-    """Equality that respects types: True is not the integer 1, "1" is not 1, and the
-    elements of containers are compared the same way. An int answer is accepted where a
-    float is expected (3 for 3.0); a list or tuple where a set is expected."""
-    if isinstance(expected, (bool, np.bool_)):
-        return isinstance(got, (bool, np.bool_)) and bool(got) == bool(expected)
-    if isinstance(got, (bool, np.bool_)):
-        return False
+    """Equality with types: True is not 1, "1" is not 1, containers compared alike; an int
+    is accepted for a float, a list or tuple (without repeats) for a set."""
+    if isinstance(expected, (bool, np.bool_)) or isinstance(got, (bool, np.bool_)):
+        return isinstance(expected, (bool, np.bool_)) and isinstance(got, (bool, np.bool_)) \
+            and bool(got) == bool(expected)
     if isinstance(expected, (int, np.integer)):
         return isinstance(got, (int, np.integer)) and int(got) == int(expected)
     if isinstance(expected, (float, np.floating)):
-        return isinstance(got, (int, float, np.integer, np.floating)) and float(got) == float(expected)
+        return (isinstance(got, (int, float, np.integer, np.floating))
+                and float(got) == float(expected))
     if isinstance(expected, str):
         return isinstance(got, str) and got == expected
     if isinstance(expected, (set, frozenset)):
-        if not isinstance(got, (set, frozenset, list, tuple)) or len(set(got)) != len(got):
-            return False
-        return len(got) == len(expected) and all(any(same_value(e, g) for g in got)
-                                                  for e in expected)
+        return (isinstance(got, (set, frozenset, list, tuple)) and len(set(got)) == len(got)
+                == len(expected) and all(any(same_value(e, g) for g in got) for e in expected))
     if isinstance(expected, (tuple, list)):
         return (isinstance(got, (tuple, list)) and len(got) == len(expected)
                 and all(same_value(e, g) for e, g in zip(expected, got)))
@@ -344,33 +216,27 @@ def same_value(expected, got):
 
 
 def compare_equal(expected, got):
-    """Exact equality of numbers, strings, sets, tuples, dicts or booleans, types included
-    (see same_value)."""
+    """Exact equality, types included (same_value)."""
     if got is None:
         return "WRONG", "None", None, None, "got None: is a `return` missing?"
     try:
         same = same_value(expected, got)
-    except Exception:                                 # e.g. an unhashable element
+    except Exception:                                     # e.g. an unhashable element
         same = False
     if same:
         return "ok", describe(got), None, None, ""
     why = ""
     if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
-        kind = {int: "an int", float: "a float", str: "a str"}.get(type(expected), "another type")
-        why = f": a bool where {kind} is due"
-    return ("WRONG", describe(got), None, None,
-            f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
+        why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
+    return "WRONG", describe(got), None, None, f"expected {describe(expected, 60)}, got " \
+                                               f"{describe(got, 60)}{why}"
 
 
 def which_mistake(got, mistakes):
-    """(point, slip) of the first known mistake whose value `got` matches, or ("", "").
-
-    mistakes: {(point, slip): the value that slip gives}; `point` says where to look (hint
-    level 1, never the fix), `slip` names the mistake (hint level 2)."""
+    """(point, slip) of the first known mistake whose value `got` matches, or ("", "")."""
     for (point, slip), value in (mistakes or {}).items():
         try:
-            got_array = np.asarray(got, dtype=np.float64)
-            value = np.asarray(value, dtype=np.float64)
+            got_array, value = (np.asarray(v, dtype=np.float64) for v in (got, value))
             if got_array.shape == value.shape and bn.rel_error(value, got_array) <= 1e-8:
                 return point, slip
         except (TypeError, ValueError):
@@ -378,20 +244,12 @@ def which_mistake(got, mistakes):
     return "", ""
 
 
-def student_line(error, path):
-    """The deepest line of the student's file in the error's traceback (None if absent)."""
-    line = None
-    for frame in traceback.extract_tb(error.__traceback__):
-        if path is not None and Path(frame.filename).resolve() == Path(path).resolve():
-            line = frame.lineno
-    return line
-
-
 def exception_message(error, path):
     """'TypeError: message (ex01_x.py, line 12)': the error and the deepest line of the
     student's file in its traceback."""
-    line = student_line(error, path)
-    where = f" ({Path(path).name}, line {line})" if line else ""
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
+             if path is not None and Path(f.filename).name == Path(path).name]
+    where = f" ({Path(path).name}, line {lines[-1]})" if lines else ""
     text = str(error)
     if isinstance(error, SystemExit):
         text = f"your code called sys.exit({error.code!r}) or exit(): return a value instead"
@@ -400,68 +258,98 @@ def exception_message(error, path):
     return f"{type(error).__name__}: {text}{where}"
 
 
-# ----- The object a check function fills ---------------------------------------------
+# ----- The object a check function fills -----------------------------------------------
 
 
 class Checks:
-    """Runs one exercise's checks against a student's module and collects the rows.
+    """One exercise's checks on a student's module. `report(kind, value)` sends "running"
+    (index, check, topic, expected) before a row and "row" after. Rows before index `start`
+    are skipped (a child stopped at a time limit ran them; they are kept) and rows of a topic
+    in `stuck` are TIMEOUT at once (that function did not return before). `seed` is the
+    student's; `c.rng(...)` and `c.variant(...)` draw from it."""
 
-    report: a function called with ("running", (check, topic, expected)) before a row runs
-    and ("row", Row) after (the child process sends both to the parent)."""
-
-    def __init__(self, module, forbidden=(), path=None, report=None, guard=None):
-        self.module = module
-        self.forbidden = tuple(forbidden)
-        self.path = path
-        self.rows = []
+    def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0,
+                 stuck=()):
+        self.module, self.exercise, self.number, self.path = module, exercise, number, path
         self.report = report or (lambda kind, value: None)
-        self.guard = guard or LibraryGuard()
+        self.start, self.seed, self.stuck, self.rows, self.index = start, seed, stuck, [], 0
+        self.cwd, self.depth, self.saved, self.chosen = os.getcwd(), 0, library_state(), ""
 
-    def call(self, name, *args, **kwargs):
-        """Call the student's function `name`; a ForbiddenCall if it reached, by any route,
-        a library function the exercise asks the student to write (see watching)."""
+    def rng(self, *labels):
+        """A generator of this student's own numbers for this exercise (and labels)."""
+        return np.random.default_rng([self.seed, self.number, *labels])
+
+    def variant(self, options, describe_as=str):
+        """One of `options`, drawn from the student's seed; shown at the top of every check."""
+        chosen = options[int(self.rng(0).integers(len(options)))]
+        self.chosen = describe_as(chosen)
+        self.report("variant", self.chosen)
+        return chosen
+
+    def call(self, name, *args, in_place=False, **kwargs):
+        """Call the student's function `name` on copies of the arguments (in_place: on the
+        arguments themselves, to see whether it changes them). After it returns, the working
+        folder and bilinear_numpy's tables are put back as they were, and a call of a bn
+        function the exercise asks to write is an error."""
         fn = getattr(self.module, name, None)
         if not callable(fn):
-            raise MissingName(f"{name} is not defined as a function in the file")
+            raise NameError(f"{name} is not defined as a function in the file")
+        if not in_place:
+            args, kwargs = copy.deepcopy((args, kwargs))  # nothing handed over comes back changed
+        self.depth += 1
         called = []
+        if self.depth == 1:
+            for written in self.exercise.writes:          # a tripwire: note the call, then run it
+                real = self.saved[0][written]
+                setattr(bn, written, lambda *a, _n=written, _f=real, **k: (called.append(_n),
+                                                                           _f(*a, **k))[1])
         try:
-            with watching(self.forbidden) as called:
-                value = fn(*args, **kwargs)
-        finally:                 # a forbidden call is named even if the code then raised
-            changed = self.guard.restore()
-            if called:
-                raise ForbiddenCall(f"your code called the library's {called[0]} (by this "
-                                    f"name or another route: a registry entry, get_formulation, "
-                                    f"a name bound at import): this exercise asks you to write it")
-            if changed:
-                raise Tampered(f"your code replaced {', '.join(changed[:3])}: the checker put "
-                               f"it back; leave bilinear_numpy as it is")
-        return value
+            return fn(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                os.chdir(self.cwd)
+                for written in self.exercise.writes:
+                    setattr(bn, written, self.saved[0][written])
+                changed = restore_library(self.saved)
+                if called:
+                    raise Refused(f"you called bn.{called[0]}, which this exercise asks "
+                                  f"you to write")
+                if changed:
+                    raise Refused(f"your code replaced {', '.join(changed[:3])}; the "
+                                  f"checker put it back: leave bilinear_numpy as it is")
 
     def answer(self, name):
-        """The student's answer variable `name`; NotImplementedError while it is None."""
+        """The student's answer `name`; NotImplementedError while it is None."""
         if not hasattr(self.module, name):
-            raise MissingName(f"{name} is not defined in the file")
-        value = getattr(self.module, name)
-        if value is None:
+            raise NameError(f"{name} is not defined in the file")
+        if getattr(self.module, name) is None:
             raise NotImplementedError(f"{name} is still None")
-        return value
+        return getattr(self.module, name)
 
     def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
+        index, self.index = self.index, self.index + 1
+        if index < self.start:
+            return
         expected_text = expected if expected is HIDDEN else describe(expected)
-        self.report("running", (check, topic, expected_text))
+        self.report("running", (index, check, topic, expected_text))
+        if topic in self.stuck:
+            row = Row(check, topic, expected_text, "not run", None, None, "TIMEOUT",
+                      f"not run: {topic} did not return in an earlier check")   # see run_exercise
+            self.rows.append(row)
+            return self.report("row", row)
         try:
             got = got_fn()
         except NotImplementedError as error:
-            text = str(error) or f"{topic}: not written yet"
-            row = Row(check, topic, expected_text, "not written", None, None, "TODO", text)
-        except BaseException as error:  # noqa: B036 -- anything the student raises is a row
+            row = Row(check, topic, expected_text, "not written", None, None, "TODO",
+                      str(error) or f"{topic}: not written yet")
+        except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
             row = Row(check, topic, expected_text, "raised", None, None, "ERROR",
                       exception_message(error, self.path))
         else:
             try:
                 verdict, got_text, diff, rel, message = compare(got)
-            except Exception as error:  # a comparison that cannot run is a failed one
+            except Exception as error:                    # a comparison that cannot run fails
                 verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
                                                          f"could not compare: {error}")
             point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
@@ -471,33 +359,27 @@ class Checks:
         self.report("row", row)
 
     def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
-        """Row: got_fn() (the student's array) equals `expected` to rel_error <= tol.
-
-        mistakes: {(point, slip): the value that slip gives}, e.g. {("look at the step
-        through the activation", "σ(a) in place of σ′(a)"): ...}; a wrong answer that matches
-        one gets the point as its diagnosis (level 1) and the slip named (level 2)."""
+        """Row: got_fn() equals the array `expected` to rel_error <= tol. mistakes:
+        {(point, slip): the value that slip gives}, recognised in a wrong answer."""
         self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
                   mistakes)
 
     def equal(self, check, topic, expected, got_fn):
-        """Row: got_fn() == expected exactly, types included (see same_value)."""
+        """Row: got_fn() == expected exactly, types included."""
         self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
 
     def answer_is(self, name, expected, transform=None, check=None):
-        """Row: the answer variable `name` (after transform, e.g. set) equals `expected`,
-        types included. The expected answer is not shown: the row would give it away."""
-        def got_fn():
-            value = self.answer(name)
-            return transform(value) if transform else value
-
+        """Row: the answer `name` (after transform) equals `expected`; the expected value
+        is not shown (the row would give it away)."""
         def compare(got):
             verdict, got_text, _, _, message = compare_equal(expected, got)
             why = message[message.index(": a bool"):] if ": a bool" in message else ""
             return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer" + why
-        self._row(check or name, name, HIDDEN, got_fn, compare)
+        self._row(check or name, name, HIDDEN,
+                  lambda: (transform or (lambda v: v))(self.answer(name)), compare)
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
-        """Row: predicate(got_fn()) is True. expected_text says what must hold."""
+        """Row: predicate(got_fn()) is True; expected_text says what must hold."""
         def compare(got):
             if predicate(got):
                 return "ok", describe(got), None, None, ""
@@ -505,13 +387,32 @@ class Checks:
         self._row(check, topic, expected_text, got_fn, compare)
 
 
-# ----- Running exercises in this process ---------------------------------------------------
+def library_state():
+    """What bilinear_numpy holds: its names and its two registries, to put back."""
+    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
+
+
+def restore_library(saved):
+    """Put back every name and registry entry of `saved` (new entries stay); return the
+    names that had been changed."""
+    names, formulations, activations = saved
+    changed = []
+    for label, table, before in (("bn.", vars(bn), names),
+                                 ("bn.FORMULATIONS", bn.FORMULATIONS, formulations),
+                                 ("bn.ACTIVATIONS", bn.ACTIVATIONS, activations)):
+        for key, value in before.items():
+            if table.get(key, saved) is not value:
+                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
+                table[key] = value
+    return changed
+
+
+# ----- One exercise in this process (the child, or a developer test) --------------------
 
 
 def load_module(path):
-    """Import a Python file by path, under a private name, without keeping it in sys.modules."""
-    path = Path(path)
-    name = f"_exercise_{path.stem}"
+    """Import a Python file by path under a private name, not kept in sys.modules."""
+    name = f"_exercise_{Path(path).stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -522,102 +423,150 @@ def load_module(path):
     return module
 
 
-def status_of(rows):
-    """'done' when every row is ok, 'not started' when every row is TODO, else 'failing'."""
-    verdicts = {row.verdict for row in rows}
-    return ("done" if verdicts == {"ok"} else
-            "not started" if verdicts == {"TODO"} else "failing")
-
-
-def check_file(number, exercise, path, report=None):
-    """Import the student's file and run its checks in this process: a Result. An error at
-    import (anything raised, SystemExit included) is an ERROR row; so is a library function
-    of the exercise's forbidden list called at import."""
+def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
+    """Import the student's file and run its checks here: a Result. The import is the
+    row before the first (index -1)."""
     report = report or (lambda kind, value: None)
-    report("running", ("import the file", "general", "imports"))
-    guard = LibraryGuard()
+    saved = library_state()
+    module, rows = None, []
+    report("running", (-1, "import the file", "general", "imports"))
     try:
-        with watching(exercise.forbidden) as called:
-            module = load_module(path)
+        module = load_module(path)
+        changed = restore_library(saved)
+        problem = f"your file replaces {', '.join(changed[:3])} when imported" if changed else ""
     except BaseException as error:  # noqa: B036 -- the student's exception is a row
-        guard.restore()
-        row = Row("import the file", "general", "imports", "raised", None, None,
-                  "ERROR", exception_message(error, path))
-        report("row", row)
-        return Result(number, exercise, Path(path), "failing", [row])
-    changed = guard.restore()
-    problem = (f"your file calls the library's {called[0]} when imported: this exercise asks "
-               f"you to write it" if called else
-               f"your file replaces {', '.join(changed[:3])} when imported: the checker put "
-               f"it back; leave bilinear_numpy as it is" if changed else None)
+        restore_library(saved)
+        problem = exception_message(error, path)
     if problem:
-        row = Row("import the file", "general", "imports", "changed the library", None, None,
-                  "ERROR", problem)
-        report("row", row)
-        return Result(number, exercise, Path(path), "failing", [row])
-    return check_module(number, exercise, module, path, report, guard)
-
-
-def check_module(number, exercise, module, path=None, report=None, guard=None):
-    """Run exercise `number`'s checks on an imported module (or any object with the
-    functions and answers as attributes) in this process; path: its file, to point at
-    lines in errors. No time limit here: run_exercises has one."""
-    checks = Checks(module, exercise.forbidden, path, report, guard)
+        rows = [Row("import the file", "general", "imports", "raised", None, None, "ERROR",
+                    problem)]
+        report("row", rows[0])
+        return Result(number, exercise, Path(path), "failing", rows)
+    checks = Checks(module, exercise, number, path, report, start, seed, stuck)
     try:
         exercise.check(checks)
-    except Exception as error:  # a bug in checks.py: say so instead of a traceback
-        row = Row("the checks themselves", "general", "-", "crashed", None, None, "ERROR",
-                  f"a bug in exercises/checks.py, not in your file: {type(error).__name__}: {error}")
-        checks.rows.append(row)
-        checks.report("row", row)
-    if not checks.rows:
-        raise RuntimeError(f"exercise {number} ({exercise.slug}) has no checks")
-    return Result(number, exercise, Path(path) if path else None, status_of(checks.rows),
-                  checks.rows)
+    except Exception as error:                           # a bug in checks.py: a row, not a crash
+        checks.rows.append(Row("the checks themselves", "general", "-", "crashed", None, None,
+                               "ERROR", f"a bug in exercises/checks.py, not in your file: "
+                               f"{type(error).__name__}: {error}"))
+        report("row", checks.rows[-1])
+    return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows,
+                  variant=checks.chosen)
 
 
-# ----- Notebooks --------------------------------------------------------------------------
+def child_main(argv):
+    """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
+    Writes one JSON line per event to EVENTS; just before a check's time limit, faulthandler
+    writes every thread's stack to EVENTS.trace, so that a TIMEOUT row can name the line."""
+    global IN_CHILD
+    import faulthandler
+    from exercises.course import COURSE
+    IN_CHILD = True
+    events_path, number, path = argv[0], int(argv[1]), argv[2]
+    start, seed, stuck = int(argv[3]), int(argv[4]), tuple(filter(None, argv[5].split(",")))
+    seconds = float(argv[6])
+    with open(events_path, "a", encoding="utf-8") as events, \
+            open(events_path + ".trace", "w", encoding="utf-8") as trace:
+        def report(kind, value):
+            faulthandler.cancel_dump_traceback_later()
+            if kind == "running" and seconds > 0:
+                trace.seek(0)
+                trace.truncate()
+                faulthandler.dump_traceback_later(max(seconds - 0.3, 0.8 * seconds), file=trace)
+            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
+                         + "\n")
+            events.flush()
+        check_file(number, COURSE[number - 1], path, report, start, seed, stuck)
+        report("end", True)
+        faulthandler.cancel_dump_traceback_later()
+    sys.stdout.flush()
+    os._exit(0)             # threads and handlers the student left do not keep it alive
+
+
+# ----- Which file, and notebooks -------------------------------------------------------
 
 
 def notebook_code(path):
-    """The code cells of a .ipynb file joined into one Python source; IPython's `%` and `!`
-    lines become comments. Raises ValueError if the file is not a notebook."""
+    """The code cells of a .ipynb file joined into one source; `%` and `!` lines become
+    comments. ValueError, naming the fault, for anything that is not such a notebook."""
+    name = Path(path).name
     try:
-        cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{Path(path).name} is not a notebook that can be read: {error}") from None
+        cells = json.loads(Path(path).read_text(encoding="utf-8-sig"))["cells"]
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise ValueError(f"{name} is not a notebook that can be read: "
+                         f"{type(error).__name__}: {error}") from None
+    if not isinstance(cells, list):
+        raise ValueError(f"{name}: its \"cells\" is a {type(cells).__name__}, not a list")
     parts = []
-    for cell in cells:
-        if cell.get("cell_type") != "code":
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
-        lines = [("# " + line) if line.lstrip().startswith(("%", "!")) else line
-                 for line in source.splitlines()]
-        parts.append("\n".join(lines))
+        if isinstance(source, list) and all(isinstance(s, str) for s in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise ValueError(f"{name}: the source of cell {number} is not text")
+        parts.append("\n".join(("# " + line) if line.lstrip().startswith(("%", "!")) else line
+                               for line in source.splitlines()))
     return "\n\n".join(parts) + "\n"
 
 
-def source_of(number, exercise, folder, scratch):
-    """(the file to check, a note) for exercise `number` in `folder`: exNN_slug.py, or the
-    code cells of exNN_slug.ipynb written to the folder `scratch` when the notebook is
-    newer than the .py (or there is no .py). (None, "") when neither exists."""
-    path = Path(folder) / file_name(number, exercise)
+def graded_file(number, exercise, folder):
+    """(the file graded, a note) by the rule: exNN_slug.ipynb when it exists, else
+    exNN_slug.py; (None, "") when neither does. File times never decide."""
+    path = Path(folder).resolve() / file_name(number, exercise)
     notebook = path.with_suffix(".ipynb")
-    if notebook.is_file() and (not path.is_file()
-                               or notebook.stat().st_mtime > path.stat().st_mtime):
-        copy = Path(scratch) / path.name
-        copy.write_text(notebook_code(notebook), encoding="utf-8")
-        return copy, (f"checked the code cells of {notebook.name} (newer than {path.name}); "
-                      f"line numbers count the code cells joined")
-    return (path, "") if path.is_file() else (None, "")
+    if notebook.is_file():
+        also = f"; {path.name} is not graded (a notebook, when there is one, is)" \
+            if path.is_file() else ""
+        return notebook, f"graded {notebook.name}, its code cells joined{also}"
+    return (path, f"graded {path.name}") if path.is_file() else (None, "")
 
 
-# ----- Running exercises in a child process ------------------------------------------------
+def read_seed(folder):
+    """(name, seed) from the folder's student.json; ("", 0) when there is none or it is bad."""
+    try:
+        data = json.loads((Path(folder) / SEED_FILE).read_text(encoding="utf-8-sig"))
+        return str(data["name"]), int(data["seed"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return "", 0
+
+
+# ----- Running exercises in child processes ---------------------------------------------
+
+
+class Nested(RuntimeError):
+    """Raised when a checker is asked to start inside a file the checker is running."""
+
+
+IN_CHILD = False                                   # True in a child (set by child_main)
+STOP = threading.Event()                           # set on Ctrl-C: every child is killed
+
+
+def inside_checker():
+    """True in a process the checker started: a check asked for there does nothing. The
+    child, its environment and (on Linux) every process in the child's session say so, so
+    a student's `python -m exercises` run with the environment wiped is caught too."""
+    if IN_CHILD or os.environ.get(CHILD_MARK):
+        return True
+    try:                                                 # the session leader: a checker child?
+        return b"child_main" in Path(f"/proc/{os.getsid(0)}/cmdline").read_bytes()
+    except (AttributeError, OSError):                    # no sessions (Windows) or no /proc
+        return False
+
+
+def kill_tree(proc):
+    """Kill the child and every process it started (its own process group or session)."""
+    if os.name == "nt":
+        subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True)
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _drain(stream, kept):
-    """Read a child's output to its end, keeping the first OUTPUT_KEPT characters."""
     size = 0
     for chunk in iter(lambda: stream.read(4096), ""):
         if size < OUTPUT_KEPT:
@@ -627,277 +576,176 @@ def _drain(stream, kept):
         kept.append(f"\n... ({size - OUTPUT_KEPT} more characters not shown)")
 
 
-def _timeout_row(number, seconds, running, trace, path):
-    check, topic, expected = running or ("import the file", "general", "-")
-    line = None
-    for match in re.finditer(r'File "(.+)", line (\d+)', trace):
-        if Path(match[1]).name == Path(path).name:
-            line = int(match[2])               # the innermost line of the student's file
-            break
-    where = f" (line {line} of {Path(path).name})" if line else ""
-    return Row(check, topic, expected, "still running", None, None, "TIMEOUT",
-               f"TIMEOUT: exercise {number} stopped at its time limit of {seconds:g} s{where}: "
-               f"a loop that never ends? (--time-limit SECONDS changes the limit)")
-
-
-def _run_child(jobs, seconds, scratch):
-    """Run jobs [(number, exercise, path, note)] in one child process, in order.
-
-    Returns (results, rest): a Result per job the child got to, and the jobs after the one
-    it was killed on (or ended on) to run in a new child."""
-    events = Path(scratch) / f"events-{jobs[0][0]}-{time.monotonic_ns()}.jsonl"
-    trace = events.with_suffix(".trace")
+def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
+    """One child from check `start` on: (rows, variant, running, how it ended: "ended",
+    "timeout" or "crashed", where (the line of a time-out), output, exit status); `running`
+    is the (index, check, topic, expected) it was on, None between checks."""
+    events = Path(scratch) / f"events-{start}.jsonl"
     events.touch()
-    env = dict(os.environ, PYTHONIOENCODING="utf-8")
-    start = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import exercises.checker as c; " \
-            f"c.child_main(sys.argv[1:])"    # -c, not -m: a folder's exercises.py cannot shadow it
-    args = [sys.executable, "-c", start, str(events), str(trace),
-            str(seconds)] + [f"{number}={path}" for number, _, path, _ in jobs]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, text=True, encoding="utf-8",
-                            errors="replace")
-    kept = []
-    drainer = threading.Thread(target=_drain, args=(proc.stdout, kept), daemon=True)
-    drainer.start()
-    by_number = {number: (exercise, path, note) for number, exercise, path, note in jobs}
-    results, current, rows, running = [], None, [], None
-    deadline, timed_out, position = time.monotonic() + STARTUP_LIMIT, False, 0
-    try:
-        with open(events, encoding="utf-8") as stream:
-            while True:
-                finished = proc.poll() is not None
-                stream.seek(position)
-                for line in iter(stream.readline, ""):
-                    if not line.endswith("\n"):
-                        break                             # a line still being written
-                    position += len(line.encode("utf-8"))
-                    event = json.loads(line)
-                    kind = event["event"]
-                    if kind == "start":
-                        current, rows, running = event["number"], [], None
-                        deadline = time.monotonic() + (seconds or 1e9) + 0.3
-                    elif kind == "running":
-                        running = tuple(event["value"])
-                    elif kind == "row":
-                        rows.append(Row(**event["value"]))
-                    elif kind == "end":
-                        exercise, path, note = by_number[current]
-                        results.append(Result(current, exercise, path, status_of(rows), rows,
-                                              note=note))
-                        current = None
+    temp = Path(scratch) / f"tmp-{start}"
+    temp.mkdir()
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
+               TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp), **{CHILD_MARK: "1"})
+    code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
+            f"c.child_main(sys.argv[1:])")             # -c: no exercises.py of a folder shadows it
+    args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
+            str(seed), ",".join(stuck), str(seconds)]
+    group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
+        else {"start_new_session": True}
+    rows, variant, running, ended, kept, position = [], "", None, "crashed", [], 0
+    deadline = time.monotonic() + STARTUP_LIMIT
+    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
+                          encoding="utf-8", errors="replace", **group) as proc:
+        drainer = threading.Thread(target=_drain, args=(proc.stdout, kept), daemon=True)
+        drainer.start()
+        try:
+            with open(events, encoding="utf-8") as stream:
+                while ended == "crashed":
+                    finished = proc.poll() is not None
                     stream.seek(position)
-                if finished:
-                    break
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                time.sleep(0.01)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        drainer.join(timeout=5)
-    output = "".join(kept)
-    for result in results:
-        result.output = output
-    done = {result.number for result in results}
-    if current is None and len(done) < len(jobs) and not results:
-        current = jobs[0][0]                         # the child failed before any exercise
-    if current is not None:
-        exercise, path, note = by_number[current]
-        if timed_out:
-            text = trace.read_text(encoding="utf-8", errors="replace") if trace.is_file() else ""
-            rows.append(_timeout_row(current, seconds, running, text, path))
-        else:
-            check, topic, expected = running or ("the checks", "general", "-")
-            rows.append(Row(check, topic, expected, "process ended", None, None, "ERROR",
-                            f"the process checking exercise {current} ended (exit status "
-                            f"{proc.returncode}) while this check ran: does your code call "
-                            f"os._exit, or crash Python? Its output ended with: "
-                            f"{output[-300:].strip() or '(nothing)'}"))
-        results.append(Result(current, exercise, path, "failing", rows, output, note))
-        done.add(current)
-    rest = [job for job in jobs if job[0] not in done]
-    return results, rest
+                    for line in iter(stream.readline, ""):
+                        if not line.endswith("\n"):
+                            break                         # a line still being written
+                        position += len(line.encode("utf-8"))
+                        try:
+                            (kind, value), = json.loads(line).items()
+                            value = Row(**value) if kind == "row" else value
+                        except (ValueError, TypeError, AttributeError, RecursionError):
+                            continue                      # not a line the child wrote
+                        if kind in ("running", "row"):  # each check its own time limit
+                            deadline = time.monotonic() + (seconds or 1e9)
+                        if kind == "running":
+                            running = tuple(value)
+                        elif kind == "row":
+                            rows.append(value)
+                            running = None
+                        elif kind == "variant":
+                            variant = value
+                        elif kind == "end":
+                            ended = "ended"
+                        stream.seek(position)
+                    if finished or ended == "ended" or STOP.is_set():
+                        break
+                    if time.monotonic() > deadline:
+                        ended = "timeout"
+                        break
+                    time.sleep(0.01)
+        finally:
+            kill_tree(proc)                               # also what the student's code started
+            proc.wait()
+            drainer.join(timeout=2)
+    shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
+    where = ""
+    if ended == "timeout":                               # the line it was on, from the trace
+        trace = Path(str(events) + ".trace")
+        lines = re.findall(r'File "(.+)", line (\d+)', trace.read_text(encoding="utf-8",
+                           errors="replace") if trace.is_file() else "")
+        line = next((n for f, n in lines if Path(f).name == Path(path).name), None)
+        where = f" (line {line} of {Path(path).name})" if line else ""
+    return rows, variant, running, ended, where, "".join(kept), proc.returncode
 
 
-def run_exercises(numbered, folder, seconds=DEFAULT_TIME_LIMIT):
-    """Check exercises [(number, exercise)] in `folder`, each within `seconds` of wall time
-    (import included; 0 or None: no limit), in child processes (see the module docstring).
-    Never raises for anything in a student's file. Returns a Result per exercise, in order."""
-    seconds = seconds or 0
-    results = {}
+def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
+    """Check exercise `number` in `folder` (see __init__.py): a Result, never an exception
+    for anything in the student's file. Raises Nested inside a file being checked."""
+    if inside_checker():
+        raise Nested("a file being checked asked for a check: nothing done")
+    began = time.monotonic()
+    path, note = graded_file(number, exercise, folder)
+    if path is None:
+        return Result(number, exercise, None, "missing",
+                      note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
+    seed = read_seed(folder)[1] if seed is None else seed
+    rows, variant, output, start, stuck = [], "", "", 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
-        jobs = []
-        for number, exercise in numbered:
+        source = path
+        if path.suffix == ".ipynb":
             try:
-                path, note = source_of(number, exercise, folder, scratch)
-            except ValueError as error:
-                path = Path(folder) / file_name(number, exercise)
-                row = Row("read the notebook", "general", "a notebook", "unreadable", None,
-                          None, "ERROR", str(error))
-                results[number] = Result(number, exercise, path, "failing", [row])
-                continue
-            if path is None:
-                results[number] = Result(number, exercise,
-                                         Path(folder) / file_name(number, exercise), "missing")
-            else:
-                jobs.append((number, exercise, path, note))
-        while jobs:
-            done, jobs = _run_child(jobs, seconds, scratch)
-            results.update((result.number, result) for result in done)
-    for number, _ in numbered:              # a notebook's result names the notebook
-        result = results[number]
-        if result.note:
-            result.path = Path(folder) / Path(result.path).with_suffix(".ipynb").name
-    return [results[number] for number, _ in numbered]
+                source = Path(scratch) / path.with_suffix(".py").name
+                source.write_text(notebook_code(path), encoding="utf-8")
+            except (ValueError, OSError) as error:
+                rows = [Row("read the notebook", "general", "a notebook", "unreadable", None,
+                            None, "ERROR", str(error))]
+                return Result(number, exercise, path, "failing", rows, note=note)
+        while True:
+            new, variant, running, ended, where, printed, code = _run_child(
+                number, source, path.parent, scratch, start, seconds, seed, stuck)
+            rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
+            if ended == "ended":
+                break
+            what = (f"stopped at its time limit of {seconds:g} s{where}: a loop that never "
+                    f"ends? (--time-limit SECONDS changes it)" if ended == "timeout" else
+                    f"the process ended (exit status {code}): does your code call os._exit, "
+                    f"or crash Python? It printed: {printed[-300:].strip() or '(nothing)'}")
+            verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
+            if running is None:                           # between checks: the checker's own time
+                rows.append(Row("the checks", "general", "-", ended, None, None, verdict,
+                                f"{verdict}: between checks, {what}"))
+                break
+            index, check, topic, expected = running
+            rows.append(Row(check, topic, expected, ended, None, None, verdict,
+                            f"{verdict}: {what}"))
+            if index < 0:                                 # the import: no module to check
+                break
+            stuck.append(topic)                           # its later rows: not run
+            start = index + 1                             # the rows before it are kept
+    status = "failing" if not rows else status_of(rows)
+    return Result(number, exercise, path, status, rows, output, note, variant,
+                  time.monotonic() - began)
 
 
-def run_exercise(number, exercise, folder, seconds=DEFAULT_TIME_LIMIT):
-    """Check one exercise in a child process (see run_exercises): a Result."""
-    return run_exercises([(number, exercise)], folder, seconds)[0]
+def parallel(fn, items, jobs=None):
+    """[fn(item) for item in items], `jobs` at a time (default: the machine's cores). On
+    Ctrl-C every child running is killed and the rest are not started."""
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(jobs or os.cpu_count() or 1)
+    try:
+        return list(pool.map(fn, items))
+    except KeyboardInterrupt:
+        STOP.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def child_main(argv):
-    """The child process: its arguments are EVENTS TRACE SECONDS N=PATH [N=PATH ...].
+def run_exercises(numbered, folder, seconds=TIME_LIMIT, jobs=None, seed=None):
+    """run_exercise for each (number, exercise), in parallel (see parallel)."""
+    if inside_checker():
+        raise Nested("a file being checked asked for a check: nothing done")
+    return parallel(lambda job: run_exercise(*job, folder, seconds, seed), numbered, jobs)
 
-    Writes one JSON line per event to EVENTS: start, running (a check begins), row, end.
-    Before each exercise it asks faulthandler to write every thread's stack to TRACE when
-    the time limit is near, so that the parent can name the line a loop was stopped on."""
-    from exercises.course import COURSE
-    events_path, trace_path, seconds = argv[0], argv[1], float(argv[2])
-    events = open(events_path, "a", encoding="utf-8")
-    trace = open(trace_path, "w", encoding="utf-8")
 
-    def emit(kind, value=None, **extra):
-        row = asdict(value) if isinstance(value, Row) else value
-        events.write(json.dumps({"event": kind, "value": row, **extra}) + "\n")
-        events.flush()
-
-    for job in argv[3:]:
-        number, path = job.split("=", 1)
-        number = int(number)
-        emit("start", number=number)
-        if seconds > 0:
-            faulthandler.dump_traceback_later(max(seconds - 0.2, seconds / 2), file=trace)
-        check_file(number, COURSE[number - 1], Path(path), emit)
-        faulthandler.cancel_dump_traceback_later()
-        emit("end", number=number)
-    events.close()
-    sys.stdout.flush()
-    os._exit(0)          # threads the student started do not keep the process alive
+# ----- What a failing exercise tells the student: the one place -------------------------
 
 
 def load_hints(path=HINTS_FILE):
-    """{slug: {topic or "general": [level 1, level 2, level 3]}} from hints.json. Level 1
-    says where to look, level 2 the idea, level 3 the formula (never the code). A backward
-    exercise also has "formulas": {"dx": the formula of dx, ...}, one per gradient."""
+    """{slug: {topic or "general": [level 1, level 2, level 3]}}; a backward exercise also
+    has "formulas": {"dx": ..., ...}. Level 1 points at the step, 2 the idea, 3 the rule."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def hint_topic(result):
-    """The topic to hint at: that of the first row that is not ok (None when all are)."""
+def advice(result, hints=None):
+    """What the exercise's failing rows tell the student, as hint levels 1, 2, 3 (each a
+    text; [] when every row is ok). Level 1: where to look, from the slips recognised in the
+    rows or, when none was, the pattern of failing rows (the exercise's diagnose), else the
+    topic's hint; level 2: the slips named, else the topic's idea; level 3: the rule for
+    each failing gradient, else the topic's."""
     row = result.first_failure
-    return None if row is None else row.topic
-
-
-def _pattern(result):
-    """[(point, idea)] of the exercise's own reading of which rows failed together."""
-    if result.exercise.diagnose is None or result.status != "failing":
+    if row is None:
         return []
-    return list(result.exercise.diagnose(result.rows))
-
-
-def diagnoses(result):
-    """The "Look at:" lines: where the pattern of rows points (hint level 1 strength: which
-    step, which quantity, never the fix). Each row's known slip (its point), then the
-    exercise's reading of which rows failed together. A list of texts."""
-    where = {}                                   # point -> the rows it explains
-    for row in result.rows:
-        if row.diagnosis:
-            where.setdefault(row.diagnosis, []).append(row.check.split(",")[0])
-    found = [f"{text} (the rows of {', '.join(dict.fromkeys(checks))})"
-             for text, checks in where.items()]
-    return found + [point for point, _ in _pattern(result) if point not in found]
-
-
-def slips(result):
-    """The slips recognised (hint level 2): each matched known mistake named, then the idea
-    of the failing pattern. A list of texts, [] when nothing was recognised."""
-    named = [row.slip for row in result.rows if row.slip]
-    named += [idea for _, idea in _pattern(result)]
-    return list(dict.fromkeys(named))
-
-
-def failing_tensors(result, topic):
-    """The gradients ("dx", "dQ", ...) whose rows of `topic` are not ok, in order."""
-    names = [row.check.split(",")[0] for row in result.rows
-             if row.topic == topic and row.verdict != "ok" and re.match(r"d\w+,", row.check)]
-    return list(dict.fromkeys(names))
-
-
-def hint_levels(result, hints):
-    """[level 1, level 2, level 3] of the hint for the first row that is not ok, each a
-    (label, text): level 1 where to look (the topic's own); level 2 the slip recognised in
-    the failing pattern when there is one, else the topic's idea; level 3 the formula of
-    each failing gradient first, then the topic's formula (the whole set), never code."""
-    table = hints.get(result.exercise.slug, {})
-    topic = hint_topic(result) if result.status != "not started" else "general"
-    levels = table.get(topic) or table.get("general") or ["", "", ""]
-    named = slips(result) if result.status == "failing" else []
-    second = (("the slip", "; ".join(named)) if named else ("the idea", levels[1]))
-    formulas = table.get("formulas", {})
-    first = [formulas[name] for name in failing_tensors(result, topic) if name in formulas]
-    third = (f"{'; '.join(first)}. The whole set: {levels[2]}" if first else levels[2])
-    return [("where to look", levels[0]), second, ("the formula", third)]
-
-
-def hints_for(result, hints, level):
-    """Levels 1..level of the hint for the first row that is not ok: a list of texts."""
-    return [text for _, text in hint_levels(result, hints)[:max(1, level)]]
-
-
-# ----- Reports -----------------------------------------------------------------------------
-
-
-def _number(value, fmt="9.1e"):
-    return f"{value:{fmt}}" if value is not None else f"{'-':>9}"
-
-
-def format_rows(rows):
-    """The per-check table, with the message of each row that is not ok under it."""
-    lines = [f"  {'check':<40} {'expected':<18} {'got':<18} {'max|diff|':>9} "
-             f"{'rel err':>9}  verdict",
-             "  " + "-" * 106]
-    shown = set()
-    for row in rows:
-        lines.append(f"  {row.check[:40]:<40} {row.expected[:18]:<18} {row.got[:18]:<18} "
-                     f"{_number(row.max_diff)} {_number(row.rel_err)}  {row.verdict}")
-        if row.message and row.message not in shown:   # a repeated message is shown once
-            lines.append(f"      -> {row.message}")
-            shown.add(row.message)
-    return "\n".join(lines)
-
-
-def progress_bar(results):
-    """'Progress [####--------] 4/12': one mark per exercise."""
-    done = sum(result.status == "done" for result in results)
-    return f"Progress [{'#' * done}{'-' * (len(results) - done)}] {done}/{len(results)}"
-
-
-def summary_line(result, width=48):
-    """One line per exercise for the progress list; width: that of the title column."""
-    text = f"  {result.number:>2}  {result.exercise.title:<{width}}   {result.status}"
-    if result.status == "failing":
-        row = result.first_failure
-        reason = "not written yet" if row.verdict == "TODO" else row.message or row.verdict
-        text += f": {row.check}: {reason}"
-    elif result.status == "missing":
-        text += f" ({Path(result.path).name} not found)"
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def exit_status(results):
-    """0 when no exercise is failing (not started and missing ones do not count), else 1."""
-    return 1 if any(result.status == "failing" for result in results) else 0
+    table = (hints or load_hints()).get(result.exercise.slug, {})
+    topic = "general" if result.status == "not started" else row.topic
+    own = table.get(topic) or table.get("general") or ["", "", ""]
+    found = [(r.point, r.slip) for r in result.rows if r.point]     # slips recognised, or else
+    if not found and result.exercise.diagnose and result.status == "failing":
+        found = list(result.exercise.diagnose(result.rows))       # the pattern of failing rows
+    found = list(dict.fromkeys(found))
+    points = list(dict.fromkeys(p for p, _ in found))
+    slips = list(dict.fromkeys(s for _, s in found))
+    failing = [r.check.split(",")[0] for r in result.rows
+               if r.verdict != "ok" and r.topic == topic and r.check.split(",")[0] in
+               table.get("formulas", {})]
+    third = "; ".join(table["formulas"][name] for name in dict.fromkeys(failing)) or own[2]
+    return ["; ".join(points) or own[0], "; ".join(slips) or own[1], third]

@@ -2,12 +2,13 @@
 
 Each function receives a checker.Checks object `c` and adds rows with c.close (arrays,
 compared with rel_error), c.equal (exact values), c.holds (a property) or c.answer_is
-(an answer variable; its expected value is not shown). Expected
-values come from bilinear_numpy (bn) or from finite differences, computed here, outside
-the student's code; `c.call(name, ...)` runs the student's function `name` and
-`c.answer(name)` reads the student's answer variable `name`. Inputs are drawn from
-np.random.default_rng(seed) with small sizes, so every exercise checks in well under a
-second.
+(an answer variable; its expected value is not shown). Expected values are computed here,
+at check time, outside the student's code: from bilinear_numpy (bn), or for a form of the
+student's own from fd_truth (finite differences of its forward). `c.call(name, ...)` runs
+the student's function `name` and `c.answer(name)` reads the student's answer `name`.
+`c.variant(options)` draws the student's own variant from their seed (and shows it at the
+top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is the worked
+example. Inputs are small, so every exercise checks in well under a second.
 """
 
 from __future__ import annotations
@@ -70,12 +71,17 @@ def factor_gap(params):
 
 
 def unchanged(c, check, topic, arrays, run):
-    """Row: run() leaves every array of `arrays` exactly as it was (no in-place change)."""
+    """Row: run() (a c.call with in_place=True) leaves every array of `arrays` as it was;
+    they are put back afterwards, whatever it did."""
     before = [a.copy() for a in arrays]
 
     def got():
-        run()
-        return all(np.array_equal(a, b) for a, b in zip(arrays, before))
+        try:
+            run()
+            return all(np.array_equal(a, b) for a, b in zip(arrays, before))
+        finally:
+            for a, b in zip(arrays, before):
+                a[...] = b
 
     c.holds(check, topic, "inputs unchanged", got, bool,
             "your function changed an input array in place; work on a copy")
@@ -377,23 +383,24 @@ def ablation_results():
 # ----- Backprop I: the gated MLP ----------------------------------------------------------
 
 
+def fd_truth(forward, inputs, dy):
+    """The truth of a backward pass, computed at check time for any forward(**inputs) -> y:
+    the central differences of sum(y * dy) for every input (float64), {name: gradient}."""
+    return {name: bn.numerical_gradient(lambda v, name=name: forward(**(inputs | {name: v})),
+                                        value, dy) for name, value in inputs.items()}
+
+
 def fd_gradients(formulation, act, x, params, dy):
-    """Central-difference gradients of sum(y * dy) for x and every parameter (float64)."""
+    """fd_truth of a registered formulation's forward, for x and every parameter."""
     form = bn.FORMULATIONS[formulation]
-    inputs = {"x": x} | params
-    grads = {}
-    for name, value in inputs.items():
-        def f(v, name=name):
-            return form.forward(**(inputs | {name: v}), act=act)[0]
-        grads[name] = bn.numerical_gradient(f, value, dy)
-    return grads
+    return fd_truth(lambda **kw: form.forward(**kw, act=act)[0], {"x": x} | params, dy)
 
 
 def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
-                  mistakes=None, reference=None, numeric=None):
-    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given)
-    and vs finite differences (of bn's forward, unless `numeric` is given).
-    mistakes: {description: the gradients dict that mistake gives}."""
+                  mistakes=None, reference=None, numeric=None, with_reference=True):
+    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given;
+    no such row when with_reference is False) and vs finite differences (of bn's forward,
+    unless `numeric` is given). mistakes: {(point, slip): the gradients that slip gives}."""
     form = bn.FORMULATIONS.get(formulation) if formulation else None
     if reference is None:
         reference = form.backward(dy, form.forward(x, **params, act=act)[1])
@@ -408,7 +415,8 @@ def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=Tru
             return grads[name]
         wrong = {text: g[name] for text, g in (mistakes or {}).items()
                  if bn.rel_error(g[name], reference[name]) > 1e-8}
-        c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
+        if with_reference:
+            c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
         if finite_differences:
             c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
                     mistakes=wrong)
@@ -490,21 +498,27 @@ def diagnose_backprop_gated(rows):
     return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
 
 
+SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # exercise 9's variants: the student's σ
+
+
 def backprop_gated(c):
+    """The worked example of a variant of one's own: the smooth σ is drawn from the
+    student's seed and the truth is computed now, by finite differences of the forward."""
+    act = c.variant(SMOOTH, lambda a: f"σ = {a} (the rows 'vs finite differences' use it)")
     x, p = draw("gated_mlp", seed=8)
-    rng = np.random.default_rng(80)
-    dy = rng.standard_normal((N, D_OUT))
-    f = lambda v: bn.gated_mlp_forward(v, **p, act="silu")[0]           # noqa: E731
-    analytic_dx = bn.gated_mlp_backward(dy, bn.gated_mlp_forward(x, **p, act="silu")[1])["x"]
-    c.close("numerical_gradient vs analytic dx", "numerical_gradient", analytic_dx,
-            lambda: c.call("numerical_gradient", f, x.copy(), dy), tol=1e-7)
+    dy = c.rng(1).standard_normal((N, D_OUT))
+    f = lambda v: bn.gated_mlp_forward(v, **p, act=act)[0]           # noqa: E731
+    numeric = fd_gradients("gated_mlp", act, x, p, dy)
+    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric["x"],
+            lambda: c.call("numerical_gradient", f, x, dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
-              lambda: c.call("numerical_gradient", f, x, dy))
-    for act, fd in (("silu", True), ("relu", False)):
+              lambda: c.call("numerical_gradient", f, x, dy, in_place=True))
+    for act, fd in ((act, True), ("relu", False)):
         mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
                     for key, text in GATED_MISTAKES.items()}
         gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
-                      finite_differences=fd, mistakes=mistakes)
+                      finite_differences=fd, mistakes=mistakes, numeric=numeric if fd else None,
+                      reference=numeric if fd else None, with_reference=not fd)
 
 
 # ----- Backprop II: rank-r bilinear -------------------------------------------------------
@@ -594,7 +608,8 @@ def conservation(c):
                 lambda name=name, act=act, p=p: c.call("train_balance", name, act, x, T, p,
                                                        0.05, 12))
     unchanged(c, "train_balance leaves params unchanged", "train_balance", list(p.values()),
-              lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3))
+              lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3,
+                             in_place=True))
     c.answer_is("DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1})
     c.answer_is("CONSERVED_GATED",
                 {a for a in bn.ACTIVATIONS
@@ -746,12 +761,7 @@ def gated_biases(c):
     c.close("zero biases: the gated MLP", "gated_bias_forward",
             bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
             lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
-    inputs = {"x": x} | p
-    numeric = {}
-    for name, value in inputs.items():
-        def forward(v, name=name):
-            return gated_bias_reference(**(inputs | {name: v}), act="silu")
-        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    numeric = fd_truth(lambda **kw: gated_bias_reference(**kw, act="silu"), {"x": x} | p, dy)
     for act, fd in (("silu", numeric), ("relu", None)):
         reference = gated_bias_gradients(dy, x, *p.values(), act)
         mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
@@ -817,12 +827,7 @@ def gate_temperature(c):
     c.close("β = 1: the gated MLP", "temperature_forward",
             bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
             lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
-    inputs = {"x": x} | p
-    numeric = {}
-    for name, value in inputs.items():
-        def forward(v, name=name):
-            return temperature_reference(**(inputs | {name: v}), act="silu")
-        numeric[name] = bn.numerical_gradient(forward, value, dy)
+    numeric = fd_truth(lambda **kw: temperature_reference(**kw, act="silu"), {"x": x} | p, dy)
     for act, fd in (("silu", numeric), ("sigmoid", None)):
         mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
                     for key, text in TEMPERATURE_MISTAKES.items()}
@@ -1463,7 +1468,7 @@ def adam_and_ties(c):
                     "train_tied_reglu", x, T, W, V, RATES[optimizer], 30, optimizer, decay), "QKV"),
                 tol=1e-8, mistakes=mistakes)          # 1e-8: an Adam of your own rounds otherwise
     unchanged(c, "train_tied_reglu leaves W, V unchanged", "train_tied_reglu", [W, V],
-              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0))
+              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0, in_place=True))
     for label, optimizer, lr, decay in SQUARED_CASES:
         reference, mistakes = squared[label]
         c.close(f"train_squared_relu, {label}", "train_squared_relu", reference,

@@ -15,8 +15,8 @@
 #
 # **What to do.** Complete every function marked `TODO` and set every answer that is
 # `None`. You may call anything in `bilinear_numpy` (imported as `bn`) except
-# `bn.mlp_forward`, the function you are writing here: the checker switches it off while
-# it runs your code. Use `bn.ACTIVATIONS[act].f` for σ.
+# `bn.mlp_forward`, the function you are writing here (the checker says so when your code
+# calls it). Use `bn.ACTIVATIONS[act].f` for σ.
 #
 # **Check your work** from the repository's folder: `python -m exercises check 1`.
 # Run this file (`python exercises/ex01_key_value_memory.py`) to see what it computes.
@@ -102,13 +102,16 @@ N_PARAMS = None  # TODO: the number of parameters, an int
 
 # %%
 if __name__ == "__main__":
-    K = np.eye(3, 4)                              # (m, d) = (3, 4): keys e_0, e_1, e_2
-    V = np.eye(3, 5)                              # (m, d_out) = (3, 5): one word per slot
-    x = np.array([0.1, 0.9, -0.2, 0.3])           # mostly along key 1
-    print("output (ReLU):      ", mlp_forward(x, K, V, "relu"))
-    print("same as the sum of the slots:",
-          np.allclose(mlp_forward(x, K, V), memory_contributions(x, K, V).sum(axis=0)))
-    print("slot contributions:\n", memory_contributions(x, K, V, "relu"))
-    print("scores x.k_j:       ", K @ x)
-    print("top key:            ", top_key(x, K))
-    print("parameters of GPT-2 small's MLP:", N_PARAMS)
+    try:
+        K = np.eye(3, 4)                              # (m, d) = (3, 4): keys e_0, e_1, e_2
+        V = np.eye(3, 5)                              # (m, d_out) = (3, 5): one word per slot
+        x = np.array([0.1, 0.9, -0.2, 0.3])           # mostly along key 1
+        print("output (ReLU):      ", mlp_forward(x, K, V, "relu"))
+        print("same as the sum of the slots:",
+              np.allclose(mlp_forward(x, K, V), memory_contributions(x, K, V).sum(axis=0)))
+        print("slot contributions:\n", memory_contributions(x, K, V, "relu"))
+        print("scores x.k_j:       ", K @ x)
+        print("top key:            ", top_key(x, K))
+        print("parameters of GPT-2 small's MLP:", N_PARAMS)
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

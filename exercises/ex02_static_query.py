@@ -76,12 +76,15 @@ MORE_EXPRESSIVE = None  # TODO: True or False
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 6))               # N = 4 tokens, d = 6
-    Q = rng.standard_normal((6, 6)) / 6 ** 0.5
-    K = rng.standard_normal((5, 6)) / 6 ** 0.5    # m = 5
-    V = rng.standard_normal((5, 3))               # d_out = 3
-    y_query = static_query_forward(x, Q, K, V, "gelu")
-    y_memory = bn.mlp_forward(x, absorb_query(Q, K), V, "gelu")[0]
-    print("static query output:\n", y_query)
-    print("max |difference| with the absorbed keys:", np.max(np.abs(y_query - y_memory)))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 6))               # N = 4 tokens, d = 6
+        Q = rng.standard_normal((6, 6)) / 6 ** 0.5
+        K = rng.standard_normal((5, 6)) / 6 ** 0.5    # m = 5
+        V = rng.standard_normal((5, 3))               # d_out = 3
+        y_query = static_query_forward(x, Q, K, V, "gelu")
+        y_memory = bn.mlp_forward(x, absorb_query(Q, K), V, "gelu")[0]
+        print("static query output:\n", y_query)
+        print("max |difference| with the absorbed keys:", np.max(np.abs(y_query - y_memory)))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

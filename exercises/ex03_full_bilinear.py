@@ -89,14 +89,17 @@ ANTISYMMETRIC_SCORE = None  # TODO: a number
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 4))               # N = 3, d = 4
-    A = rng.standard_normal((2, 4, 4)) / 4        # m = 2
-    V = rng.standard_normal((2, 3))               # d_out = 3
-    print("scores x A_j x^T:\n", bilinear_scores(x, A))
-    print("a loop gives the same:\n",
-          np.array([[x[n] @ A[j] @ x[n] for j in range(2)] for n in range(3)]))
-    print("scores with sym(A):\n", bilinear_scores(x, symmetric_part(A)))
-    print("scores with A - sym(A) (zero up to rounding):\n",
-          bilinear_scores(x, A - symmetric_part(A)))
-    print("output (SiLU):\n", bilinear_forward(x, A, V, "silu"))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((3, 4))               # N = 3, d = 4
+        A = rng.standard_normal((2, 4, 4)) / 4        # m = 2
+        V = rng.standard_normal((2, 3))               # d_out = 3
+        print("scores x A_j x^T:\n", bilinear_scores(x, A))
+        print("a loop gives the same:\n",
+              np.array([[x[n] @ A[j] @ x[n] for j in range(2)] for n in range(3)]))
+        print("scores with sym(A):\n", bilinear_scores(x, symmetric_part(A)))
+        print("scores with A - sym(A) (zero up to rounding):\n",
+              bilinear_scores(x, A - symmetric_part(A)))
+        print("output (SiLU):\n", bilinear_forward(x, A, V, "silu"))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

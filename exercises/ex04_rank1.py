@@ -100,15 +100,18 @@ A_OVER_QK = None  # TODO: a number: (m·d·d) / (2·m·d) for d = 768
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 4))               # N = 3, d = 4
-    Q, K = rng.standard_normal((2, 4)), rng.standard_normal((2, 4))   # m = 2
-    V = rng.standard_normal((2, 3))               # d_out = 3
-    A = outer_interaction(Q, K)
-    print("rank of each A_j:", [int(np.linalg.matrix_rank(A_j)) for A_j in A])
-    print("rank-1 output:    \n", rank1_forward(x, Q, K, V, "gelu"))
-    print("full bilinear with the outer products:\n", bn.bilinear_forward(x, A, V, "gelu")[0])
-    x1, Q1, K1 = mlp_as_rank1(x, K)
-    print("key-value memory as rank-1, max |difference|:",
-          np.max(np.abs(rank1_forward(x1, Q1, K1, V, "relu")
-                        - bn.mlp_forward(x, K, V, "relu")[0])))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((3, 4))               # N = 3, d = 4
+        Q, K = rng.standard_normal((2, 4)), rng.standard_normal((2, 4))   # m = 2
+        V = rng.standard_normal((2, 3))               # d_out = 3
+        A = outer_interaction(Q, K)
+        print("rank of each A_j:", [int(np.linalg.matrix_rank(A_j)) for A_j in A])
+        print("rank-1 output:    \n", rank1_forward(x, Q, K, V, "gelu"))
+        print("full bilinear with the outer products:\n", bn.bilinear_forward(x, A, V, "gelu")[0])
+        x1, Q1, K1 = mlp_as_rank1(x, K)
+        print("key-value memory as rank-1, max |difference|:",
+              np.max(np.abs(rank1_forward(x1, Q1, K1, V, "relu")
+                            - bn.mlp_forward(x, K, V, "relu")[0])))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

@@ -107,14 +107,17 @@ M_GATED = None  # TODO: an int
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 4))               # N = 3, d = 4
-    Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
-    for variant, act in GLU_ACTIVATION.items():
-        y = gated_mlp_forward(x, Q, K, V, act)
-        print(f"{variant:<8} sigma = {act:<8} y[0] =", np.round(y[0], 4))
-    w1, w3 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))   # (m, d)
-    w2 = rng.standard_normal((4, 5))                                      # (d, m)
-    Qc, Kc, Vc = from_common_code(w1, w2, w3)
-    print("llama_ffn vs our gated MLP, max |difference|:",
-          np.max(np.abs(llama_ffn(x, w1, w2, w3) - gated_mlp_forward(x, Qc, Kc, Vc, "silu"))))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((3, 4))               # N = 3, d = 4
+        Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+        for variant, act in (GLU_ACTIVATION or {}).items():   # {} until you set it
+            y = gated_mlp_forward(x, Q, K, V, act)
+            print(f"{variant:<8} sigma = {act:<8} y[0] =", np.round(y[0], 4))
+        w1, w3 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))   # (m, d)
+        w2 = rng.standard_normal((4, 5))                                      # (d, m)
+        Qc, Kc, Vc = from_common_code(w1, w2, w3)
+        print("llama_ffn vs our gated MLP, max |difference|:",
+              np.max(np.abs(llama_ffn(x, w1, w2, w3) - gated_mlp_forward(x, Qc, Kc, Vc, "silu"))))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

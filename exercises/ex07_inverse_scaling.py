@@ -90,13 +90,16 @@ RELU_NEGATIVE = None  # TODO: "a", "b", "c" or "d"
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((8, 5))
-    Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
-    V = rng.standard_normal((4, 3)) / 2
-    alphas = np.array([-3.0, -1.0, -0.5, 0.5, 2.0, 3.0])
-    print("deviation after (aQ, K/a) for a =", alphas)
-    for name, forward in (("gated", bn.gated_mlp_forward), ("rank-1", bn.rank1_bilinear_forward)):
-        for act in bn.ACTIVATIONS:
-            devs = scaling_deviations(forward, x, Q, K, V, act, alphas)
-            print(f"  {name:<7}{act:<10}", " ".join(f"{dev:8.1e}" for dev in devs))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((8, 5))
+        Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
+        V = rng.standard_normal((4, 3)) / 2
+        alphas = np.array([-3.0, -1.0, -0.5, 0.5, 2.0, 3.0])
+        print("deviation after (aQ, K/a) for a =", alphas)
+        for name, forward in (("gated", bn.gated_mlp_forward), ("rank-1", bn.rank1_bilinear_forward)):
+            for act in bn.ACTIVATIONS:
+                devs = scaling_deviations(forward, x, Q, K, V, act, alphas)
+                print(f"  {name:<7}{act:<10}", " ".join(f"{dev:8.1e}" for dev in devs))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

@@ -84,16 +84,19 @@ BIAS_FACTORS = None  # TODO: a dict of three numbers
 
 # %% Try it: your gradients against finite differences, one row per tensor
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 5))               # N = 4, d = 5
-    p = {"Q": rng.standard_normal((3, 5)) / 5 ** 0.5, "K": rng.standard_normal((3, 5)) / 5 ** 0.5,
-         "V": rng.standard_normal((3, 2)), "c": rng.standard_normal(3),
-         "e": rng.standard_normal(3), "f": rng.standard_normal(2)}
-    dy = rng.standard_normal((4, 2))
-    inputs = {"x": x} | p
-    mine = gated_bias_backward(dy, **inputs, act="silu")
-    for name, value in inputs.items():
-        def forward(v, name=name):
-            return gated_bias_forward(**(inputs | {name: v}), act="silu")
-        numeric = bn.numerical_gradient(forward, value, dy)
-        print(f"d{name}: rel error {bn.rel_error(mine[name], numeric):.1e}")
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 5))               # N = 4, d = 5
+        p = {"Q": rng.standard_normal((3, 5)) / 5 ** 0.5, "K": rng.standard_normal((3, 5)) / 5 ** 0.5,
+             "V": rng.standard_normal((3, 2)), "c": rng.standard_normal(3),
+             "e": rng.standard_normal(3), "f": rng.standard_normal(2)}
+        dy = rng.standard_normal((4, 2))
+        inputs = {"x": x} | p
+        mine = gated_bias_backward(dy, **inputs, act="silu")
+        for name, value in inputs.items():
+            def forward(v, name=name):
+                return gated_bias_forward(**(inputs | {name: v}), act="silu")
+            numeric = bn.numerical_gradient(forward, value, dy)
+            print(f"d{name}: rel error {bn.rel_error(mine[name], numeric):.1e}")
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

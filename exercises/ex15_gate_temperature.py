@@ -83,10 +83,13 @@ ZERO_FOR_EVERY_SIGMA = None  # TODO: True or False
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 5))
-    Q, K = rng.standard_normal((3, 5)) / 5 ** 0.5, rng.standard_normal((3, 5)) / 5 ** 0.5
-    V, beta, dy = rng.standard_normal((3, 2)), rng.uniform(0.5, 2, 3), rng.standard_normal((4, 2))
-    for act in bn.ACTIVATIONS:
-        g = temperature_backward(dy, x, Q, K, V, beta, act)
-        print(f"{act:<10} residual {np.max(np.abs(temperature_residual(Q, g['Q'], beta, g['beta']))):.1e}")
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 5))
+        Q, K = rng.standard_normal((3, 5)) / 5 ** 0.5, rng.standard_normal((3, 5)) / 5 ** 0.5
+        V, beta, dy = rng.standard_normal((3, 2)), rng.uniform(0.5, 2, 3), rng.standard_normal((4, 2))
+        for act in bn.ACTIVATIONS:
+            g = temperature_backward(dy, x, Q, K, V, beta, act)
+            print(f"{act:<10} residual {np.max(np.abs(temperature_residual(Q, g['Q'], beta, g['beta']))):.1e}")
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

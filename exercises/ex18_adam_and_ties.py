@@ -130,27 +130,30 @@ TIE_STABLE = None  # TODO: a bool
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
-    W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
-    for optimizer, lr in (("gd", 0.05), ("adam", 1e-2)):
-        tied = train_tied_reglu(x, T, W, V, lr, 30, optimizer)
-        print(f"{optimizer}: tied ReGLU, max|Q − K| = {np.max(np.abs(tied['Q'] - tied['K']))}")
-        for f in (0.5, 1.0, 2.0):
-            sq = train_squared_relu(x, T, W, V, {"K": f * lr, "V": lr}, 30, optimizer)
-            print(f"  squared ReLU, key rate {f} lr: rel error of the keys "
-                  f"{bn.rel_error(tied['Q'], sq['K']):.1e}, of the values {bn.rel_error(tied['V'], sq['V']):.1e}")
-    lam = 0.3
-    tied = train_tied_reglu(x, T, W, V, 0.05, 30, "gd", decay=lam)
-    for c in (0.5, 1.0, 2.0):
-        sq = train_squared_relu(x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd",
-                                decay={"K": c * lam, "V": lam})
-        print(f"gd, decay {lam}: squared ReLU with key decay {c} λ: rel error of the keys "
-              f"{bn.rel_error(tied['Q'], sq['K']):.1e}")
-    print("||Q - K|| after 0, 100, 200, 300 steps (lr 0.05):")
-    for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu")):
-        Q = rng.standard_normal((4, 5)) / 5 ** 0.5
-        for label, K in (("exact tie", Q.copy()),
-                         ("untie 1e-6", Q + 1e-6 * rng.standard_normal(Q.shape))):
-            history = untie_history(name, act, x, T, Q, K, V, 0.05, 300)
-            print(f"  {name:<15}{act:<5} {label:<11}", history[::100])
+    try:
+        rng = np.random.default_rng(0)
+        x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
+        W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
+        for optimizer, lr in (("gd", 0.05), ("adam", 1e-2)):
+            tied = train_tied_reglu(x, T, W, V, lr, 30, optimizer)
+            print(f"{optimizer}: tied ReGLU, max|Q − K| = {np.max(np.abs(tied['Q'] - tied['K']))}")
+            for f in (0.5, 1.0, 2.0):
+                sq = train_squared_relu(x, T, W, V, {"K": f * lr, "V": lr}, 30, optimizer)
+                print(f"  squared ReLU, key rate {f} lr: rel error of the keys "
+                      f"{bn.rel_error(tied['Q'], sq['K']):.1e}, of the values {bn.rel_error(tied['V'], sq['V']):.1e}")
+        lam = 0.3
+        tied = train_tied_reglu(x, T, W, V, 0.05, 30, "gd", decay=lam)
+        for c in (0.5, 1.0, 2.0):
+            sq = train_squared_relu(x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd",
+                                    decay={"K": c * lam, "V": lam})
+            print(f"gd, decay {lam}: squared ReLU with key decay {c} λ: rel error of the keys "
+                  f"{bn.rel_error(tied['Q'], sq['K']):.1e}")
+        print("||Q - K|| after 0, 100, 200, 300 steps (lr 0.05):")
+        for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu")):
+            Q = rng.standard_normal((4, 5)) / 5 ** 0.5
+            for label, K in (("exact tie", Q.copy()),
+                             ("untie 1e-6", Q + 1e-6 * rng.standard_normal(Q.shape))):
+                history = untie_history(name, act, x, T, Q, K, V, 0.05, 300)
+                print(f"  {name:<15}{act:<5} {label:<11}", history[::100])
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

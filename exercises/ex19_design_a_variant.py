@@ -96,5 +96,8 @@ def register():
 
 # %% Try it: the gradient check of your registered variant
 if __name__ == "__main__":
-    register()
-    print(bn.gradcheck(NAME, ACT, x_shape=(3, 4)))
+    try:
+        register()
+        print(bn.gradcheck(NAME, ACT, x_shape=(3, 4)))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

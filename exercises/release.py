@@ -20,8 +20,9 @@ else is copied as it is, so the text of a stub and of its solution cannot drift 
 
     python -m exercises.release            list the stubs that differ from their solution
     python -m exercises.release --write    write exercises/exNN_*.py from the solutions
-    python -m exercises.release --out DIR  write the stubs to DIR (e.g. to hand out, or to
-                                           check a release without touching exercises/)
+    python -m exercises.release --out DIR  write the stubs to DIR (a release checked
+                                           without touching exercises/)
+    python -m exercises handout DIR        the whole repository for students (handout())
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,21 +96,52 @@ def pairs():
     """(solution path, student path) for every exercise of the course."""
     for number, exercise in enumerate(COURSE, start=1):
         name = checker.file_name(number, exercise)
-        yield checker.SOLUTIONS_FOLDER / name, checker.STUDENT_FOLDER / name
+        yield checker.SOLUTIONS_FOLDER / name, checker.PACKAGE / name
 
 
 def write_stubs(folder):
-    """Write every exercise's stub, made afresh from its solution, into `folder` (created
-    if missing). Returns the list of paths written."""
+    """Every exercise's stub, made afresh from its solution, into `folder`: the paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
     for solution, student in pairs():
-        path = folder / student.name
-        path.write_text(make_stub(solution.read_text(encoding="utf-8")), encoding="utf-8",
-                        newline="\n")
-        written.append(path)
-    return written
+        (folder / student.name).write_text(make_stub(solution.read_text(encoding="utf-8")),
+                                           encoding="utf-8", newline="\n")
+    return [folder / student.name for _, student in pairs()]
+
+
+def repository_files():
+    """The repository's files (git's list when it is a clone, else every file but caches
+    and virtual environments), relative to it."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=checker.ROOT, capture_output=True,
+                                check=True, timeout=60).stdout.decode("utf-8").split("\0")
+        return [Path(p) for p in listed if p and (checker.ROOT / p).is_file()]
+    except (OSError, subprocess.SubprocessError):
+        return [p.relative_to(checker.ROOT) for p in checker.ROOT.rglob("*") if p.is_file()
+                and not any(part.startswith(".") or part in ("__pycache__", "venv")
+                            for part in p.relative_to(checker.ROOT).parts)]
+
+
+def handout(out):
+    """Copy the repository to OUT for students: the stubs made afresh from the solutions,
+    no exercises/solutions/ (where every solved answer lives) and no student.json."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"error: {out} exists and is not an empty folder", file=sys.stderr)
+        return 2
+    held_back = (Path("exercises", "solutions"),)
+    copied = 0
+    for path in repository_files():
+        if any(path.is_relative_to(folder) for folder in held_back) or \
+                path == Path("exercises", checker.SEED_FILE):
+            continue
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(checker.ROOT / path, out / path)
+        copied += 1
+    stubs = write_stubs(out / "exercises") if checker.SOLUTIONS_FOLDER.is_dir() else []
+    print(f"wrote {out}: {copied} files, {len(stubs)} stubs made afresh, no solutions. In it: "
+          f"`python -m pytest`, and `python -m exercises` (0 of {len(COURSE)} done)")
+    return 0
 
 
 def main(argv=None):
@@ -118,6 +152,9 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write the stubs to DIR instead (exercises/ is not touched)")
     args = parser.parse_args(argv)
+    if not checker.SOLUTIONS_FOLDER.is_dir():
+        print("no exercises/solutions/ here (a handout): nothing to release", file=sys.stderr)
+        return 2
     if args.out is not None:
         for path in write_stubs(args.out):
             print(f"wrote {path}")
@@ -125,8 +162,7 @@ def main(argv=None):
     differ = 0
     for solution, student in pairs():
         stub = make_stub(solution.read_text(encoding="utf-8"))
-        current = student.read_text(encoding="utf-8") if student.is_file() else None
-        if current == stub:
+        if student.is_file() and student.read_text(encoding="utf-8") == stub:
             continue
         if args.write:
             student.write_text(stub, encoding="utf-8", newline="\n")

@@ -125,7 +125,7 @@ def _cmd_figures(args):
     from experiments import figures   # matplotlib is imported inside its drawing functions
     out = outputs.output_folder("--out", args.out)
     with outputs.one_run_at_a_time(out, "figures"):
-        figures.make_figures(out, quick=args.quick)
+        figures.make_figures(out, quick=args.quick, panels=args.panels)
     return EXIT_OK
 
 
@@ -301,6 +301,8 @@ def build_parser():
                            "folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
+    figs.add_argument("--panels", action="store_true",
+                      help="also write each panel alone, for slides: OUT/panels/fig3_a.png, ...")
     figs.set_defaults(func=_cmd_figures)
 
     train = sub.add_parser("train", help="train every variant at equal parameter count on "

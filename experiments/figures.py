@@ -1,7 +1,8 @@
 """Pictures of the symmetries and their consequences.
 
-`python bilinear_numpy.py figures [--out DIR] [--quick]` writes six PNG files and, beside
-each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
+`python bilinear_numpy.py figures [--out DIR] [--quick] [--panels]` writes six PNG files and,
+beside each, a CSV file of the numbers drawn, with the columns panel, series, x, y (with
+--panels, also each panel of a figure alone, DIR/panels/NAME_a.png, ..., for slides):
 
   fig1_exchange           exchange symmetry Q <-> K per activation; the curves sigma(z)/z
   fig2_inverse_scaling    inverse-scaling symmetry (alpha Q, K / alpha) against alpha
@@ -13,8 +14,8 @@ each, a CSV file of the numbers drawn, with the columns panel, series, x, y:
 
 Each figure has a data function (NumPy only; it returns rows, and the tests call it with
 small sizes) and a drawing function (matplotlib is imported inside it; it draws on a
-matplotlib.figure.Figure and saves it, without pyplot, so the caller's backend and open
-figures are left alone, and no display is needed).
+matplotlib.figure.Figure, saves it and returns it, without pyplot, so the caller's backend
+and open figures are left alone, and no display is needed).
 Training is plain gradient descent on the mean squared error of a synthetic regression
 task: tokens x ~ N(0, I_d), targets from a random teacher network (teacher_task).
 """
@@ -524,19 +525,40 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
 # Drawing (matplotlib imported inside; a Figure object saved as PNG, no pyplot)
 # =============================================================================
 
+# Rules every figure keeps (tests/test_figures.py checks each on the drawn Figure):
+# - one meaning per colour within a figure: a legend label (or a coloured title) says the
+#   meaning before its first colon, "meaning: detail", and a colour has one meaning;
+# - panels titled (a), (b), ... in reading order: left to right, then top to bottom;
+# - no legend over data: every legend sits beside its axes (below, in a panel drawn alone);
+# - no curve hidden under another: where two curves can meet, the one beneath is wider
+#   or the one on top is dashed or marked differently.
+# Colours: the Okabe-Ito palette (Okabe and Ito, "Color Universal Design", 2008), told apart
+# with the common colour-vision deficiencies; where two colours may meet, a marker or a
+# dash tells them apart too. Each panel is drawn by one function panel(ax, rows, alone), so
+# that `figures --panels` can draw it alone, as a slide, with the same code (alone=True: a
+# panel that shares its neighbour's legend in the composite draws its own).
+
 _STYLE = {"font.size": 12, "axes.titlesize": 12, "axes.labelsize": 12,
           "legend.fontsize": 10, "xtick.labelsize": 11, "ytick.labelsize": 11,
           "figure.dpi": 100, "savefig.dpi": 100, "axes.grid": True, "grid.alpha": 0.3}
-ACT_COLORS = {"identity": "black", "relu": "tab:blue", "sigmoid": "tab:green",
-              "silu": "tab:red", "gelu": "tab:purple", "gelu_tanh": "tab:orange"}
-_ROUNDING = "below: kept (bn.CLAIM_TOL = 1e-10)"
+OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky blue": "#56B4E9",
+             "bluish green": "#009E73", "yellow": "#F0E442", "blue": "#0072B2",
+             "vermillion": "#D55E00", "reddish purple": "#CC79A7"}
+_C = OKABE_ITO
+GRAY = "#7F7F7F"                 # the one neutral colour: before training, every σ at once
+ACT_COLORS = {"identity": _C["black"], "relu": _C["blue"], "sigmoid": _C["bluish green"],
+              "silu": _C["vermillion"], "gelu": _C["reddish purple"], "gelu_tanh": _C["orange"]}
+ACT_MARKERS = {"identity": "o", "relu": "s", "sigmoid": "^", "silu": "v", "gelu": "D",
+               "gelu_tanh": "x"}
+KEPT_SHADE = "#EBEBEB"           # the band below bn.CLAIM_TOL: "kept"
 
 
 def _figure(**kwargs):
     # A Figure of matplotlib's object API: pyplot never sees it, so no backend is chosen or
     # changed and nothing needs a display; fig.savefig renders the PNG (with Agg) by itself.
+    # The constrained layout makes room for the legends beside the axes and the suptitle.
     from matplotlib.figure import Figure
-    return Figure(**kwargs)
+    return Figure(layout="constrained", **kwargs)
 
 
 def _style():
@@ -544,12 +566,20 @@ def _style():
     return matplotlib.rc_context(_STYLE)          # _STYLE while drawing, then the caller's
 
 
+def _legend_beside(ax, **kwargs):
+    # Beside the axes, never over the data.
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+
+
 def _symlog_deviation_axis(ax):
-    # A log axis that can also show exact zeros: linear below 1e-16, logarithmic above.
+    # A log axis that can also show exact zeros: linear below 1e-16, logarithmic above; the
+    # band below bn.CLAIM_TOL, where a symmetry counts as kept, shaded and named in place.
     ax.set_yscale("symlog", linthresh=1e-16, linscale=0.5)
     ax.set_ylim(0, 5)
     ax.set_yticks([0, 1e-12, 1e-8, 1e-4, 1], ["0", "1e-12", "1e-8", "1e-4", "1"])
-    ax.axhline(bn.CLAIM_TOL, color="gray", ls=":", lw=1.5, label=_ROUNDING)
+    ax.axhspan(0, bn.CLAIM_TOL, color=KEPT_SHADE, zorder=0, lw=0)
+    ax.text(0.02, 2e-11, f"kept: below bn.CLAIM_TOL = {bn.CLAIM_TOL:.0e}", fontsize=9,
+            color="#555555", va="top", transform=ax.get_yaxis_transform())
 
 
 def _eta_ticks(ax, eta):
@@ -557,237 +587,408 @@ def _eta_ticks(ax, eta):
     ax.set_xticks(eta, [f"{e:g}" for e in eta])
 
 
-def _save(fig, path):
-    fig.tight_layout()
-    fig.savefig(path)
+# ----------------------------------------------------------------------------- figure 1
+
+def _exchange_change(ax, rows, alone=False):
+    # Colour = activation (as in (b)); hollow circle = rank-1 bilinear, filled square = gated.
+    acts = list(bn.ACTIVATIONS)
+    for name, marker, fill, shift in (("rank1_bilinear", "o", "none", -0.14),
+                                      ("gated_mlp", "s", None, 0.14)):
+        _, dev = pick(rows, "deviation", name)
+        for k, act in enumerate(acts):
+            ax.plot(k + shift, dev[k], marker, ms=11, mew=2, color=ACT_COLORS[act],
+                    mfc=fill or ACT_COLORS[act], ls="none", clip_on=False, zorder=3)
+    _symlog_deviation_axis(ax)
+    ax.text(0.5, 0.62, "filled ■ (top): gated MLP,\nbroken unless σ is linear",
+            transform=ax.transAxes, ha="center", va="center", fontsize=10)
+    ax.text(0.5, 0.46, "hollow ○ (bottom): rank-1 bilinear,\n0 for every σ",
+            transform=ax.transAxes, ha="center", va="center", fontsize=10)
+    ax.set_xticks(np.arange(len(acts)), acts, rotation=20)
+    ax.set_xlim(-0.5, len(acts) - 0.5)
+    ax.set_xlabel("activation σ")
+    ax.set_ylabel("relative output change (rel_error, no unit)")
+    ax.set_title("(a) change of the output under Q ↔ K")
 
 
-def draw_exchange(rows, path):
-    """Draw figure 1 from exchange_data's rows into the PNG file `path` (str or Path)."""
-    with _style():
-        fig = _figure(figsize=(10, 4.6))
-        ax1, ax2 = fig.subplots(1, 2)
+def _exchange_ratio(ax, rows, alone=False):
+    acts = list(bn.ACTIVATIONS)
+    _, gelu = pick(rows, "sigma_over_z", "gelu")
+    _, gelu_tanh = pick(rows, "sigma_over_z", "gelu_tanh")
+    gap = np.max(np.abs(gelu - gelu_tanh))                 # how far apart the two GELUs are
+    for act in acts:
+        z, ratio = pick(rows, "sigma_over_z", act)
+        style = {"lw": 1.8}
+        if act == "identity":                  # wide and light, beneath: relu shows on it
+            style = {"lw": 5, "alpha": 0.3, "zorder": 1.5}
+        elif act == "gelu":                    # wide, beneath the dashed tanh form and relu
+            style = {"lw": 4.5, "alpha": 0.55, "zorder": 1.5}
+        elif act == "gelu_tanh":
+            style = {"lw": 1.8, "ls": (0, (4, 2))}
+        label = {"identity": "identity: constant (linear)",
+                 "gelu_tanh": f"gelu_tanh: dashed, within {gap:.0e} of gelu"}.get(act, act)
+        ax.plot(z, ratio, color=ACT_COLORS[act], label=label, **style)
+    ax.set_ylim(-0.6, 1.6)
+    ax.text(0.02, 0.04, "sigmoid: σ(0) = ½, so σ(z)/z → ±∞ at 0", fontsize=10,
+            color=ACT_COLORS["sigmoid"], transform=ax.transAxes)
+    ax.set_xlabel("pre-activation z (no unit)")
+    ax.set_ylabel("σ(z) / z (no unit)")
+    ax.set_title("(b) σ(a)·b = σ(b)·a for all a, b  ⇔  σ(z)/z constant")
+    _legend_beside(ax, title="σ")
+
+
+# ----------------------------------------------------------------------------- figure 2
+
+def _inverse_scaling_panel(key, panel, sign):
+    def draw(ax, rows, alone=False):
+        for act in bn.ACTIVATIONS:                         # six curves at rounding level
+            alpha, dev = pick(rows, panel, f"rank1_bilinear {act}")
+            ax.plot(np.abs(alpha), dev, color=GRAY, lw=1,
+                    label="rank-1 bilinear: every σ (six curves)" if act == "identity" else None)
+        # Curves that meet (all near 1, or all at 0) share their line; the markers, one
+        # shape per activation, sit at staggered alpha, so that every curve shows.
         acts = list(bn.ACTIVATIONS)
-        for name, color, marker, shift in (("rank1_bilinear", "tab:blue", "o", -0.12),
-                                           ("gated_mlp", "tab:red", "s", 0.12)):
-            _, dev = pick(rows, "deviation", name)
-            ax1.plot(np.arange(len(acts)) + shift, dev, marker, ms=10, color=color, ls="none",
-                     clip_on=False, zorder=3, label=FORM_LABELS[name])
-        _symlog_deviation_axis(ax1)
-        ax1.set_xticks(np.arange(len(acts)), acts, rotation=20)
-        ax1.set_xlim(-0.5, len(acts) - 0.5)
-        ax1.set_xlabel("activation σ")
-        ax1.set_ylabel("relative output change (rel_error, no unit)")
-        ax1.set_title("(a) change of the output under Q ↔ K")
-        ax1.legend(loc="center right")
-        for act in acts:
-            z, ratio = pick(rows, "sigma_over_z", act)
-            ax2.plot(z, ratio, color=ACT_COLORS[act], lw=2.5 if act == "identity" else 1.6,
-                     label=act + (" (linear: constant)" if act == "identity" else ""))
-        ax2.set_ylim(-0.6, 1.6)
-        ax2.text(-3.9, -0.45, "sigmoid: σ(0) = ½, so σ(z)/z → ±∞ at 0", fontsize=10,
-                 color=ACT_COLORS["sigmoid"])
-        ax2.set_xlabel("pre-activation z (no unit)")
-        ax2.set_ylabel("σ(z) / z (no unit)")
-        ax2.set_title("(b) σ(a)·b = σ(b)·a for all a, b  ⇔  σ(z)/z constant")
-        ax2.legend(loc="upper left", ncol=2)
-        fig.suptitle("Exchange symmetry Q ↔ K: the rank-1 form keeps it for every σ, "
-                     "the gated form only for a linear σ", fontsize=13)
-        _save(fig, path)
+        for k, act in enumerate(acts):
+            alpha, dev = pick(rows, panel, f"gated_mlp {act}")
+            ax.plot(np.abs(alpha), dev, marker=ACT_MARKERS[act], ms=8, mfc="none", mew=1.8,
+                    markevery=(k, len(acts)), color=ACT_COLORS[act], lw=1.5,
+                    ls=(0, (4, 2)) if act == "gelu_tanh" else "-", label=f"gated MLP, {act}")
+        ax.set_xscale("log", base=2)
+        _symlog_deviation_axis(ax)
+        ax.set_xlabel(f"|α|, the scale factor ({sign}; no unit)")
+        ax.set_ylabel("relative output change (rel_error, no unit)")
+        ax.set_title(f"({key}) (Q, K) → (αQ, K/α) with {sign}")
+        if key == "b" or alone:                            # one legend for the two
+            _legend_beside(ax)
+    return draw
 
 
-def draw_inverse_scaling(rows, path):
-    """Draw figure 2 from inverse_scaling_data's rows into the PNG file `path`."""
-    with _style():
-        fig = _figure(figsize=(10, 4.8))
-        axes = fig.subplots(1, 2, sharey=True)
-        for ax, panel, sign in ((axes[0], "alpha>0", "α > 0"), (axes[1], "alpha<0", "α < 0")):
-            for act in bn.ACTIVATIONS:
-                alpha, dev = pick(rows, panel, f"rank1_bilinear {act}")
-                ax.plot(np.abs(alpha), dev, color="gray", lw=1, alpha=0.8,
-                        label="rank-1 bilinear, every σ" if act == "identity" else None)
-            for act in bn.ACTIVATIONS:
-                alpha, dev = pick(rows, panel, f"gated_mlp {act}")
-                ax.plot(np.abs(alpha), dev, "o-", ms=3.5, color=ACT_COLORS[act],
-                        lw=2.5 if act == "relu" else 1.5, label=f"gated MLP, {act}")
-            ax.set_xscale("log", base=2)
-            _symlog_deviation_axis(ax)
-            ax.set_xlabel(f"|α|, the scale factor ({sign}; no unit)")
-            ax.set_title(f"(Q, K) → (αQ, K/α) with {sign}")
-        axes[0].set_ylabel("relative output change (rel_error, no unit)")
-        axes[1].legend(loc="center right")
-        fig.suptitle("Inverse scaling: the rank-1 form keeps it for every σ; gated ReLU only "
-                     "for α > 0, gated identity for every α", fontsize=13)
-        _save(fig, path)
+# ----------------------------------------------------------------------------- figure 3
+
+CONSERVATION_COLORS = {("rank1_bilinear", "silu"): _C["blue"],
+                       ("gated_mlp", "relu"): _C["bluish green"],
+                       ("gated_mlp", "silu"): _C["vermillion"],
+                       KV_CASE + ("k, v",): _C["reddish purple"]}
+CONSERVATION_MARKERS = dict(zip(CONSERVATION_COLORS, "os^D"))
+KV_LABEL = "SwiGLU, the pair (k_j, v_j)"
 
 
-def draw_conservation(rows, path):
-    """Draw figure 3 from conservation_data's rows into the PNG file `path`."""
-    with _style():
-        fig = _figure(figsize=(14, 8.6))
-        ax = fig.subplot_mosaic([["a", "a", "b", "b", "c", "c", "f", "f"],
-                                 ["d", "d", "d", "d", "e", "e", "e", "e"]])
-        colors = dict(zip(CONSERVATION_CASES, ("tab:blue", "tab:green", "tab:red")))
-        verdict = ("conserved", "conserved", "not conserved")
-        for key, case, word in zip("abc", CONSERVATION_CASES, verdict):
-            series = f"{case[0]} {case[1]}"
-            for s in [s for s in series_names(rows, "trace") if s.startswith(series + " unit")]:
-                steps, c = pick(rows, "trace", s)
-                ax[key].plot(steps, c, lw=1.8, label=" ".join(s.split()[-2:]))
-            ax[key].set_xlabel("gradient-descent step")
-            ax[key].set_title(f"({key}) {CASE_LABELS[case]}:\n{word}", color=colors[case])
-        for s in [s for s in series_names(rows, "trace") if s.startswith(KV_SERIES + " unit")]:
+def _conservation_cases():
+    # (key of the colours, series, label, verdict) for the four quantities drawn
+    return ([(case, f"{case[0]} {case[1]}", CASE_LABELS[case], verdict) for case, verdict
+             in zip(CONSERVATION_CASES, ("conserved", "conserved", "not conserved"))]
+            + [(KV_CASE + ("k, v",), KV_SERIES, KV_LABEL, "conserved")])
+
+
+def _trace_panel(key, index):
+    def draw(ax, rows, alone=False):
+        case, series, label, verdict = _conservation_cases()[index]
+        units = [s for s in series_names(rows, "trace") if s.startswith(series + " unit")]
+        ends = []
+        for s in units:
             steps, c = pick(rows, "trace", s)
-            ax["f"].plot(steps, c, lw=1.8)
-        ax["f"].set_xlabel("gradient-descent step")
-        ax["f"].set_ylabel("‖k_j‖² − ‖v_j‖²")
-        ax["f"].set_title("(f) SwiGLU, the pair (k_j, v_j):\nconserved", color="tab:orange")
-        ax["a"].set_ylabel("‖q_j‖² − ‖k_j‖²  (weight units²)")
-        ax["a"].legend(title="the same units in (a)-(c)", ncol=2, loc="center")
-        lo = min(ax[k].get_ylim()[0] for k in "abc")
-        hi = max(ax[k].get_ylim()[1] for k in "abc")
-        for k in "abc":
-            ax[k].set_ylim(lo, hi)
-        for key, panel, ref, title in (
-                ("d", "one step", 2, "(d) change in one step of size η"),
-                ("e", "fixed time", 1, "(e) drift up to a fixed time t = steps · η")):
-            for case, series, color, label in (
-                    [(c, f"{c[0]} {c[1]}", colors[c], CASE_LABELS[c]) for c in CONSERVATION_CASES]
-                    + [(KV_CASE, KV_SERIES, "tab:orange", "SwiGLU, ‖k_j‖² − ‖v_j‖²")]):
-                eta, drift = pick(rows, panel, series)
-                slope = loglog_slope(eta, drift)
-                slope = 0.0 if abs(slope) < 5e-3 else slope          # no "-0.00"
-                ax[key].loglog(eta, drift, "o-", color=color, label=f"{label}: slope {slope:.2f}")
-            eta = np.array(eta)
-            _, first = pick(rows, panel, "rank1_bilinear silu")
-            ax[key].loglog(eta, 1.5 * first[-1] * (eta / eta[-1]) ** ref, "k--", lw=1,
-                           label=f"reference ∝ {'η²' if ref == 2 else 'η'}")
-            _eta_ticks(ax[key], eta)
-            ax[key].set_xlabel("step size η (loss ½·mean ‖y − t‖²)")
-            ax[key].set_title(title)
-            ax[key].legend(loc="lower right")
-        ax["d"].set_ylabel("max_j |change of the norm difference|")
-        fig.suptitle("Conservation law: where (q_j, k_j) → (αq_j, k_j/α) is a symmetry, "
-                     "gradient flow conserves ‖q_j‖² − ‖k_j‖²; gradient descent changes it "
-                     "by O(η²) per step.\nSwiGLU loses that one but keeps (k_j, v_j) → "
-                     "(αk_j, v_j/α), so it conserves ‖k_j‖² − ‖v_j‖² (f): gating trades one "
-                     "conserved quantity for another", fontsize=13)
-        _save(fig, path)
-
-
-TIED_COLORS = {("rank1_bilinear", "silu"): "tab:cyan", ("gated_mlp", "identity"): "black",
-               ("gated_mlp", "relu"): "tab:blue", ("gated_mlp", "silu"): "tab:red",
-               ("gated_mlp", "gelu"): "tab:purple", ("gated_mlp", "sigmoid"): "tab:green"}
-
-
-def draw_tied(rows, path):
-    """Draw figure 4 from tied_data's rows into the PNG file `path`."""
-    with _style():
-        fig = _figure(figsize=(9, 4.9))
-        ax = fig.subplots()
-        styles = {("rank1_bilinear", "silu"): ("-", 6), ("gated_mlp", "identity"): ("--", 3.5),
-                  ("gated_mlp", "relu"): (":", 3)}
-        for case in TIED_CASES:
-            steps, dist = pick(rows, "distance", f"{case[0]} {case[1]}")
-            ls, lw = styles.get(case, ("-", 2))
-            verdict = "stays exactly 0" if np.max(dist) == 0 else "grows"
-            ax.plot(steps, dist, ls=ls, lw=lw, color=TIED_COLORS[case],
-                    label=f"{CASE_LABELS[case]}: {verdict}")
+            ax.plot(steps, c, lw=2, color=CONSERVATION_COLORS[case])
+            ends.append((c[-1], " ".join(s.split()[-2:])))
+        if index < 3:                                      # (a)-(c): one scale, the same units
+            ax.set_ylim(*_range([pick(rows, "trace", s)[1] for s in series_names(rows, "trace")
+                                 if not s.startswith(KV_SERIES)]))
+            ax.set_ylabel("‖q_j‖² − ‖k_j‖²  (weight units²)")
+        else:
+            ax.set_ylim(*_range([pick(rows, "trace", s)[1] for s in units]))
+            ax.set_ylabel("‖k_j‖² − ‖v_j‖²  (weight units²)")
+        # Each unit named at the end of its line, the names pushed apart where lines end close.
+        lo, hi = ax.get_ylim()
+        last = -np.inf
+        for y, name in sorted(ends):
+            last = max(y, last + 0.07 * (hi - lo))
+            ax.annotate(name, (steps[-1], y), xytext=(steps[-1] * 1.03, last),
+                        va="center", fontsize=9, color="#444444")
+        ax.set_xlim(steps[0], steps[-1] * 1.3)             # room for the names
         ax.set_xlabel("gradient-descent step")
-        ax.set_ylabel("‖Q − K‖_F  (weight units)")
-        ax.legend(loc="upper left")
-        ax.set_title("Tied start Q = K: the rank-1 form keeps Q = K exactly (any σ), and so do\n"
-                     "gated forms with σ(a) = a·σ'(a) (identity, ReLU); SwiGLU, GEGLU, GLU untie")
-        _save(fig, path)
+        ax.set_title(f"({key}) {label}:\n{verdict}", color=CONSERVATION_COLORS[case])
+    return draw
 
 
-def draw_rank(rows, path):
-    """Draw figure 5 from rank_data's rows into the PNG file `path`."""
+def _range(arrays, margin=0.06):
+    lo, hi = min(np.min(a) for a in arrays), max(np.max(a) for a in arrays)
+    return lo - margin * (hi - lo), hi + margin * (hi - lo)
+
+
+def _drift_panel(key, panel, ref, title):
+    def draw(ax, rows, alone=False):
+        for case, series, label, _ in _conservation_cases():
+            eta, drift = pick(rows, panel, series)
+            slope = loglog_slope(eta, drift)
+            slope = 0.0 if abs(slope) < 5e-3 else slope          # no "-0.00"
+            ax.loglog(eta, drift, marker=CONSERVATION_MARKERS[case], ms=7,
+                      color=CONSERVATION_COLORS[case], label=f"{label}: slope {slope:.2f}")
+        eta = np.array(eta)
+        _, first = pick(rows, panel, "rank1_bilinear silu")
+        ax.loglog(eta, 1.5 * first[-1] * (eta / eta[-1]) ** ref, "k--", lw=1,
+                  label=f"reference: slope {ref} (∝ {'η²' if ref == 2 else 'η'})")
+        _eta_ticks(ax, eta)
+        ax.set_xlabel("step size η (loss ½·mean ‖y − t‖²)")
+        ax.set_ylabel("max_j |change of the norm difference|")
+        ax.set_title(title)
+        _legend_beside(ax)
+    return draw
+
+
+# ----------------------------------------------------------------------------- figure 4
+
+TIED_COLORS = {("rank1_bilinear", "silu"): _C["sky blue"], ("gated_mlp", "identity"): _C["black"],
+               ("gated_mlp", "relu"): _C["blue"], ("gated_mlp", "silu"): _C["vermillion"],
+               ("gated_mlp", "gelu"): _C["reddish purple"], ("gated_mlp", "sigmoid"): _C["bluish green"]}
+# The three curves that stay at 0 lie on one line: a wide band, a dashed line on it, and
+# markers on the dashes, so that each shows.
+TIED_STYLES = {("rank1_bilinear", "silu"): {"lw": 9, "alpha": 0.8},
+               ("gated_mlp", "identity"): {"lw": 2, "ls": (0, (5, 3))},
+               ("gated_mlp", "relu"): {"ls": "none", "marker": "s", "ms": 7, "mfc": "none",
+                                       "mew": 2}}
+
+
+def _tied_panel(ax, rows, alone=False):
+    for case in TIED_CASES:
+        steps, dist = pick(rows, "distance", f"{case[0]} {case[1]}")
+        style = dict(TIED_STYLES.get(case, {"lw": 2}))
+        if "marker" in style:
+            style["markevery"] = (len(steps) // 16, max(1, len(steps) // 8))
+        verdict = "stays exactly 0" if np.max(dist) == 0 else "grows"
+        ax.plot(steps, dist, color=TIED_COLORS[case], label=f"{CASE_LABELS[case]}: {verdict}",
+                **style)
+    ax.set_xlabel("gradient-descent step")
+    ax.set_ylabel("‖Q − K‖_F  (weight units)")
+    _legend_beside(ax)
+    ax.set_title("Tied start Q = K: the rank-1 form keeps Q = K exactly (any σ), and so do\n"
+                 "gated forms with σ(a) = a·σ'(a) (identity, ReLU); SwiGLU, GEGLU, GLU untie")
+
+
+# ----------------------------------------------------------------------------- figure 5
+
+UNIT_COLOR = _C["reddish purple"]          # every unit of the trained layer, a marker each
+UNIT_MARKERS = "osD^v<>p"
+TRUNCATION_COLOR = _C["black"]             # keeping the largest eigen-terms: (b) and (c)
+STUDENT_STYLES = {
+    "teacher truncated": dict(color=TRUNCATION_COLOR, lw=5, zorder=2),   # a band beneath
+    "teacher best function": dict(color=_C["bluish green"], lw=2, ls=(0, (4, 2)), marker="^",
+                                  ms=7, zorder=3),
+    "rank_r_bilinear identity": dict(color=_C["blue"], lw=2, marker="o", ms=6, zorder=4),
+    "gated_rank_r silu": dict(color=_C["vermillion"], lw=2, marker="s", ms=6, zorder=4)}
+STUDENT_LABELS = {
+    "teacher truncated": "eigen-truncation: the teacher's closest rank-r score matrix\n"
+                         "(Frobenius: r largest positive + r most negative eigen-terms)",
+    "teacher best function": "best rank-r function: the teacher's score with\n"
+                             "eigenvalues shifted (derivations 6.4)",
+    "rank_r_bilinear identity": "rank-r bilinear student: symmetric, identity σ",
+    "gated_rank_r silu": "gated rank-r student: SiLU"}
+
+
+def _integer_ranks(ax):
     from matplotlib.ticker import MaxNLocator
-    with _style():
-        fig = _figure(figsize=(10, 8.8))
-        ax = fig.subplot_mosaic([["a", "b"], ["c", "c"]])
-        for k, unit in enumerate(series_names(rows, "spectrum trained")):
-            i, lam = pick(rows, "spectrum init", unit)
-            ax["a"].semilogy(i, lam, ":", color=f"C{k}", lw=1.3)
-            i, lam = pick(rows, "spectrum trained", unit)
-            ax["a"].semilogy(i, lam, "o-", color=f"C{k}", label=unit)
-            r, err = pick(rows, "truncation matrix", unit)
-            ax["b"].semilogy(r, np.maximum(err, 1e-17), "o-", color=f"C{k}", ms=4, lw=1,
-                             label=f"sym(A_j) (Frobenius), {unit}")
-        ax["a"].plot([], [], "k:", label="before training")
-        d = int(max(pick(rows, "truncation matrix")[0]))
-        terms = int(pick(rows, "teacher", "eigen-terms")[1][0])
-        if terms < d:
-            ax["a"].axvline(terms + 0.5, color="gray", lw=1)
-            ax["a"].text(terms + 0.6, 0.9, f"teacher:\n{terms} eigen-terms", va="top",
-                         color="gray", fontsize=10, transform=ax["a"].get_xaxis_transform())
-        for key in "abc":
-            ax[key].xaxis.set_major_locator(MaxNLocator(integer=True))   # ranks are integers
-        ax["a"].set_xlabel("eigenvalue index i (largest |λ| first)")
-        ax["a"].set_ylabel("|λ_i| of sym(A_j)  (no unit)")
-        _, fit = pick(rows, "fit", "bilinear identity")
-        ax["a"].set_title(f"(a) spectra of a trained bilinear layer\n"
-                          f"(held-out relative error {fit[0]:.0e})")
-        ax["a"].legend(loc="lower left")
-        r, err = pick(rows, "truncation output", "layer output")
-        ax["b"].semilogy(r, np.maximum(err, 1e-17), "s-", color="black", lw=2.2,
-                         label="layer output (RMS, held-out)")
-        ax["b"].set_xlabel("rank r kept (largest |λ| first)")
-        ax["b"].set_ylabel("relative error (no unit)")
-        ax["b"].set_title("(b) its best rank-r truncation\n(r = d is exact)")
-        ax["b"].legend(loc="lower left")
-        labels = {"teacher truncated": "teacher's closest rank-r score matrix (Frobenius: r largest "
-                                       "positive + r most negative eigen-terms)",
-                  "teacher best function": "teacher's best rank-r score as a function "
-                                           "(eigenvalues shifted, derivations 6.4)"}
-        for series, style in (("teacher truncated", "k--"), ("teacher best function", "g^:"),
-                              ("rank_r_bilinear identity", "o-"), ("gated_rank_r silu", "s-")):
-            r, err = pick(rows, "students", series)
-            ax["c"].semilogy(r, np.maximum(err, 1e-17), style, lw=2,
-                             label=labels.get(series) or CASE_LABELS[tuple(series.split())])
-        ax["c"].set_xlabel("student rank r (factor pairs (q, k) per unit)")
-        ax["c"].set_ylabel("relative RMS error, held-out (no unit)")
-        ax["c"].set_title(f"(c) rank-r students trained to mimic a random full bilinear "
-                          f"unit (d = {d});\na pair holds two eigen-terms: "
-                          f"(x·q)(x·k) = ¼(x·(q+k))² − ¼(x·(q−k))²")
-        ax["c"].legend(loc="lower left")
-        fig.suptitle("Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²",
-                     fontsize=13)
-        _save(fig, path)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # ranks are integers
 
 
-HESSIAN_COLORS = {("rank1_bilinear", "silu"): "tab:blue", ("gated_mlp", "silu"): "tab:red",
-                  ("double_gated_mlp", "silu"): "tab:purple", ("gated_mlp", "relu"): "tab:green"}
+def _spectrum_panel(ax, rows, alone=False):
+    for k, unit in enumerate(series_names(rows, "spectrum trained")):
+        i, lam = pick(rows, "spectrum init", unit)
+        ax.semilogy(i, lam, ":", color=GRAY, lw=1.5,
+                    label="before training: every unit" if k == 0 else None)
+        i, lam = pick(rows, "spectrum trained", unit)
+        ax.semilogy(i, lam, marker=UNIT_MARKERS[k % len(UNIT_MARKERS)], mfc="none", mew=1.5,
+                    color=UNIT_COLOR, lw=1.5, label=unit)
+    d = int(max(pick(rows, "truncation matrix")[0]))
+    terms = int(pick(rows, "teacher", "eigen-terms")[1][0])
+    if terms < d:
+        ax.axvspan(terms + 0.5, d + 0.5, color=KEPT_SHADE, zorder=0, lw=0)
+        ax.text(terms + 0.6, 0.97, f"beyond the teacher's\n{terms} eigen-terms", va="top",
+                color="#555555", fontsize=10, transform=ax.get_xaxis_transform())
+    ax.set_xlim(0.5, d + 0.5)
+    _integer_ranks(ax)
+    ax.set_xlabel("eigenvalue index i (largest |λ| first)")
+    ax.set_ylabel("|λ_i| of sym(A_j)  (no unit)")
+    _, fit = pick(rows, "fit", "bilinear identity")
+    ax.set_title(f"(a) spectra of a trained bilinear layer\n"
+                 f"(held-out relative error {fit[0]:.0e})")
+    _legend_beside(ax)
+
+
+def _truncation_panel(ax, rows, alone=False):
+    r, err = pick(rows, "truncation output", "layer output")
+    ax.semilogy(r, np.maximum(err, 1e-17), "s-", color=TRUNCATION_COLOR, lw=5, ms=10,
+                zorder=2, label="eigen-truncation: the layer's output\n(RMS, held-out)")
+    for k, unit in enumerate(series_names(rows, "truncation matrix")):   # thin, on top
+        r, err = pick(rows, "truncation matrix", unit)
+        ax.semilogy(r, np.maximum(err, 1e-17), marker=UNIT_MARKERS[k % len(UNIT_MARKERS)],
+                    mfc="none", mew=1.5, color=UNIT_COLOR, ms=6, lw=1, zorder=3, label=unit)
+    _integer_ranks(ax)
+    ax.set_xlabel("rank r kept (largest |λ| first)")
+    ax.set_ylabel("relative error (no unit)")
+    ax.set_title("(b) its best rank-r truncation: sym(A_j) of each\nunit (Frobenius) "
+                 "and the layer's output; r = d is exact")
+    _legend_beside(ax)
+
+
+def _students_panel(ax, rows, alone=False):
+    d = int(max(pick(rows, "truncation matrix")[0]))
+    for series in ("teacher truncated", "teacher best function", "rank_r_bilinear identity",
+                   "gated_rank_r silu"):
+        r, err = pick(rows, "students", series)
+        ax.semilogy(r, np.maximum(err, 1e-17), label=STUDENT_LABELS[series],
+                    **STUDENT_STYLES[series])
+    _integer_ranks(ax)
+    ax.set_xlabel("student rank r (factor pairs (q, k) per unit)")
+    ax.set_ylabel("relative RMS error, held-out (no unit)")
+    ax.set_title(f"(c) rank-r students trained to mimic a random full bilinear unit (d = {d});\n"
+                 f"a pair holds two eigen-terms: (x·q)(x·k) = ¼(x·(q+k))² − ¼(x·(q−k))²")
+    _legend_beside(ax)
+
+
+# ----------------------------------------------------------------------------- figure 6
+
+HESSIAN_COLORS = {("rank1_bilinear", "silu"): _C["blue"], ("gated_mlp", "silu"): _C["vermillion"],
+                  ("double_gated_mlp", "silu"): _C["reddish purple"],
+                  ("gated_mlp", "relu"): _C["bluish green"]}
+HESSIAN_MARKERS = dict(zip(HESSIAN_COLORS, "osD^"))
 HESSIAN_LABELS = {("rank1_bilinear", "silu"): "rank-1 bilinear, SiLU",
                   ("gated_mlp", "silu"): "SwiGLU", ("double_gated_mlp", "silu"): "double-gated SiLU",
                   ("gated_mlp", "relu"): "ReGLU"}
 
 
-def draw_hessian(rows, path):
-    """Draw figure 6 from hessian_data's rows into the PNG file `path`."""
+def _hessian_panel(ax, rows, alone=False):
+    for k, case in enumerate(HESSIAN_CASES):
+        series = f"{case[0]} {case[1]}"
+        i, relative = pick(rows, "spectrum", series)
+        _, zeros = pick(rows, "zeros", series)                    # measured, theory
+        x = np.array(i) + 0.12 * (k - 1.5)                        # side by side
+        ax.semilogy(x, np.maximum(relative, 1e-18), HESSIAN_MARKERS[case], ms=8,
+                    color=HESSIAN_COLORS[case],
+                    label=f"{HESSIAN_LABELS[case]}: {int(zeros[0])} zero eigenvalues "
+                          f"(theory {int(zeros[1])})")
+    ax.axhline(HESSIAN_ZERO, color=GRAY, ls=":", lw=1.5, label="zero: below 1e-8")
+    ax.set_xlabel("eigenvalue index (smallest |λ| first)")
+    ax.set_ylabel("|λ_i| / max |λ|  (no unit)")
+    ax.set_ylim(1e-18, 2)
+    _legend_beside(ax)
+    ax.set_title("Hessian of a regression loss at a minimum (d = 5, m = 2 units, d_out = 3): "
+                 "one zero eigenvalue\nper continuous symmetry. Smooth rank-1 and gated "
+                 "units keep one each (inverse scaling, key-value rescaling),\ndouble-gated "
+                 "none, ReGLU two: gating trades a conserved quantity, it does not remove one",
+                 fontsize=11)
+
+
+# ----------------------------------------------------------------------------- layouts
+
+# name -> (mosaic of panel keys, size in inches, {key: panel function}, suptitle or "").
+# The keys are the panels' letters, so that a mosaic reads (a), (b), ... row by row.
+LAYOUTS = {
+    "fig1_exchange": (
+        [["a", "b"]], (13, 5.0),
+        {"a": _exchange_change, "b": _exchange_ratio},
+        "Exchange symmetry Q ↔ K: the rank-1 form keeps it for every σ, "
+        "the gated form only for a linear σ"),
+    "fig2_inverse_scaling": (
+        [["a", "b"]], (13, 5.0),
+        {"a": _inverse_scaling_panel("a", "alpha>0", "α > 0"),
+         "b": _inverse_scaling_panel("b", "alpha<0", "α < 0")},
+        "Inverse scaling: the rank-1 form keeps it for every σ; gated ReLU only "
+        "for α > 0, gated identity for every α"),
+    "fig3_conservation": (
+        [["a", "b", "c", "d"], ["e", "e", "f", "f"]], (16, 9.4),
+        {"a": _trace_panel("a", 0), "b": _trace_panel("b", 1), "c": _trace_panel("c", 2),
+         "d": _trace_panel("d", 3),
+         "e": _drift_panel("e", "one step", 2, "(e) change in one step of size η"),
+         "f": _drift_panel("f", "fixed time", 1, "(f) drift up to a fixed time t = steps · η")},
+        "Conservation law: where (q_j, k_j) → (αq_j, k_j/α) is a symmetry, gradient flow "
+        "conserves ‖q_j‖² − ‖k_j‖²; gradient descent changes it by O(η²) per step.\n"
+        "SwiGLU loses that one but keeps (k_j, v_j) → (αk_j, v_j/α), so it conserves "
+        "‖k_j‖² − ‖v_j‖² (d): gating trades one conserved quantity for another"),
+    "fig4_tied_factors": ([["a"]], (12, 4.9), {"a": _tied_panel}, ""),
+    "fig5_rank": (
+        [["a", "b"], ["c", "c"]], (14, 9.2),
+        {"a": _spectrum_panel, "b": _truncation_panel, "c": _students_panel},
+        "Rank: a bilinear unit is a sum of eigen-terms λ_i (x·u_i)²"),
+    "fig6_hessian": ([["a"]], (13, 5.4), {"a": _hessian_panel}, ""),
+}
+PANEL_SIZE = (8, 6)                        # one panel alone, for a slide (inches)
+
+
+def _draw(name, rows, path):
+    mosaic, size, panels, suptitle = LAYOUTS[name]
     with _style():
-        fig = _figure(figsize=(10, 5.4))
-        ax = fig.add_subplot()
-        for k, case in enumerate(HESSIAN_CASES):
-            series = f"{case[0]} {case[1]}"
-            i, relative = pick(rows, "spectrum", series)
-            _, zeros = pick(rows, "zeros", series)                    # measured, theory
-            x = np.array(i) + 0.12 * (k - 1.5)                        # side by side
-            ax.semilogy(x, np.maximum(relative, 1e-18), "o", ms=8, color=HESSIAN_COLORS[case],
-                        label=f"{HESSIAN_LABELS[case]}: {int(zeros[0])} zero eigenvalues "
-                              f"(theory {int(zeros[1])})")
-        ax.axhline(HESSIAN_ZERO, color="gray", ls=":", lw=1.5, label="below: zero (1e-8)")
-        ax.set_xlabel("eigenvalue index (smallest |λ| first)")
-        ax.set_ylabel("|λ_i| / max |λ|  (no unit)")
-        ax.set_ylim(1e-18, 2)
-        ax.legend(loc="lower right")
-        ax.set_title("Hessian of a regression loss at a minimum (d = 5, m = 2 units, d_out = 3): "
-                     "one zero eigenvalue\nper continuous symmetry. Smooth rank-1 and gated "
-                     "units keep one each (inverse scaling, key-value rescaling),\ndouble-gated "
-                     "none, ReGLU two: gating trades a conserved quantity, it does not remove one",
-                     fontsize=11)
-        _save(fig, path)
+        fig = _figure(figsize=size)
+        # One subfigure per row: a legend beside a panel of one row takes no room in another.
+        rows_of = fig.subfigures(len(mosaic), 1) if len(mosaic) > 1 else [fig]
+        axes = {}
+        for subfig, keys in zip(rows_of, mosaic):
+            axes.update(subfig.subplot_mosaic([keys]))
+        for key, panel in panels.items():
+            panel(axes[key], rows)
+        if suptitle:
+            fig.suptitle(suptitle, fontsize=13)
+        fig.savefig(path)
+    return fig
+
+
+def draw_panels(name, rows, out_dir):
+    """Draw each panel of figure `name` alone, as out_dir/NAME_KEY.png (KEY = a, b, ...),
+    with the code that draws it in the composite figure: one panel per slide.
+
+    Args: name: key of FIGURES; rows: its data function's rows; out_dir: str or Path,
+        created if missing.
+    Returns: list of the Paths written, in reading order. A one-panel figure has none.
+    Raises: KeyError for an unknown name.
+    """
+    mosaic, _, panels, _ = LAYOUTS[name]
+    if len(panels) == 1:
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, panel in panels.items():
+        with _style():
+            fig = _figure(figsize=PANEL_SIZE)
+            ax = fig.add_subplot()
+            panel(ax, rows, alone=True)
+            legend = ax.get_legend()
+            if legend:                         # below the panel: the axes keep the width
+                labels = [t.get_text() for t in legend.get_texts()]
+                title = legend.get_title().get_text()
+                legend.remove()
+                fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
+                           ncol=2 if max(map(len, labels)) < 40 else 1, title=title or None)
+            fig.savefig(out_dir / f"{name}_{key}.png")
+        written.append(out_dir / f"{name}_{key}.png")
+    return written
+
+
+def draw_exchange(rows, path):
+    """Draw figure 1 from exchange_data's rows into the PNG file `path` (str or Path).
+    Returns the matplotlib Figure (already saved)."""
+    return _draw("fig1_exchange", rows, path)
+
+
+def draw_inverse_scaling(rows, path):
+    """Draw figure 2 from inverse_scaling_data's rows into the PNG file `path`; return the Figure."""
+    return _draw("fig2_inverse_scaling", rows, path)
+
+
+def draw_conservation(rows, path):
+    """Draw figure 3 from conservation_data's rows into the PNG file `path`; return the Figure."""
+    return _draw("fig3_conservation", rows, path)
+
+
+def draw_tied(rows, path):
+    """Draw figure 4 from tied_data's rows into the PNG file `path`; return the Figure."""
+    return _draw("fig4_tied_factors", rows, path)
+
+
+def draw_rank(rows, path):
+    """Draw figure 5 from rank_data's rows into the PNG file `path`; return the Figure."""
+    return _draw("fig5_rank", rows, path)
+
+
+def draw_hessian(rows, path):
+    """Draw figure 6 from hessian_data's rows into the PNG file `path`; return the Figure."""
+    return _draw("fig6_hessian", rows, path)
 
 
 # =============================================================================
@@ -824,18 +1025,20 @@ def write_csv(rows, path):
         writer.writerows(rows)
 
 
-def make_figures(out_dir="figures", quick=False, names=None, out=print):
+def make_figures(out_dir="figures", quick=False, names=None, out=print, panels=False):
     """Compute, write (CSV) and draw (PNG) every figure of FIGURES into out_dir.
 
     Args:
         out_dir: str or Path, created if missing; quick: bool, use the small sizes of QUICK;
-        names: iterable of keys of FIGURES (default: all); out: function printing one line.
+        names: iterable of keys of FIGURES (default: all); out: function printing one line;
+        panels: bool, also draw each panel of a figure alone, as out_dir/panels/NAME_KEY.png
+        (draw_panels: one panel per slide).
     Each figure's CSV and PNG replace the old pair together when that figure is done
     (outputs.Staged), so a CSV never sits beside the PNG of another run; Ctrl-C keeps the
     figures finished so far (outputs.Stopped says which).
 
     Returns:
-        list of the Paths written (PNG and CSV of each figure).
+        list of the Paths written (PNG and CSV of each figure, then its panels).
     Raises:
         ValueError for an unknown figure name; outputs.Stopped on Ctrl-C.
     """
@@ -855,10 +1058,13 @@ def make_figures(out_dir="figures", quick=False, names=None, out=print):
             with outputs.Staged() as files:
                 write_csv(rows, files.path(out_dir / f"{name}.csv"))
                 draw(rows, files.path(out_dir / f"{name}.png"))
+            finished = [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
+            if panels:
+                finished += draw_panels(name, rows, out_dir / "panels")
         except KeyboardInterrupt:
-            done = (f"{', '.join(p.stem for p in written[::2])} finished, in {out_dir}"
-                    if written else "no figure finished")
+            done = sorted({p.stem for p in written if p.suffix == ".csv"})
+            done = f"{', '.join(done)} finished, in {out_dir}" if done else "no figure finished"
             raise outputs.Stopped(f"{done}; {name} and the rest as they were") from None
-        written += [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
+        written += finished
         out(f"wrote {out_dir / name}.png and .csv ({time.perf_counter() - start:.1f} s)")
     return written

@@ -172,9 +172,11 @@ class Staged:
         self.remove_after = list(remove_after)      # files the published ones replace (partials)
 
     def path(self, final):
-        """The temporary path to write instead of `final` (same folder and suffix)."""
+        """The temporary path to write instead of `final`: the same name, in a hidden folder
+        .tmp-PID beside it (so on the same disk, and the rename is atomic)."""
         final = Path(final)
-        temporary = final.with_name(f".{final.stem}.{os.getpid()}.tmp{final.suffix}")
+        temporary = final.parent / f".tmp-{os.getpid()}" / final.name
+        temporary.parent.mkdir(exist_ok=True)
         self.pending.append((temporary, final))
         return temporary
 
@@ -187,11 +189,17 @@ class Staged:
                     final.unlink(missing_ok=True)
             for path in self.remove_after:
                 Path(path).unlink(missing_ok=True)
-        self.pending = []
+        self._tidy()
 
     def discard(self):
         for temporary, _ in self.pending:
             temporary.unlink(missing_ok=True)
+        self._tidy()
+
+    def _tidy(self):
+        for folder in {temporary.parent for temporary, _ in self.pending}:
+            with contextlib.suppress(OSError):      # another Staged of this run may use it
+                folder.rmdir()
         self.pending = []
 
     def __enter__(self):

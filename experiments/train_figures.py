@@ -44,12 +44,24 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     axes = fig.subplots(1, 2)
     tab20 = matplotlib.colormaps["tab20"].colors
     colours = tab20[::2] + tab20[1::2]                         # 10 distinct, then lighter
+    finite = {}                                                # variant -> (seeds kept, n)
+    for v, runs in curves.items():
+        values = np.array([vals for _, vals in runs], dtype=np.float64)
+        finite[v] = values[np.isfinite(values).all(axis=1)]   # diverged runs left out
+    means = {v: x.mean(axis=0) for v, x in finite.items() if len(x)}
+    # A variant whose mean curve is exactly an earlier one's (rank1-identity and Bilinear are
+    # one function) would be hidden under it: it is drawn as hollow markers on top instead.
+    twin = {}
+    for i, v in enumerate(means):
+        earlier = [u for u in list(means)[:i] if means[u].shape == means[v].shape
+                   and np.array_equal(means[u], means[v])]
+        if earlier:
+            twin[v] = earlier[0]
     for ax, zoom in zip(axes, (False, True)):
         shown = [] if zoom else [baseline]
         for i, (variant, runs) in enumerate(curves.items()):
             steps = runs[0][0]
-            values = np.array([v for _, v in runs], dtype=np.float64)      # (seeds, n)
-            values = values[np.isfinite(values).all(axis=1)]  # diverged runs left out
+            values = finite[variant]                           # (seeds kept, n)
             diverged = len(runs) - len(values)
             label = variant if not diverged else (
                 f"{variant} ({diverged} of {len(runs)} diverged)" if len(values)
@@ -57,29 +69,37 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
             keep = steps >= steps[-1] / 2 if zoom else steps > 0
             colour = colours[i % len(colours)]
             style = _STYLE.get(families[variant], ":")
-            if not len(values):                           # a gap: nothing to draw
+            if not len(values):                                # a gap: nothing to draw
                 ax.plot([], [], color=colour, label=label, linewidth=1.5, linestyle=style)
                 continue
             mean, std = values.mean(axis=0), values.std(axis=0)
-            ax.plot(steps[keep], mean[keep], color=colour, label=label, linewidth=1.5,
-                    linestyle=style)
-            ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep], color=colour,
-                            alpha=0.15, linewidth=0)
+            if variant in twin:
+                ax.plot(steps[keep], mean[keep], "o", color=colour, mfc="none", ms=6, mew=1.5,
+                        zorder=3, label=f"{label} (same curve as {twin[variant]})")
+            else:
+                ax.plot(steps[keep], mean[keep], color=colour, label=label, linewidth=1.5,
+                        linestyle=style)
+                ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep],
+                                color=colour, alpha=0.15, linewidth=0)
             shown.extend(mean[keep])
         if not zoom:
-            ax.axhline(baseline, color="black", linestyle="-.", linewidth=1, label="baseline")
+            ax.axhline(baseline, color="black", linestyle="-.", linewidth=1,
+                       label=f"baseline ({baseline:.3f}), in (a)")
         low, high = (min(shown), max(shown)) if shown else (0.0, 0.0)
-        if high > low:                                    # else matplotlib's own limits
+        if high > low:                                         # else matplotlib's own limits
             ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
         ax.set_xlabel("training step (Adam updates)")
         ax.set_ylabel(ylabel)
-        ax.set_title("second half, zoomed" if zoom else "all steps after step 0", fontsize=9)
+        ax.set_title("(b) second half, zoomed" if zoom else "(a) all steps after step 0",
+                     fontsize=9)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5),
+    # One legend, outside the axes (never over a curve); the baseline entry comes from (a).
+    handles, labels = axes[1].get_legend_handles_labels()
+    base_h, base_l = axes[0].get_legend_handles_labels()
+    axes[1].legend(handles + base_h[-1:], labels + base_l[-1:], fontsize=7,
+                   loc="center left", bbox_to_anchor=(1.02, 0.5),
                    title="solid: gated\ndashed: symmetric\ndotted: key-value MLP",
-                   title_fontsize=7)
-    handles, labels = axes[0].get_legend_handles_labels()
-    axes[0].legend(handles[-1:], labels[-1:], fontsize=7, loc="upper right")
+                   title_fontsize=7, alignment="left")
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -362,7 +362,7 @@ def test_ctrl_c_keeps_every_finished_run_and_says_where(capsys, tmp_path, monkey
         ("mlp-relu", "0"), ("mlp-relu", "1"), ("SwiGLU", "0")]
     assert (out / "results" / "text.csv").read_text(encoding="utf-8") == "old\n"   # untouched
     assert not (out / ".train-text.lock").exists()                                 # released
-    assert not list(out.rglob(".*.tmp*"))
+    assert not list(out.rglob(".tmp-*"))
 
 
 def test_ctrl_c_before_any_run_finished_says_nothing_was_written(capsys, tmp_path, monkeypatch, small_tasks):
@@ -390,7 +390,7 @@ def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, 
     assert (out / "results" / "text.csv").read_text(encoding="utf-8") == "old"
     assert (out / "figures" / "text_curves.png").read_text(encoding="utf-8") == "old"
     assert len(csv_rows(out / "results" / "text.partial.csv")) == 4
-    assert not list(out.rglob(".*.tmp*"))                    # no half-written file left
+    assert not list(out.rglob(".tmp-*"))                    # no half-written file left
 
 
 def test_a_finished_run_replaces_every_file_together(tmp_path, small_tasks):
@@ -424,7 +424,7 @@ def test_figures_keeps_the_finished_figures_on_ctrl_c(capsys, tmp_path, monkeypa
 
 def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monkeypatch, small_tasks):
     def full_disk(path, task, rows):
-        if ".partial" not in Path(path).name and ".text." in Path(path).name:   # the final CSV
+        if Path(path).name == "text.csv":                                       # the final CSV
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, task, rows)
 
@@ -435,6 +435,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monke
     assert "text.partial.csv" in line
     assert len(csv_rows(tmp_path / "results" / "text.partial.csv")) == 4
     assert not (tmp_path / "results" / "text.csv").exists()
+    assert not list(tmp_path.rglob(".tmp-*"))                # the half-written file removed
 
     from experiments import bench
     def no_space(*args, **kwargs):

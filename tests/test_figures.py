@@ -16,8 +16,30 @@ QUICK = fg.QUICK
 NONLINEAR = [a for a in bn.ACTIVATIONS if a != "identity"]
 
 
-def test_every_figure_and_csv_is_written(tmp_path):
-    assert bn.main(["figures", "--quick", "--out", str(tmp_path)]) == 0
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """`figures --quick --panels`, run once: the folder written, and each figure's
+    matplotlib Figure (kept as the command draws it), by name."""
+    out = tmp_path_factory.mktemp("figures")
+    figs = {}
+
+    def keeping(draw):
+        def draw_and_keep(rows, path):
+            figs[Path(path).stem] = draw(rows, path)
+            return figs[Path(path).stem]
+        return draw_and_keep
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, (compute, draw) in fg.FIGURES.items():
+            mp.setitem(fg.FIGURES, name, (compute, keeping(draw)))
+        assert bn.main(["figures", "--quick", "--panels", "--out", str(out)]) == 0
+    assert sorted(figs) == sorted(fg.FIGURES)
+    renderers = {name: _renderer(fig) for name, fig in figs.items()}   # drawn once, for the layout
+    return out, figs, renderers
+
+
+def test_every_figure_and_csv_is_written(drawn):
+    tmp_path = drawn[0]
     for name in fg.FIGURES:
         png = (tmp_path / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000, name
@@ -184,3 +206,134 @@ def test_conservation_figure_shows_swiglu_conserved_pair():
     rows = fg.conservation_data(**sizes)
     assert abs(fg.loglog_slope(*fg.pick(rows, "one step", fg.KV_SERIES)) - 2) < 0.02
     assert abs(fg.loglog_slope(*fg.pick(rows, "fixed time", fg.KV_SERIES)) - 1) < 0.2
+
+
+# -----------------------------------------------------------------------------
+# How the figures read: properties of the drawn Figure objects (experiments/figures.py,
+# the rules above its drawing section)
+# -----------------------------------------------------------------------------
+
+
+def _renderer(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _reading_order(fig):
+    # The titled axes, row by row (top first; tops within 30 pixels are one row), left to right.
+    axes = [ax for ax in fig.get_axes() if ax.get_title()]
+    axes.sort(key=lambda ax: -ax.get_window_extent().y1)
+    rows = []
+    for ax in axes:
+        if rows and abs(rows[-1][0].get_window_extent().y1 - ax.get_window_extent().y1) < 30:
+            rows[-1].append(ax)
+        else:
+            rows.append([ax])
+    return [ax for row in rows for ax in sorted(row, key=lambda a: a.get_window_extent().x0)]
+
+
+@pytest.mark.parametrize("name", list(fg.FIGURES))
+def test_panels_are_lettered_in_reading_order(drawn, name):
+    fig = drawn[1][name]
+    titles = [ax.get_title() for ax in _reading_order(fig)]
+    if len(titles) > 1:
+        letters = [t[:3] for t in titles]
+        assert letters == [f"({chr(97 + i)})" for i in range(len(titles))], titles
+    # figures --panels wrote each panel alone, one file per letter, in the same order.
+    written = sorted((drawn[0] / "panels").glob(f"{name}_*.png"))
+    assert [p.stem for p in written] == ([f"{name}_{chr(97 + i)}" for i in range(len(titles))]
+                                        if len(titles) > 1 else [])
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+
+
+def _display_points(line, ax):
+    # The line's points in pixels (segments sampled every few pixels), inside its axes only.
+    xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+    xy = xy[np.all(np.isfinite(xy), axis=1)]
+    if line.get_linestyle() not in ("None", "", " ") and len(xy) > 1:
+        pieces = [np.linspace(a, b, 2 + int(np.hypot(*(b - a)) // 3)) for a, b in zip(xy, xy[1:])]
+        xy = np.concatenate(pieces)
+    box = ax.get_window_extent()
+    inside = ((xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0)
+              & (xy[:, 1] <= box.y1))
+    return xy[inside]
+
+
+@pytest.mark.parametrize("name", list(fg.FIGURES))
+def test_no_legend_over_data(drawn, name):
+    fig, renderer = drawn[1][name], drawn[2][name]
+    legends = [ax.get_legend() for ax in fig.get_axes() if ax.get_legend()]
+    assert legends, name
+    points = [_display_points(line, ax) for ax in fig.get_axes() for line in ax.get_lines()]
+    points += [ax.transData.transform(c.get_offsets()) for ax in fig.get_axes()
+               for c in ax.collections if len(c.get_offsets())]
+    points = np.concatenate([p for p in points if len(p)])
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        over = ((points[:, 0] > box.x0 + 1) & (points[:, 0] < box.x1 - 1)
+                & (points[:, 1] > box.y0 + 1) & (points[:, 1] < box.y1 - 1))
+        assert not over.any(), f"{name}: the legend at {box} covers data at {points[over][:3]}"
+
+
+def _meaning(text):
+    # "(e) rank-1 bilinear, SiLU: slope 2.00" -> "rank-1 bilinear, SiLU"; "unit 3" -> "unit"
+    text = " ".join(text.split())
+    if len(text) > 3 and text[0] == "(" and text[2] == ")":
+        text = text[4:]
+    return text.split(":")[0].rstrip("0123456789 ")
+
+
+@pytest.mark.parametrize("name", list(fg.FIGURES))
+def test_one_meaning_per_colour(drawn, name):
+    from matplotlib.colors import to_hex
+    fig = drawn[1][name]
+    meanings = {}                                    # colour -> the meanings it is given
+    for ax in fig.get_axes():
+        if ax.get_legend():
+            legend = ax.get_legend()
+            for handle, text in zip(legend.legend_handles, legend.get_texts()):
+                meanings.setdefault(to_hex(handle.get_color()), set()).add(
+                    _meaning(text.get_text()))
+        if to_hex(ax.title.get_color()) != "#000000":                 # a coloured title
+            meanings.setdefault(to_hex(ax.title.get_color()), set()).add(
+                _meaning(ax.get_title()))
+    assert meanings, name
+    assert all(len(m) == 1 for m in meanings.values()), meanings      # one meaning per colour
+    colour_of = {}
+    for colour, (meaning,) in meanings.items():
+        colour_of.setdefault(meaning, set()).add(colour)
+    assert all(len(c) == 1 for c in colour_of.values()), colour_of    # one colour per meaning
+
+
+def _solid(line):
+    return line.get_linestyle() == "-"
+
+
+@pytest.mark.parametrize("name", list(fg.FIGURES))
+def test_no_curve_hidden_under_another(drawn, name):
+    # Two curves of different colours that run together over a stretch of points: the one
+    # on top lets the one beneath show (it is dashed, dotted or markers only, or marks other
+    # points or another shape), or the one beneath is at least 2 points wider.
+    from matplotlib.colors import to_hex
+    fig = drawn[1][name]
+    for ax in fig.get_axes():
+        lines = sorted(ax.get_lines(), key=lambda line: line.get_zorder())   # stable: drawn order
+        for i, below in enumerate(lines):
+            for above in lines[i + 1:]:
+                xb, xa = below.get_xydata(), above.get_xydata()
+                if (to_hex(below.get_color()) == to_hex(above.get_color()) or len(xb) < 2
+                        or xb.shape != xa.shape or not np.allclose(xb[:, 0], xa[:, 0])):
+                    continue
+                yb = ax.transData.transform(np.asarray(xb, dtype=float))[:, 1]
+                ya = ax.transData.transform(np.asarray(xa, dtype=float))[:, 1]
+                if np.mean(np.abs(yb - ya) < 1.5) < 0.3:
+                    continue                                   # they do not run together
+                shows = (not _solid(above) or below.get_linewidth() >= above.get_linewidth() + 2
+                         or (above.get_marker() not in ("None", "", None)
+                             and (above.get_marker() != below.get_marker()
+                                  or above.get_markevery() != below.get_markevery())))
+                assert shows, (f"{name}, {ax.get_title()!r}: {above.get_label()!r} hides "
+                               f"{below.get_label()!r}")

@@ -98,15 +98,18 @@ RANK1_KEEPS_FOR_EVERY_SIGMA = True  # ANSWER: True or False
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((8, 5))
-    Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
-    V = rng.standard_normal((4, 3)) / 2
-    print(f"{'activation':<11}{'gated MLP':>12}{'rank-1':>12}   (deviation after Q <-> K)")
-    for act in bn.ACTIVATIONS:
-        gated = exchange_deviation(bn.gated_mlp_forward, x, Q, K, V, act)
-        rank1 = exchange_deviation(bn.rank1_bilinear_forward, x, Q, K, V, act)
-        print(f"{act:<11}{gated:>12.1e}{rank1:>12.1e}")
-    z = np.array([-2.0, -1.0, 1.0, 2.0])
-    for act in ("identity", "relu", "silu"):
-        print(f"sigma(z)/z for {act:<9} at z = {z}:", np.round(sigma_ratio(act, z), 3))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((8, 5))
+        Q, K = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 5)) / 5 ** 0.5
+        V = rng.standard_normal((4, 3)) / 2
+        print(f"{'activation':<11}{'gated MLP':>12}{'rank-1':>12}   (deviation after Q <-> K)")
+        for act in bn.ACTIVATIONS:
+            gated = exchange_deviation(bn.gated_mlp_forward, x, Q, K, V, act)
+            rank1 = exchange_deviation(bn.rank1_bilinear_forward, x, Q, K, V, act)
+            print(f"{act:<11}{gated:>12.1e}{rank1:>12.1e}")
+        z = np.array([-2.0, -1.0, 1.0, 2.0])
+        for act in ("identity", "relu", "silu"):
+            print(f"sigma(z)/z for {act:<9} at z = {z}:", np.round(sigma_ratio(act, z), 3))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

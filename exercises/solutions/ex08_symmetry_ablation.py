@@ -164,20 +164,23 @@ EXCHANGE_EFFECT = {"text": "breaking helps",  # ANSWER: {"text": ..., "image": .
 
 # %% Try it
 if __name__ == "__main__":
-    print(f"{'formulation':<18}{'act':<9}{'measured (exchange, scaling)':<31}predicted")
-    for formulation, act in CASES:
-        measured = measured_cell(formulation, act)
-        predicted = PREDICTED.get((formulation, act)) if PREDICTED else None
-        print(f"{formulation:<18}{act:<9}{str(measured):<31}{predicted}")
-    if RESULTS.is_file():
-        with RESULTS.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-        pairs = {"scaling, exchange kept": (("rank1_bilinear", "silu"), ("double_gated_mlp", "silu")),
-                 "exchange, scaling broken": (("double_gated_mlp", "silu"), ("gated_mlp", "silu"))}
-        print(f"\n{RESULTS}: breaks - keeps, mean [95% interval]")
-        for name, (keeps, breaks) in pairs.items():
-            for task in ("text", "image"):
-                mean, low, high = paired_difference(rows, task, keeps, breaks)
-                print(f"  {name:<26}{task:<7}{mean:+.3f} [{low:+.3f}, {high:+.3f}]")
-    else:
-        print(f"\n{RESULTS} is missing: run `python bilinear_numpy.py train ablation --out .`")
+    try:
+        print(f"{'formulation':<18}{'act':<9}{'measured (exchange, scaling)':<31}predicted")
+        for formulation, act in CASES:
+            measured = measured_cell(formulation, act)
+            predicted = PREDICTED.get((formulation, act)) if PREDICTED else None
+            print(f"{formulation:<18}{act:<9}{str(measured):<31}{predicted}")
+        if RESULTS.is_file():
+            with RESULTS.open(encoding="utf-8", newline="") as f:
+                rows = list(csv.DictReader(f))
+            pairs = {"scaling, exchange kept": (("rank1_bilinear", "silu"), ("double_gated_mlp", "silu")),
+                     "exchange, scaling broken": (("double_gated_mlp", "silu"), ("gated_mlp", "silu"))}
+            print(f"\n{RESULTS}: breaks - keeps, mean [95% interval]")
+            for name, (keeps, breaks) in pairs.items():
+                for task in ("text", "image"):
+                    mean, low, high = paired_difference(rows, task, keeps, breaks)
+                    print(f"  {name:<26}{task:<7}{mean:+.3f} [{low:+.3f}, {high:+.3f}]")
+        else:
+            print(f"\n{RESULTS} is missing: run `python bilinear_numpy.py train ablation --out .`")
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

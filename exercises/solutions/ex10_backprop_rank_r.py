@@ -93,17 +93,20 @@ def rank_r_bilinear_backward(dy, x, Q, K, V, act="identity"):
 
 # %% Try it: compare with finite differences, one row per gradient
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 5))               # N = 4, d = 5
-    Q, K = rng.standard_normal((3, 5, 2)) / 3, rng.standard_normal((3, 5, 2)) / 3  # m = 3, r = 2
-    V = rng.standard_normal((3, 2))
-    dy = rng.standard_normal((4, 2))
-    print("scores agree with bn:", np.allclose(rank_r_scores(x, Q, K),
-                                               bn.rank_r_bilinear_forward(x, Q, K, V)[1]["s"]))
-    mine = rank_r_bilinear_backward(dy, x, Q, K, V, "gelu")
-    inputs = {"x": x, "Q": Q, "K": K, "V": V}
-    for name, value in inputs.items():
-        def f(v, name=name):
-            return bn.rank_r_bilinear_forward(**(inputs | {name: v}), act="gelu")[0]
-        numeric = bn.numerical_gradient(f, value, dy)
-        print(f"d{name}: rel error vs finite differences {bn.rel_error(mine[name], numeric):.1e}")
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 5))               # N = 4, d = 5
+        Q, K = rng.standard_normal((3, 5, 2)) / 3, rng.standard_normal((3, 5, 2)) / 3  # m = 3, r = 2
+        V = rng.standard_normal((3, 2))
+        dy = rng.standard_normal((4, 2))
+        print("scores agree with bn:", np.allclose(rank_r_scores(x, Q, K),
+                                                   bn.rank_r_bilinear_forward(x, Q, K, V)[1]["s"]))
+        mine = rank_r_bilinear_backward(dy, x, Q, K, V, "gelu")
+        inputs = {"x": x, "Q": Q, "K": K, "V": V}
+        for name, value in inputs.items():
+            def f(v, name=name):
+                return bn.rank_r_bilinear_forward(**(inputs | {name: v}), act="gelu")[0]
+            numeric = bn.numerical_gradient(f, value, dy)
+            print(f"d{name}: rel error vs finite differences {bn.rel_error(mine[name], numeric):.1e}")
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

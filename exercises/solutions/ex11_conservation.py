@@ -116,23 +116,26 @@ CONSERVED_GATED = {"identity", "relu"}  # ANSWER: a set of activation names
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
-    for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
-        params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
-        y, cache = bn.FORMULATIONS[name].forward(x, **params, act=act)
-        grads = bn.FORMULATIONS[name].backward((y - T) / len(x), cache)
-        residual = balance_residual(params["Q"], params["K"], grads["Q"], grads["K"])
-        lrs = np.array([0.001, 0.002, 0.004])
-        drifts = []
-        for lr in lrs:
-            history = train_balance(name, act, x, T, params, lr, steps=10)   # (11, m)
-            drifts.append(np.max(np.abs(history[-1] - history[0])))
-        slope = np.polyfit(np.log(lrs), np.log(drifts), 1)[0]          # drift ~ lr^slope
-        print(f"{name:<15}{act:<6} max |residual| {np.max(np.abs(residual)):.1e}   "
-              f"drift after 10 steps {np.array(drifts)}   slope {slope:.2f}")
-    print("balance ||q_0||^2 - ||k_0||^2 of unit 0 after 0, 50, ..., 200 steps (lr 0.05):")
-    for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
-        params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
-        history = train_balance(name, act, x, T, params, 0.05, steps=200)     # (201, m)
-        print(f"  {name:<15}{act:<6}", np.round(history[::50, 0], 4))
+    try:
+        rng = np.random.default_rng(0)
+        x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
+        for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
+            params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
+            y, cache = bn.FORMULATIONS[name].forward(x, **params, act=act)
+            grads = bn.FORMULATIONS[name].backward((y - T) / len(x), cache)
+            residual = balance_residual(params["Q"], params["K"], grads["Q"], grads["K"])
+            lrs = np.array([0.001, 0.002, 0.004])
+            drifts = []
+            for lr in lrs:
+                history = train_balance(name, act, x, T, params, lr, steps=10)   # (11, m)
+                drifts.append(np.max(np.abs(history[-1] - history[0])))
+            slope = np.polyfit(np.log(lrs), np.log(drifts), 1)[0]          # drift ~ lr^slope
+            print(f"{name:<15}{act:<6} max |residual| {np.max(np.abs(residual)):.1e}   "
+                  f"drift after 10 steps {np.array(drifts)}   slope {slope:.2f}")
+        print("balance ||q_0||^2 - ||k_0||^2 of unit 0 after 0, 50, ..., 200 steps (lr 0.05):")
+        for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("gated_mlp", "relu")):
+            params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
+            history = train_balance(name, act, x, T, params, 0.05, steps=200)     # (201, m)
+            print(f"  {name:<15}{act:<6}", np.round(history[::50, 0], 4))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

@@ -97,13 +97,16 @@ STAYS_TIED = {"rank1_bilinear": set(bn.ACTIVATIONS),  # ANSWER: a dict of two se
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
-    W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
-    K = rng.standard_normal((4, 5))
-    print("squared ReLU = tied ReGLU:",
-          np.allclose(squared_relu_forward(x, K, V), bn.gated_mlp_forward(x, K, K, V, "relu")[0]))
-    print("max |Q - K| after 0, 10, 20, 30 steps of gradient descent (lr 0.05):")
-    for name in ("rank1_bilinear", "gated_mlp"):
-        for act in bn.ACTIVATIONS:
-            print(f"  {name:<15}{act:<10}", tied_gap(name, act, x, T, W, V, 0.05, 30)[::10])
+    try:
+        rng = np.random.default_rng(0)
+        x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
+        W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
+        K = rng.standard_normal((4, 5))
+        print("squared ReLU = tied ReGLU:",
+              np.allclose(squared_relu_forward(x, K, V), bn.gated_mlp_forward(x, K, K, V, "relu")[0]))
+        print("max |Q - K| after 0, 10, 20, 30 steps of gradient descent (lr 0.05):")
+        for name in ("rank1_bilinear", "gated_mlp"):
+            for act in bn.ACTIVATIONS:
+                print(f"  {name:<15}{act:<10}", tied_gap(name, act, x, T, W, V, 0.05, 30)[::10])
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

@@ -104,15 +104,18 @@ RANK_FOR_EXACT = 8  # ANSWER: an int
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    d, m = 8, 3
-    x = rng.standard_normal((32, d))
-    A = rng.standard_normal((m, d, d)) / d
-    V = rng.standard_normal((m, 2))
-    Q, K, lam = eigen_factors(A)
-    y_full = bn.bilinear_forward(x, A, V, "identity")[0]
-    print(" r   matrix error   predicted   output error (identity)")
-    for r in range(1, d + 1):
-        y_r = bn.rank_r_bilinear_forward(x, Q[:, :, :r], K[:, :, :r], V, "identity")[0]
-        print(f"{r:2d}   {truncation_error(A, r):12.2e}   {predicted_error(lam, r):9.2e}"
-              f"   {bn.rel_error(y_full, y_r):10.2e}")
+    try:
+        rng = np.random.default_rng(0)
+        d, m = 8, 3
+        x = rng.standard_normal((32, d))
+        A = rng.standard_normal((m, d, d)) / d
+        V = rng.standard_normal((m, 2))
+        Q, K, lam = eigen_factors(A)
+        y_full = bn.bilinear_forward(x, A, V, "identity")[0]
+        print(" r   matrix error   predicted   output error (identity)")
+        for r in range(1, d + 1):
+            y_r = bn.rank_r_bilinear_forward(x, Q[:, :, :r], K[:, :, :r], V, "identity")[0]
+            print(f"{r:2d}   {truncation_error(A, r):12.2e}   {predicted_error(lam, r):9.2e}"
+                  f"   {bn.rel_error(y_full, y_r):10.2e}")
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

@@ -35,7 +35,7 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
-# (the project's own reader and inspector: the checker turns their use into an `ERROR`).
+# (the project's own reader and inspector: the exercise is to read the format yourself).
 # **Check:** `python -m exercises check 16`.
 #
 # **API you may use** (what each returns):
@@ -150,12 +150,15 @@ WHY_DECAY = ("Rescaling (k_j, v_j) to (a k_j, v_j / a) leaves a SwiGLU unit unch
 
 # %% Try it
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
-        path = write_tiny_checkpoint(folder)
-        print(f"{path.name}: {path.stat().st_size} bytes")
-        for i in range(2):
-            Q, K, V = load_layer(path, i)
-            b_qk, b_kv = unit_balances(Q, K, V)
-            print(f"layer {i}: Q {Q.shape}, K {K.shape}, V {V.shape}")
-            print("  balance (q, k) per unit:", np.round(b_qk, 3) + 0.0)
-            print("  balance (k, v) per unit:", np.round(b_kv, 3) + 0.0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
+            path = write_tiny_checkpoint(folder)
+            print(f"{path.name}: {path.stat().st_size} bytes")
+            for i in range(2):
+                Q, K, V = load_layer(path, i)
+                b_qk, b_kv = unit_balances(Q, K, V)
+                print(f"layer {i}: Q {Q.shape}, K {K.shape}, V {V.shape}")
+                print("  balance (q, k) per unit:", np.round(b_qk, 3) + 0.0)
+                print("  balance (k, v) per unit:", np.round(b_kv, 3) + 0.0)
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")

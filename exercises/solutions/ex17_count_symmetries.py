@@ -153,27 +153,30 @@ PREDICTED = {"squared_relu_mlp": 2,  # ANSWER: a dict of two ints, predicted by 
 
 # %% Try it
 if __name__ == "__main__":
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((30, 5))                              # 30 tokens, d = 5
-    unit = bn.FORMULATIONS["gated_mlp"].init(rng, 5, 1, 3)        # one unit, d_out = 3
-    J = jacobian(bn.gated_mlp_forward, bn.gated_mlp_backward, x, unit, "silu")
-    s = np.linalg.svd(J, compute_uv=False)
-    print("one SwiGLU unit: J", J.shape, " singular values / largest:", np.round(s / s[0], 4))
-    print("  rank", numerical_rank(J), " symmetries", J.shape[1] - numerical_rank(J))
-    t = null_direction(J)
-    print("  null direction, q | k | v:", np.round(t[:5], 3), np.round(t[5:10], 3), np.round(t[10:], 3))
-    print("  k, v of the unit:         ", np.round(unit["K"][0], 3), np.round(unit["V"][0], 3))
-    for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu"),
-                      ("double_gated_mlp", "silu"), ("gated_mlp", "identity")):
-        form = bn.FORMULATIONS[name]
-        print(f"  {name:<17}{act:<9} symmetries:",
-              count_symmetries(form.forward, form.backward, x, unit, act))
-    relu2 = bn.Activation("relu2", lambda z: np.maximum(z, 0) ** 2,
-                          lambda z: 2 * np.maximum(z, 0), False, False, True)
-    mlp = bn.FORMULATIONS["mlp"]
-    print("squared-ReLU MLP, m = 2:", count_symmetries(mlp.forward, mlp.backward, x,
-                                                       mlp.init(rng, 5, 2, 3), relu2))
-    x1 = np.concatenate([np.ones((30, 1)), x], axis=1)          # (1, x): (30, 6)
-    rank1 = bn.FORMULATIONS["rank1_bilinear"]
-    print("rank-1 SiLU with biases:", count_symmetries(rank1.forward, rank1.backward, x1,
-                                                       rank1.init(rng, 6, 1, 3), "silu"))
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((30, 5))                              # 30 tokens, d = 5
+        unit = bn.FORMULATIONS["gated_mlp"].init(rng, 5, 1, 3)        # one unit, d_out = 3
+        J = jacobian(bn.gated_mlp_forward, bn.gated_mlp_backward, x, unit, "silu")
+        s = np.linalg.svd(J, compute_uv=False)
+        print("one SwiGLU unit: J", J.shape, " singular values / largest:", np.round(s / s[0], 4))
+        print("  rank", numerical_rank(J), " symmetries", J.shape[1] - numerical_rank(J))
+        t = null_direction(J)
+        print("  null direction, q | k | v:", np.round(t[:5], 3), np.round(t[5:10], 3), np.round(t[10:], 3))
+        print("  k, v of the unit:         ", np.round(unit["K"][0], 3), np.round(unit["V"][0], 3))
+        for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu"),
+                          ("double_gated_mlp", "silu"), ("gated_mlp", "identity")):
+            form = bn.FORMULATIONS[name]
+            print(f"  {name:<17}{act:<9} symmetries:",
+                  count_symmetries(form.forward, form.backward, x, unit, act))
+        relu2 = bn.Activation("relu2", lambda z: np.maximum(z, 0) ** 2,
+                              lambda z: 2 * np.maximum(z, 0), False, False, True)
+        mlp = bn.FORMULATIONS["mlp"]
+        print("squared-ReLU MLP, m = 2:", count_symmetries(mlp.forward, mlp.backward, x,
+                                                           mlp.init(rng, 5, 2, 3), relu2))
+        x1 = np.concatenate([np.ones((30, 1)), x], axis=1)          # (1, x): (30, 6)
+        rank1 = bn.FORMULATIONS["rank1_bilinear"]
+        print("rank-1 SiLU with biases:", count_symmetries(rank1.forward, rank1.backward, x1,
+                                                           rank1.init(rng, 6, 1, 3), "silu"))
+    except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
+        print(f"Try it stops here: {unfinished}")
