@@ -400,11 +400,11 @@ def _train_and_write(mode, seeds, steps, variants, lr, image, tasks, results, fi
     info = outputs.provenance(f"train ablation{flag} (seeds {seeds}, steps {steps}, variants "
                               f"{','.join(variants)}, tasks {','.join(tasks)}"
                               + (f", lr {lr})" if lr is not None else ")"))
+    made = {name: _make_task(name, image) for name in tasks}   # an unreadable image: before work
     progress = train.Progress(total * steps, stream=progress_stream)
     rows, start = [], time.perf_counter()
     try:
-        for task_name in tasks:
-            task = _make_task(task_name, image)
+        for task_name, task in made.items():
             for v in variants:
                 formulation, act, exchange, scaling = CELLS[v]
                 even, count = FUNCTION_PROPERTIES[v]

@@ -589,3 +589,14 @@ def test_bench_keeps_the_rows_measured_before_ctrl_c(capsys, tmp_path, monkeypat
     assert "1 of 2 rows measured" in line and "bench.partial.csv" in line
     assert len(csv_rows(tmp_path / "bench.partial.csv")) == 1
     assert out.read_text(encoding="utf-8") == "old\n"
+
+
+def test_the_ablation_reads_its_image_before_it_trains_on_text(capsys, tmp_path, monkeypatch):
+    # The image task came second: a bad --image was found after the text half had trained.
+    bad = tmp_path / "not_an_image.jpg"
+    bad.write_text("plain text", encoding="utf-8")
+    monkeypatch.setitem(train.TASKS, "text", SmallTextTask)
+    monkeypatch.setattr(train, "train_run", lambda *a, **k: pytest.fail("trained first"))
+    assert bn.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "1",
+                    "--image", str(bad), "--out", str(tmp_path)]) == 2
+    one_error_line(capsys, "not_an_image.jpg")
