@@ -215,7 +215,7 @@ def _cmd_inspect(args):
 # ----- option values, checked as they are parsed -----------------------------------------
 
 
-def _integer(least):
+def integer_at_least(least):
     """An argparse type: an integer >= least."""
     def parse(text):
         try:
@@ -254,7 +254,7 @@ def _names(text):
     return names
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse with no abbreviated options (--seed is never taken for --seeds) and a bad
     option reported as one line, `error: ...`, exit status 2."""
 
@@ -274,13 +274,13 @@ def build_parser():
     they are parsed (an integer's range, a finite rate, no empty value); no option is
     abbreviated.
     """
-    parser = _Parser(
+    parser = Parser(
         prog="bilinear_numpy.py",
         description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
                     "With no subcommand, runs `verify`, then `train text --quick` and "
                     "`train image --quick`.",
         epilog=EXIT_STATUSES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=_integer(0), default=None,
+    parser.add_argument("--seed", type=integer_at_least(0), default=None,
                         help="seed of verify's random draws (default 0), for the main job, "
                              "verify and inspect")
     parser.set_defaults(func=_cmd_default)
@@ -290,7 +290,7 @@ def build_parser():
                                            f"conservation identity; exit {EXIT_DISAGREES} on a "
                                            "disagreement", epilog=EXIT_STATUSES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    verify.add_argument("--seed", type=_integer(0), default=argparse.SUPPRESS,
+    verify.add_argument("--seed", type=integer_at_least(0), default=argparse.SUPPRESS,
                         help="seed of the random draws, an integer >= 0 (default 0)")
     verify.set_defaults(func=_cmd_verify)
 
@@ -316,10 +316,10 @@ def build_parser():
                       help="4 variants, short runs (under 30 s)")
     size.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="every variant, 5 seeds, long runs (the README's tables)")
-    train.add_argument("--seeds", type=_integer(1),
+    train.add_argument("--seeds", type=integer_at_least(1),
                        help="number of seeds 0, 1, ..., an integer >= 1 (>= 2 for ablation; "
                             "default: the mode's)")
-    train.add_argument("--steps", type=_integer(1),
+    train.add_argument("--steps", type=integer_at_least(1),
                        help="Adam steps per run, an integer >= 1 (default: the mode's)")
     train.add_argument("--lr", type=_finite_positive,
                        help="Adam's learning rate, a finite number > 0 (default: the task's)")
@@ -349,9 +349,9 @@ def build_parser():
                        help="run only this formulation (repeatable, each once)")
     bench.add_argument("--activation", action="append", choices=list(bn.ACTIVATIONS),
                        help="run only this activation (repeatable, each once)")
-    bench.add_argument("--tokens", type=_integer(1),
+    bench.add_argument("--tokens", type=integer_at_least(1),
                        help="number of tokens N, an integer >= 1 (overrides the size)")
-    bench.add_argument("--repeats", type=_integer(1),
+    bench.add_argument("--repeats", type=integer_at_least(1),
                        help="timed repeats per measurement, an integer >= 1")
     bench.set_defaults(func=_cmd_bench)
 
@@ -364,9 +364,9 @@ def build_parser():
     inspect.add_argument("--out", default=os.path.join("runs", "inspect"), type=_non_empty,
                          help="output folder, made if missing (default: runs/inspect under "
                               "the current folder)")
-    inspect.add_argument("--tokens", type=_integer(1), default=1024,
+    inspect.add_argument("--tokens", type=integer_at_least(1), default=1024,
                          help="random tokens per layer, an integer >= 1 (default 1024)")
-    inspect.add_argument("--seed", type=_integer(0), default=argparse.SUPPRESS,
+    inspect.add_argument("--seed", type=integer_at_least(0), default=argparse.SUPPRESS,
                          help="seed of the random tokens, an integer >= 0 (default 0)")
     inspect.set_defaults(func=_cmd_inspect)
     return parser

@@ -600,3 +600,18 @@ def test_the_ablation_reads_its_image_before_it_trains_on_text(capsys, tmp_path,
     assert bn.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "1",
                     "--image", str(bad), "--out", str(tmp_path)]) == 2
     one_error_line(capsys, "not_an_image.jpg")
+
+
+@pytest.mark.parametrize("argv", [["OLD.py", "mlp:relu:float64", "--pair", "3"],
+                                  ["OLD.py", "mlp:relux:float64"],
+                                  ["OLD.py", "mlp:relu:float64", "--pairs", "0"],
+                                  ["OLD.py", "mlp:relu:float64"]])          # OLD.py is missing
+def test_compare_versions_checks_every_cell_before_timing_any(argv, capsys, tmp_path,
+                                                               monkeypatch):
+    from experiments import compare_versions
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(compare_versions, "compare", lambda *a: pytest.fail("timed first"))
+    with pytest.raises(SystemExit) as stop:
+        compare_versions.main(argv)
+    assert stop.value.code == 2
+    one_error_line(capsys, "expected" if "--pair" not in argv else "unrecognized")
