@@ -1202,7 +1202,8 @@ def parity_expected(formulation, act):
     return odd                                            # gated: gated_mlp, gated_rank_r
 
 
-def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None):
+def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None,
+                    params=None):
     """The Jacobian of the outputs on random inputs with respect to every parameter.
 
     Row n d_out + k is d y[n, k] / d theta, one backward pass with dy = e_(n, k); theta is
@@ -1210,24 +1211,35 @@ def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=N
 
     Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
         the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
-        of inputs (default: enough for the rank to be generic, see symmetry_dimension).
+        of inputs (default: enough for the rank to be generic, see symmetry_dimension);
+        params: a dict of parameters of these sizes to use instead of the init (not modified).
     Returns: J, a float64 array (n_tokens * d_out, n_params).
-    Raises: ValueError for an unknown name or a non-positive size.
+    Raises: ValueError for an unknown name or a non-positive size, or (relu, default
+        n_tokens) a unit or term that is on for fewer than its share of 10^5 inputs.
     Source: derivations.md, section 4.9.
     """
     form, act = get_formulation(formulation), get_activation(act)
     n_params = form.n_params(d, m, d_out, r)
-    if n_tokens is None:     # rows >= 2 n_params; 16 n_params with a kink: a ReLU unit
-        per_param = 16 if act.kink else 2    # may be on for a small share of the tokens
-        n_tokens = max(-(-per_param * n_params // d_out), d * (d + 1) // 2) + 10
-    _check_positive(n_tokens=n_tokens)
     rng = np.random.default_rng(seed)
-    params = form.init(rng, d, m, d_out, r)
-    x = rng.standard_normal((n_tokens, d))
+    drawn = form.init(rng, d, m, d_out, r)
+    params = drawn if params is None else {n: np.array(params[n], dtype=np.float64)
+                                           for n in form.param_names}
+    if n_tokens is not None:
+        _check_positive(n_tokens=n_tokens)
+        x = rng.standard_normal((n_tokens, d))
+    else:                    # rows >= 2 n_params, and d (d + 1) / 2 tokens for the monomials
+        x = rng.standard_normal((max(-(-2 * n_params // d_out), d * (d + 1) // 2) + 10, d))
+        if act.kink:         # relu: each unit (each term) on for 2 P_j / d_out + 10 tokens
+            need = -(-2 * n_params // (m * d_out)) + 10
+            while _fewest_on(form, act, x, params) < need:
+                if len(x) > 10 ** 5:
+                    raise ValueError(f"output_jacobian({form.name}, relu): a unit is on for "
+                                     f"fewer than {need} of {len(x)} inputs (dead, or nearly)")
+                x = np.concatenate([x, rng.standard_normal((len(x), d))])
     rows = []
     # A deliberate loop over blocks of 8 tokens (a backward pass costs in proportion to its
     # tokens, and each block needs 8 d_out of them), then over the block's outputs.
-    for start in range(0, n_tokens, 8):
+    for start in range(0, len(x), 8):
         y, cache = form.forward(x[start:start + 8], **params, act=act)   # (B, d_out)
         for n, k in np.ndindex(*y.shape):                 # one backward per output
             dy = np.zeros_like(y)
@@ -1237,20 +1249,30 @@ def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=N
     return np.array(rows)                                 # (N d_out, n_params)
 
 
-def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
+def _fewest_on(form, act, x, params):
+    # relu: the fewest tokens on which one unit (one term) has every argument of sigma > 0.
+    cache = form.forward(x, **params, act=act)[1]
+    on = np.logical_and.reduce([cache[k].reshape(len(x), -1) > 0 for k in form.sigma_args])
+    return int(on.sum(axis=0).min())
+
+
+def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, params=None):
     """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
 
     A continuous symmetry moves the parameters without changing any output: its directions
-    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows, 16
-    n_params for ReLU), holds nothing else. Rank: the singular values s_i > 1e-8 s_1; each
-    must lie outside [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
+    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows; for
+    ReLU also 2 P_j / d_out + 10 tokens on which each unit, each term, is on), holds nothing
+    else. Rank: the singular values s_i > 1e-8 s_1; each must lie outside
+    [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
 
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int.
+    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int;
+        params: parameters to use instead of the init (e.g. ReLU units that are always on).
     Returns: int >= 0, the dimension of the parameters computing one function, near a random one.
-    Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous rank.
+    Raises: ValueError for an unknown name or a bad size, or a ReLU unit (almost) never on;
+        RuntimeError for an ambiguous rank.
     Source: derivations.md, section 4.9.
     """
-    J = output_jacobian(formulation, act, d, m, d_out, r, seed)
+    J = output_jacobian(formulation, act, d, m, d_out, r, seed, params=params)
     s = np.linalg.svd(J, compute_uv=False)                # descending
     rel = s / s[0]
     ambiguous = rel[(rel > 1e-12) & (rel < 1e-5)]
@@ -1276,13 +1298,15 @@ def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     antisymmetric part of A_j), rank-r and rank-1 2 d r - n_s (n_s = l d - l(l - 1)/2,
     l = min(2r, d): the dimension of its scores), gated_mlp 1, double_gated_mlp 0,
     gated_rank_r 1; relu adds its scalings; static_query_mlp adds d^2 for the layer.
-    The identity (m <= d_out): y is linear in x or in the monomials x_p x_c, and the count
-    is that of a product of two matrices with the units' cones (derivations.md, 4.9).
+    The identity: y = M phi(x) is linear in x or in the monomials x_p x_c; for mlp,
+    static_query_mlp and bilinear M is any matrix of rank <= min(m, d_out, D), for the
+    rank-1 and rank-r forms (m <= d_out) a product of two matrices with the units' cones
+    (derivations.md, 4.9).
 
     Args: as symmetry_dimension (no seed).
     Returns: int.
     Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
-        and for the identity with m > d_out.
+        and for the identity with rank-1 or rank-r units and m > d_out.
     Source: derivations.md, section 4.9.
     """
     form, act = get_formulation(formulation), get_activation(act)
@@ -1293,11 +1317,15 @@ def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     n_params = form.n_params(d, m, d_out, r)
     global_q = d * d if formulation == "static_query_mlp" else 0
     if act.linear:
-        if m > d_out:
-            raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
-                             f"{d_out}, got {m}")
         linear_in_x = formulation in ("mlp", "static_query_mlp")
         D = d if linear_in_x else d * (d + 1) // 2        # features: x, or the monomials
+        if formulation in ("mlp", "static_query_mlp", "bilinear"):   # w_j: any vector
+            rho = min(m, d_out, D)                        # y = M phi(x), rank M <= rho
+            return n_params - rho * (d_out + D - rho)
+        if m > d_out:
+            raise ValueError(f"m: with the identity, the count for rank-1 and rank-r units is "
+                             f"derived for m <= d_out = {d_out}, got {m} (dependent values "
+                             "add the units' scores into scores of higher rank)")
         if linear_in_x:
             n = d
         elif formulation in ("gated_mlp", "double_gated_mlp"):
@@ -1336,6 +1364,66 @@ def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
                              "n_params": form.n_params(5, m, 3, 2), "measured": measured,
                              "expected": expected, "holds": measured == expected})
     return rows
+
+
+# ----- Conservation laws: how many of the flat directions each give one --------------------
+# A conservation law of gradient flow is a function h(theta) that every loss of the outputs
+# leaves constant. Only the symmetric generators of a symmetry group give one (derivations.md,
+# 5.10); experiments/conservation_laws.py measures the count from the Lie algebra of the loss
+# gradients, as experiments/hessian.py measures the flat directions in the loss landscape.
+
+
+def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
+    """What theory says the number of conservation laws of gradient flow is (derivations.md,
+    5.10; measured by experiments/conservation_laws.py, conservation_law_count).
+
+    Each continuous symmetry group acts linearly, theta -> exp(t B) theta; a generator B that
+    is a symmetric matrix gives the law theta^T B theta / 2, an antisymmetric one gives none.
+    A nonlinear sigma, per unit: mlp 0; bilinear d(d - 1)/2 (the antisymmetric part of A_j, a
+    translation); rank-r r^2 (2r <= d: Q_j^T Q_j - K_j^T K_j and Q_j^T K_j - K_j^T Q_j; the
+    group O(r, r) has r(2r - 1) dimensions); rank-1 1; gated 1; double-gated 0; gated rank-r
+    1; relu adds its rescalings, which commute, one law each (mlp, static query, bilinear,
+    rank-r, rank-1: 1; gated: 1; double-gated: 2; gated rank-r: r); static_query_mlp adds
+    d(d + 1)/2 for the layer (Q^T Q - K^T K). The identity (m <= d_out): the units' laws as
+    for relu, and where units mix through GL(m) (mlp, static query, bilinear) the m(m - 1)/2
+    off-diagonal entries of the symmetric m x m balance matrix more.
+
+    Args: as symmetry_dimension (no seed).
+    Returns: int.
+    Raises: ValueError for an unknown name or a size; for the identity with m > d_out; where
+        no count is derived: rank-r with 2r > d, and the identity where rank-1 or rank-r units
+        mix (the mixing is then not a linear action on theta; see derivations.md, 5.10).
+    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, section 5.10.
+    """
+    form, act = get_formulation(formulation), get_activation(act)
+    if FORMULATIONS.get(form.name) is not form:
+        raise ValueError(f"formulation: the theory is derived for the formulations of "
+                         f"FORMULATIONS, got {form.name!r}; measure it with "
+                         "experiments/conservation_laws.py")
+    name = form.name
+    form.n_params(d, m, d_out, r)                          # checks the sizes
+    if name in ("rank_r_bilinear", "gated_rank_r") and 2 * r > d:
+        raise ValueError(f"r: the count is derived for 2 r <= d = {d}, got r = {r}")
+    ph = int(act.positively_homogeneous)                   # relu, identity: rescalings
+    global_q = d * (d + 1) // 2 if name == "static_query_mlp" else 0   # Q^T Q - K^T K
+    per_unit = {"mlp": ph, "static_query_mlp": ph, "bilinear": d * (d - 1) // 2 + ph,
+                "rank_r_bilinear": r * r + ph, "rank1_bilinear": 1 + ph,
+                "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
+                "gated_rank_r": 1 + r * ph}[name]
+    if not act.linear:
+        return global_q + m * per_unit
+    if m > d_out:
+        raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
+                         f"{d_out}, got {m}")
+    if name in ("mlp", "static_query_mlp", "bilinear"):   # GL(m) mixes the units
+        return global_q + m * per_unit + m * (m - 1) // 2
+    rank = r if name in ("rank_r_bilinear", "gated_rank_r") else 1
+    per_unit = rank * rank + 1                             # the rank-r form, and its scaling
+    codim = d * (d + 1) // 2 - _score_dimension("rank_r_bilinear", d, rank)
+    if m - 1 > codim:
+        raise ValueError(f"m: with the identity, {m} units of rank {rank} at d = {d} can mix "
+                         f"(m - 1 > {codim}); no count is derived for that")
+    return m * per_unit
 
 
 # =============================================================================
@@ -1495,21 +1583,31 @@ def adam_init(params):
             "v": {k: np.zeros_like(v) for k, v in params.items()}}
 
 
-def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+              weight_decay=0.0):
     """One Adam step, returning new parameters and a new state (nothing updated in place).
 
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-        theta = theta - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        theta = theta - lr * ((m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd theta)
+
+    With weight_decay = wd > 0 this is AdamW: the decay is decoupled from the gradient (it
+    is not divided by sqrt(v)); wd = 0 is Adam.
 
     Args: params, grads: dicts name -> float array, same keys, shapes and dtypes; state: from
-        adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0 (real numbers).
+        adam_init or adam_step; lr > 0; 0 <= beta1, beta2 < 1; eps > 0; weight_decay >= 0
+        (real numbers).
     Returns: (new_params, new_state), every array in its parameter's dtype.
-    Raises: ValueError for a non-positive lr or eps, a beta outside [0, 1), or a gradient
-        or state whose keys or shapes differ from the parameters'; TypeError for a number
-        that is not real, or a gradient or moment of another dtype than its parameter.
-    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults).
+    Raises: ValueError for a non-positive lr or eps, a negative weight_decay, a beta outside
+        [0, 1), or a gradient or state whose keys or shapes differ from the parameters';
+        TypeError for a number that is not real, or a gradient or moment of another dtype
+        than its parameter.
+    Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults); Loshchilov & Hutter,
+        Decoupled Weight Decay Regularization, ICLR 2019 (AdamW).
     """
     lr, eps = _real("lr", lr), _real("eps", eps)      # Python floats: no upcast (see _real)
+    weight_decay = _real("weight_decay", weight_decay)
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay}")
     beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
     if not (0 < lr < math.inf and 0 < eps < math.inf):
         raise ValueError(f"lr and eps: expected finite positive numbers, got lr={lr}, eps={eps}")
@@ -1530,7 +1628,8 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         m[k] = beta1 * state["m"][k] + (1 - beta1) * grads[k]
         v[k] = beta2 * state["v"][k] + (1 - beta2) * grads[k] * grads[k]
         step = (m[k] / (1 - beta1 ** t)) / (np.sqrt(v[k] / (1 - beta2 ** t)) + eps)
-        new_params[k] = (theta - lr * step).astype(theta.dtype, copy=False)
+        new_params[k] = (theta - lr * (step + weight_decay * theta)).astype(theta.dtype,
+                                                                          copy=False)
     return new_params, {"t": t, "m": m, "v": v}
 
 

@@ -20,4 +20,6 @@ needs NumPy alone.
                       bilinear_numpy.py timed in alternation with this one
     safetensors_reader.py  safetensors files (F32, F16, BF16; sharded) read with NumPy alone
     inspect_model.py  `inspect`: the SwiGLU layers of a trained LLaMA-style checkpoint, measured
+    train_torch.py    `python -m experiments.train_torch`: train text in PyTorch (optional), on
+                      one process or under torchrun, against the NumPy run (docs/pytorch.md)
 """

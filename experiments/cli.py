@@ -95,9 +95,39 @@ def verification_report(seed=0, out=print):
     out("   conserved quantity, as the rank-1 unit does with (q, k) -> (a q, k / a): gating trades")
     out("   ||q_j||^2 - ||k_j||^2 for ||k_j||^2 - ||v_j||^2. It loses exchange and input parity.")
 
+    failures += conservation_law_report(seed, out)
     out(f"\n{'All checks agree with theory.' if failures == 0 else f'{failures} checks DISAGREE with theory.'}")
     out("Pictures of these results: figures/*.png; make them with `python bilinear_numpy.py figures`.")
     return failures
+
+
+def conservation_law_report(seed=0, out=print):
+    """Print section 6 of the report, flat directions and conservation laws counted apart;
+    return the number of cells that disagree with theory.
+
+    Each cell is flat / laws, measured (symmetry_dimension, conservation_law_count), at the
+    sizes of LAW_SIZES; '!' marks a count that differs from its theory.
+
+    Args: seed: int for the random draws; out: function that prints one line.
+    Returns: int, the number of cells that disagree (0 when all agree).
+    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, sections 4.9, 5.10.
+    """
+    from experiments import conservation_laws     # NumPy and the module only
+    rows = conservation_laws.conservation_law_table(seed)
+    acts = list(bn.ACTIVATIONS)
+    out("\n6. Flat directions / conservation laws of gradient flow, measured (laws: n_params - dim of")
+    out("   the Lie algebra of the loss gradients; '!' = disagrees; derivations.md, 5.10)")
+    out(f"   {'formulation':<17}{'(d,m,d_out,r)':>14}" + "".join(f"{a:>10}" for a in acts))
+    for size in conservation_laws.LAW_SIZES:
+        for formulation in bn.FORMULATIONS:
+            cells = {r["activation"]: r for r in rows
+                     if r["formulation"] == formulation and r["sizes"] == tuple(size)}
+            text = "".join(f"{str(cells[a]['flat']) + ' / ' + str(cells[a]['laws']) + ('' if cells[a]['holds'] else '!'):>10}"
+                           for a in acts)
+            out(f"   {formulation:<17}{str(tuple(size)).replace(' ', ''):>14}{text}")
+    out("   Laws equal flat directions where the symmetries are commuting rescalings or translations;")
+    out("   fewer where the group is GL or O(r, r): only its symmetric generators give a law.")
+    return sum(not r["holds"] for r in rows)
 
 
 # ----- exit statuses -------------------------------------------------------------------

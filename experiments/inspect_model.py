@@ -147,6 +147,49 @@ def read_config(path):
     return eps, f"config.json: hidden_act {act}, rms_norm_eps {eps:g}"
 
 
+
+INIT_RULE = ("assumed initialisation: gate_proj, up_proj ~ N(0, std^2), down_proj ~ N(0, "
+             "std^2 / (2 L)), L layers (the depth rule of Megatron-LM's scaled init, which "
+             "nanotron, SmolLM2's trainer, applies to its row-parallel output projections); "
+             "std = config.json's initializer_range unless given")
+
+
+def read_init(path, init_std=None, n_layers=None):
+    """The initialisation assumed for the conserved gaps: std and the number of layers L.
+
+    init_std and n_layers, when given, win; otherwise config.json's initializer_range and
+    num_hidden_layers. Returns (init_std, n_layers, note), or (None, None, note) when either
+    is unknown.
+    Raises: ValueError for an init_std that is not a positive number or an n_layers < 1.
+    """
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    config = folder / "config.json"
+    cfg = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    std = init_std if init_std is not None else cfg.get("initializer_range")
+    layers = n_layers if n_layers is not None else cfg.get("num_hidden_layers")
+    if std is None or layers is None:
+        return None, None, "no initialisation given (initializer_range, num_hidden_layers)"
+    if not (isinstance(std, (int, float)) and math.isfinite(std) and std > 0):
+        raise ValueError(f"init_std: expected a positive number, got {std!r}")
+    if not (isinstance(layers, int) and layers >= 1):
+        raise ValueError(f"n_layers: expected an integer >= 1, got {layers!r}")
+    return float(std), layers, f"{INIT_RULE}; std {std:g}, L {layers}"
+
+
+def init_gaps(d, d_out, init_std, n_layers):
+    """The gaps ||k_j||^2 - ||v_j||^2 and ||q_j||^2 - ||k_j||^2 at the assumed initialisation.
+
+    With k_j ~ N(0, s^2 I_d), v_j ~ N(0, s^2 / (2L) I_d_out), independent: ||k_j||^2 has
+    mean d s^2 and variance 2 d s^4, ||v_j||^2 mean d_out s^2 / (2L), variance
+    2 d_out s^4 / (2L)^2; q_j is distributed as k_j.
+    Returns: dict: kv_mean, kv_sd, qk_mean (0), qk_sd.
+    Source: derivations.md, section 9.4.
+    """
+    s2, v2 = init_std ** 2, init_std ** 2 / (2 * n_layers)
+    return {"kv_mean": d * s2 - d_out * v2, "kv_sd": math.sqrt(2 * d * s2 ** 2 + 2 * d_out * v2 ** 2),
+            "qk_mean": 0.0, "qk_sd": math.sqrt(4 * d * s2 ** 2)}
+
+
 # ----- the measurements -----------------------------------------------------------------
 
 
@@ -162,7 +205,8 @@ def unit_measures(Q, K, V, g):
 
     Args: Q, K (m, d); V (m, d_out); g (d,); any float dtype (computed in float64).
     Returns: dict name -> (m,) float64 array: q_norm, k_norm, v_norm, cos_qk, bal_qk,
-        bal_kv (raw), q_norm_g, k_norm_g, cos_qk_g, bal_qk_g, bal_kv_g (Q g, K g).
+        bal_kv (raw), q_norm_g, k_norm_g, cos_qk_g, bal_qk_g, bal_kv_g (Q g, K g), and the
+        absolute gaps gap_qk = ||q_j||^2 - ||k_j||^2, gap_kv = ||k_j||^2 - ||v_j||^2 (raw).
     Source: derivations.md, section 9.1.
     """
     Q, K, V, g = (np.asarray(a, dtype=np.float64) for a in (Q, K, V, g))
@@ -174,6 +218,8 @@ def unit_measures(Q, K, V, g):
         out.update({f"q_norm{suffix}": qn, f"k_norm{suffix}": kn, f"cos_qk{suffix}": cos,
                     f"bal_qk{suffix}": balance(qn, kn),
                     f"bal_kv{suffix}": balance(kn, out["v_norm"])})
+    out["gap_qk"] = out["q_norm"] ** 2 - out["k_norm"] ** 2          # ||q_j||^2 - ||k_j||^2
+    out["gap_kv"] = out["k_norm"] ** 2 - out["v_norm"] ** 2          # ||k_j||^2 - ||v_j||^2
     return out
 
 
@@ -228,8 +274,37 @@ def _corr_log(a, b):
     return float(np.corrcoef(np.log(a[ok]), np.log(b[ok]))[0, 1]) if ok.sum() > 1 else math.nan
 
 
-def layer_summary(i, units, fwd):
-    """One row of inspect_layers.csv from a layer's unit_measures and forward_measures."""
+def gap_summary(units, init=None):
+    """Per layer: the distribution and sign of the absolute gaps, and, given the gaps at the
+    assumed initialisation (init_gaps), what conservation alone would have kept.
+
+    For each pair (qk, kv): the median and quartiles of the gap, the share of units with a
+    positive gap; with init: the initial mean gap, the share of units whose gap is within 3
+    initial standard deviations of it (all of them, if the gap had been conserved), and the
+    median balance the conserved gap would give at the trained norms, init mean / (sum of
+    the two squared norms).
+    """
+    row = {}
+    for pair, (a, b) in (("qk", ("q_norm", "k_norm")), ("kv", ("k_norm", "v_norm"))):
+        gap = units[f"gap_{pair}"]
+        q25, q50, q75 = np.nanpercentile(gap, [25, 50, 75])
+        row |= {f"median_gap_{pair}": float(q50), f"q25_gap_{pair}": float(q25),
+                f"q75_gap_{pair}": float(q75), f"share_gap_{pair}_positive": float(np.mean(gap > 0))}
+        keys = (f"init_gap_{pair}", f"share_gap_{pair}_within_init",
+                f"median_bal_{pair}_conserved")
+        if init is None:                                  # no initialisation: not measured
+            row |= dict.fromkeys(keys, math.nan)
+            continue
+        mean, sd = init[f"{pair}_mean"], init[f"{pair}_sd"]
+        total = units[a] ** 2 + units[b] ** 2             # (m,) the trained squared norms
+        row |= dict(zip(keys, (mean, float(np.mean(np.abs(gap - mean) <= 3 * sd)),
+                               float(np.median(mean / total)))))
+    return row
+
+
+def layer_summary(i, units, fwd, init=None):
+    """One row of inspect_layers.csv from a layer's unit_measures and forward_measures (and
+    the initial gaps, init_gaps, when an initialisation is given)."""
     med = lambda key: float(np.nanmedian(units[key]))               # noqa: E731
     row = {"layer": i, "m": len(units["q_norm"])}
     for s in ("", "_g"):
@@ -243,7 +318,7 @@ def layer_summary(i, units, fwd):
             "near_linear_frac": fwd["near_linear_layer"],
             "median_a_std": float(np.median(fwd["a_std"])),
             "top3_out_share": float(np.sort(fwd["out_share"])[-3:].sum())}
-    return row
+    return row | gap_summary(units, init)
 
 
 BALANCED = 0.1           # "balanced": |balance| below this, i.e. norms within about 10%
@@ -264,26 +339,69 @@ def overall_summary(unit_rows):
         out[f"share_abs_bal_{pair}_below_{BALANCED}"] = float(np.mean(np.abs(b) < BALANCED))
     out |= {"corr_log_kv": _corr_log(k, v), "corr_log_qk": _corr_log(q, k),
             "median_abs_cos_qk": float(np.nanmedian(np.abs(col("cos_qk"))))}
+    for pair in ("qk", "kv"):
+        gap = col(f"gap_{pair}")
+        out |= {f"median_gap_{pair}": float(np.median(gap)),
+                f"share_gap_{pair}_positive": float(np.mean(gap > 0))}
     return out
+
+
+def adamw_balances(params, state, eps=1e-8, beta2=0.999):
+    """Per unit of a gated layer: the key-value balance in the Euclidean norm and in Adam's
+    preconditioned norm, s = sqrt(v_hat) + eps.
+
+        euclidean_j      = (||k_j||^2 - ||v_j||^2) / (||k_j||^2 + ||v_j||^2)
+        preconditioned_j = (sum_i s_ji k_ji^2 - sum_i s_ji v_ji^2) / (same with +)
+
+    At a fixed point of AdamW, m_hat / s = -lambda theta; with m_hat the gradient and the
+    identity <k_j, dk_j> = <v_j, dv_j> (5.4) this makes preconditioned_j = 0, not euclidean_j.
+
+    Args: params: {"Q", "K" (m, d), "V" (m, d_out)} of gated_mlp; state: its adam_step state
+        (t >= 1); eps, beta2: as in adam_step.
+    Returns: dict with euclidean, preconditioned, (m,) float64 each.
+    Raises: ValueError if K, V or the state's moments are missing or of other shapes, or t < 1.
+    Source: Loshchilov & Hutter, ICLR 2019 (AdamW); derivations.md, section 9.3.
+    """
+    K, V = (np.asarray(params.get(n), dtype=np.float64) for n in ("K", "V"))
+    t = state.get("t", 0)
+    if K.ndim != 2 or V.ndim != 2 or len(K) != len(V) or t < 1:
+        raise ValueError(f"params: expected K (m, d) and V (m, d_out) of one m and a state "
+                         f"after a step, got K {K.shape}, V {V.shape}, t = {t}")
+    scale = {}
+    for name, W in (("K", K), ("V", V)):
+        v = np.asarray(state["v"][name], dtype=np.float64)
+        if v.shape != W.shape:
+            raise ValueError(f"state['v'][{name!r}]: expected shape {W.shape} (params[{name!r}]'s), "
+                             f"got {v.shape}")
+        scale[name] = np.sqrt(v / (1 - beta2 ** t)) + eps          # s = sqrt(v_hat) + eps
+    kk, vv = np.sum(K * K, axis=1), np.sum(V * V, axis=1)              # (m,)
+    sk, sv = np.sum(scale["K"] * K * K, axis=1), np.sum(scale["V"] * V * V, axis=1)
+    return {"euclidean": (kk - vv) / (kk + vv), "preconditioned": (sk - sv) / (sk + sv)}
 
 
 # Column order of the files: the raw-weight columns first, as promised in the docs.
 UNIT_COLUMNS = ["layer", "unit", "q_norm", "k_norm", "v_norm", "cos_qk", "bal_qk", "bal_kv",
                 "q_norm_g", "k_norm_g", "cos_qk_g", "bal_qk_g", "bal_kv_g",
-                "near_linear", "a_std", "out_share", "commit"]
+                "near_linear", "a_std", "out_share", "gap_qk", "gap_kv", "commit"]
 LAYER_COLUMNS = ["layer", "m", "median_q_norm", "median_k_norm", "median_v_norm",
                  "median_bal_qk", "median_bal_kv", "corr_log_kv", "corr_log_qk",
                  "median_abs_cos_qk", "median_q_norm_g", "median_k_norm_g", "median_bal_qk_g",
                  "median_bal_kv_g", "corr_log_kv_g", "corr_log_qk_g", "median_abs_cos_qk_g",
                  "exchange_dev", "linear_dev", "near_linear_frac", "median_a_std",
-                 "top3_out_share", "commit"]
+                 "top3_out_share", "median_gap_qk", "q25_gap_qk", "q75_gap_qk",
+                 "share_gap_qk_positive", "median_gap_kv", "q25_gap_kv", "q75_gap_kv",
+                 "share_gap_kv_positive", "init_gap_qk", "share_gap_qk_within_init",
+                 "median_bal_qk_conserved", "init_gap_kv", "share_gap_kv_within_init",
+                 "median_bal_kv_conserved", "commit"]
 
 
-def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0):
+def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0, init_std=None,
+                       n_layers=None):
     """Measure every selected layer of a checkpoint.
 
     Args: path: a .safetensors file, an index .json, or a folder; layers: list of int or
-        None for all; n_tokens, seed: the random tokens (one draw, used for every layer).
+        None for all; n_tokens, seed: the random tokens (one draw, used for every layer);
+        init_std, n_layers: the assumed initialisation (read_init; default config.json's).
         The near-linear test allows the relative error NEAR_LINEAR_TOL.
     Returns: (unit_rows, layer_rows, info): lists of dicts keyed by UNIT_COLUMNS and
         LAYER_COLUMNS, and a dict describing the run.
@@ -295,6 +413,7 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0):
     start = time.perf_counter()
     ckpt = st.open_checkpoint(path)
     eps, config_note = read_config(path)
+    init_std, n_layers, init_note = read_init(path, init_std, n_layers)
     available = find_layers(ckpt)
     layers = available if layers is None else list(layers)
     twice = sorted({i for i in layers if layers.count(i) > 1})
@@ -310,15 +429,17 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0):
         if x is None:
             x = random_tokens(Q.shape[1], n_tokens, seed)         # (N, d)
         units = unit_measures(Q, K, V, g)
+        init = None if init_std is None else init_gaps(Q.shape[1], V.shape[1], init_std, n_layers)
         fwd = forward_measures(x, Q, K, V, g, eps)
         units |= {k: fwd[k] for k in ("near_linear", "a_std", "out_share")}
         for j in range(Q.shape[0]):
             unit_rows.append({"layer": i, "unit": j} | {k: float(units[k][j]) for k in
                                                         UNIT_COLUMNS[2:-1]})
-        layer_rows.append(layer_summary(i, units, fwd))
+        layer_rows.append(layer_summary(i, units, fwd, init))
     dtypes = sorted({ckpt.dtype(t.format(i=i)) for i in layers for t in NAMES.values()})
     info = {"checkpoint": str(Path(path).resolve()), "dtypes": dtypes,
             "checkpoint_metadata": ckpt.metadata, "config": config_note,
+            "initialisation": init_note, "init_std": init_std, "n_layers": n_layers,
             "mapping": MAPPING, "inputs": INPUTS, "n_tokens": n_tokens, "seed": seed,
             "rms_norm_eps": eps, "near_linear_tol": NEAR_LINEAR_TOL,
             "near_linear_threshold": near_linear_threshold(),
@@ -418,6 +539,28 @@ def print_table(layer_rows, out=print):
             f"{r['top3_out_share']:5.2f}")
 
 
+def print_gaps(layer_rows, info, out=print):
+    """The absolute gaps per layer, and what conservation from the assumed start would keep."""
+    out(f"\nAbsolute gaps, per layer: median [quartiles] and share > 0 of ||q_j||^2 - ||k_j||^2 "
+        f"and ||k_j||^2 - ||v_j||^2.\nInitialisation: {info['initialisation']}.")
+    init = info["init_std"] is not None
+    out(f"{'layer':>5} {'gap_qk median [q25, q75]':>27} {'>0':>5} {'gap_kv median [q25, q75]':>27} "
+        f"{'>0':>5}" + (f" {'kv at init':>10} {'within':>6} {'bal_kv kept':>11}" if init else ""))
+    for r in layer_rows:
+        line = (f"{r['layer']:>5} {r['median_gap_qk']:+9.3f} [{r['q25_gap_qk']:+7.3f}, "
+                f"{r['q75_gap_qk']:+7.3f}] {r['share_gap_qk_positive']:5.2f} "
+                f"{r['median_gap_kv']:+9.3f} [{r['q25_gap_kv']:+7.3f}, {r['q75_gap_kv']:+7.3f}] "
+                f"{r['share_gap_kv_positive']:5.2f}")
+        if init:
+            line += (f" {r['init_gap_kv']:+10.3f} {r['share_gap_kv_within_init']:6.2f} "
+                     f"{r['median_bal_kv_conserved']:+11.4f}")
+        out(line)
+    if init:
+        out("within: share of units whose gap is within 3 initial standard deviations of the "
+            "initial gap; bal_kv kept: the median balance the initial gap would give at the "
+            "trained norms, if it had been conserved.")
+
+
 def parse_layers(text):
     """'0,10,20-22' -> [0, 10, 20, 21, 22]; None -> None (every layer).
 
@@ -442,7 +585,8 @@ def parse_layers(text):
     return layers
 
 
-def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed=0, out=print):
+def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed=0, out=print,
+        init_std=None, n_layers=None):
     """The `inspect` subcommand: measure, write the CSVs, JSON and figure, print the table.
 
     Writes out_dir/inspect_units.csv, inspect_layers.csv, inspect_run.json (what produced
@@ -451,7 +595,8 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
     """
     layers = parse_layers(layers) if isinstance(layers, str) else layers
     out(f"Mapping: {MAPPING}; the layer is SwiGLU, y = (silu(x' Q^T) * (x' K^T)) V.")
-    unit_rows, layer_rows, info = inspect_checkpoint(path, layers, n_tokens, seed)
+    unit_rows, layer_rows, info = inspect_checkpoint(path, layers, n_tokens, seed, init_std,
+                                                     n_layers)
     # Results go to disk before anything is printed about them: a console that cannot
     # print a character ("‖" in the table) must not lose them.
     out_dir = Path(out_dir)
@@ -480,6 +625,7 @@ def run(path, layers=None, out_dir="runs/inspect", n_tokens=DEFAULT_TOKENS, seed
         f"{o[f'share_abs_bal_kv_below_{BALANCED}']:.2f}; corr(log||k||, log||v||) "
         f"{o['corr_log_kv']:.2f}, corr(log||q||, log||k||) {o['corr_log_qk']:.2f}; "
         f"median |cos(q, k)| {o['median_abs_cos_qk']:.3f}.")
+    print_gaps(layer_rows, info, out)
     out(f"\n{info['seconds']:.1f} s to read and measure {len(layer_rows)} layers "
         f"({info['machine']}, load {info['load_1min']}).")
     out(f"Wrote {out_dir}/inspect_units.csv, inspect_layers.csv, inspect_run.json, inspect.png")

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import conservation_laws as cl
 from experiments.hessian import hessian_at_minimum
 
 SEEDS = [0, 1, 2]
@@ -256,3 +257,84 @@ def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
     zeros = bn.symmetry_dimension(name, act, d=4, m=2, d_out=2)
     assert result["grad_norm"] < 1e-9
     assert np.all(size[:zeros] < 1e-9 * size[-1]) and size[zeros] > 1e-6 * size[-1]
+
+
+@pytest.mark.parametrize("sizes", cl.LAW_SIZES)       # (d, m, d_out, r): a rank-2 unit, a layer of 2
+def test_conservation_law_count_equals_theory(sizes):
+    # 5.10: every formulation x activation, at two sizes: the laws counted from the Lie
+    # algebra of the loss gradients (the module's backward passes and their differences)
+    # equal conservation_law_count_expected, with a clear gap between zero and not.
+    for formulation in bn.FORMULATIONS:
+        for act in bn.ACTIVATIONS:
+            result = cl.lie_algebra_dimensions(formulation, act, *sizes)
+            expected = bn.conservation_law_count_expected(formulation, act, *sizes)
+            assert result["laws"] == expected, (formulation, act, sizes, result)
+            assert result["largest_zero"] < 1e-9 and result["smallest_nonzero"] > 1e-4
+            assert result["dims"][0] == result["n_params"] - bn.symmetry_dimension(
+                formulation, act, *sizes)                         # level 0: the flat directions
+
+
+def test_laws_and_flat_directions_counted_apart():
+    # 5.10: they agree where the group is made of commuting rescalings (rank-1, gated: 1 and
+    # 1, ReGLU 2 and 2; full bilinear: the translations of the antisymmetric part, 6 and 6
+    # at d = 4); a rank-2 bilinear unit (O(2, 2)) has 6 flat directions and 4 laws, the
+    # key-value MLP with the identity and m = 2 (GL(2)) 4 and 3.
+    cases = [(("rank1_bilinear", "silu", 5, 1, 3, 2), 1, 1), (("gated_mlp", "silu", 5, 1, 3, 2), 1, 1),
+             (("gated_mlp", "relu", 5, 1, 3, 2), 2, 2), (("bilinear", "silu", 4, 1, 3, 2), 6, 6),
+             (("rank_r_bilinear", "silu", 5, 1, 3, 2), 6, 4), (("mlp", "identity", 5, 2, 3, 2), 4, 3)]
+    for args, flat, laws in cases:
+        assert bn.symmetry_dimension(*args) == bn.symmetry_dimension_expected(*args) == flat, args
+        assert cl.conservation_law_count(*args) == bn.conservation_law_count_expected(*args) == laws
+
+
+def test_conservation_law_count_refuses_where_no_count_is_derived():
+    with pytest.raises(ValueError, match="2 r <= d"):
+        bn.conservation_law_count_expected("rank_r_bilinear", "silu", d=3, r=2)
+    with pytest.raises(ValueError, match="can mix"):
+        bn.conservation_law_count_expected("rank_r_bilinear", "identity", d=5, m=3, d_out=3, r=2)
+    with pytest.raises(ValueError, match="m <= d_out"):
+        bn.conservation_law_count_expected("mlp", "identity", m=4, d_out=3)
+
+
+def test_lie_algebra_dimensions_refuses_an_ambiguous_rank():
+    # sigma(z) = z + 1e-6 z^2 is nearly linear: the bracket directions that the identity's
+    # Lie algebra lacks are there, but about 1e-6 of the others: neither zero nor not.
+    nearly = bn.Activation("nearly_linear", lambda z: z + 1e-6 * z * z,
+                           lambda z: 1 + 2e-6 * z, linear=False, positively_homogeneous=False)
+    with pytest.raises(RuntimeError, match="neither clearly zero nor not"):
+        cl.lie_algebra_dimensions("mlp", nearly, d=3, m=2, d_out=2)
+
+
+def test_relu_units_always_on_act_as_the_identity_and_mix():
+    # 4.9's relu count needs every unit's argument to take both signs. A bilinear unit with
+    # A_j + A_j^T positive definite is on for every input (an open set of parameters): two such
+    # units compute the identity's function and mix, 24 symmetries at d = 5, m = 2, d_out = 3,
+    # against 22 for units with a kink.
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((2, 5, 5))
+    A = np.einsum("jab,jcb->jac", B, B) / 5 + np.eye(5) + 0.3 * rng.standard_normal((2, 5, 5))
+    assert np.all(np.linalg.eigvalsh(A + A.transpose(0, 2, 1)) > 0)      # always on
+    params = {"A": A, "V": rng.standard_normal((2, 3))}
+    always_on = bn.symmetry_dimension("bilinear", "relu", 5, 2, 3, params=params)
+    assert always_on == bn.symmetry_dimension_expected("bilinear", "identity", 5, 2, 3) == 24
+    assert bn.symmetry_dimension("bilinear", "relu", 5, 2, 3) == 22
+    assert bn.symmetry_dimension_expected("bilinear", "relu", 5, 2, 3) == 22
+
+
+def test_conservation_law_table_agrees_with_theory():
+    rows = cl.conservation_law_table()
+    assert len(rows) == len(cl.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
+    assert [r for r in rows if not r["holds"]] == []
+    assert any(r["laws"] < r["flat"] for r in rows) and any(r["laws"] == r["flat"] > 0 for r in rows)
+
+
+def test_symmetry_dimension_with_more_units_than_outputs():
+    # 4.9: with the identity and c = 0 (mlp, static query, bilinear) the count holds for every
+    # m, k = P - rho (d_out + D - rho), rho = min(m, d_out, D); rank-1 units with m > d_out
+    # add into a rank-2 score, which theory refuses and the measurement counts.
+    for name, count in (("mlp", 17), ("static_query_mlp", 42), ("bilinear", 67)):
+        assert bn.symmetry_dimension_expected(name, "identity", 5, 4, 3) == count
+        assert bn.symmetry_dimension(name, "identity", 5, 4, 3) == count
+    assert bn.symmetry_dimension("rank1_bilinear", "identity", 5, 2, 1) == 22 - 14 == 8
+    with pytest.raises(ValueError, match="m <= d_out"):
+        bn.symmetry_dimension_expected("rank1_bilinear", "identity", 5, 2, 1)

@@ -677,6 +677,49 @@ def test_adam_keeps_the_rate_weight_decay_doubles_on_the_keys():
     assert bn.rel_error(tied["Q"], single["K"]) > 1e-2
 
 
+def test_adamw_ties_reglu_to_squared_relu_at_the_same_decay():
+    # 5.9: with AdamW (decoupled decay), a tied ReGLU at (lr, lambda) follows the squared-ReLU
+    # MLP at (lr, lambda) on every parameter: the decay is not divided by sqrt(v), and the
+    # factor 2 of the key gradient cancels in Adam's step. With lambda_W = 2 lambda it departs.
+    x, p, target = draw("gated_mlp", n=8)
+    squared_relu = _activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
+                               lambda z: 2 * np.maximum(z, 0))
+    lam, lr = 0.5, 1e-2
+    tied = {"Q": p["Q"], "K": p["Q"].copy(), "V": p["V"]}
+    same, double = {"K": p["Q"].copy(), "V": p["V"]}, {"K": p["Q"].copy(), "V": p["V"]}
+    s_tied, s_same = bn.adam_init(tied), bn.adam_init(same)
+    s_keys, s_values = bn.adam_init({"K": double["K"]}), bn.adam_init({"V": double["V"]})
+    for _ in range(30):
+        g = _loss_gradients("gated_mlp", tied, x, target, "relu")
+        tied, s_tied = bn.adam_step(tied, g, s_tied, lr=lr, weight_decay=lam)
+        same, s_same = bn.adam_step(same, _loss_gradients("mlp", same, x, target, squared_relu),
+                                    s_same, lr=lr, weight_decay=lam)
+        g = _loss_gradients("mlp", double, x, target, squared_relu)      # Adam is per coordinate:
+        keys, s_keys = bn.adam_step({"K": double["K"]}, {"K": g["K"]}, s_keys, lr=lr,
+                                    weight_decay=2 * lam)                 # 2 lambda on the keys
+        values, s_values = bn.adam_step({"V": double["V"]}, {"V": g["V"]}, s_values, lr=lr,
+                                        weight_decay=lam)
+        double = keys | values
+    assert np.array_equal(tied["Q"], tied["K"])
+    assert bn.rel_error(tied["Q"], same["K"]) < 1e-6 and bn.rel_error(tied["V"], same["V"]) < 1e-6
+    assert bn.rel_error(tied["Q"], double["K"]) > 1e-2
+
+
+def test_adam_step_with_weight_decay_is_adamw():
+    # adam_step's weight_decay: theta - lr (adam step + wd theta), the decay not divided by
+    # sqrt(v); weight_decay = 0 gives Adam's numbers bit for bit.
+    rng = np.random.default_rng(0)
+    params, grads = {"W": rng.standard_normal((3, 2))}, {"W": rng.standard_normal((3, 2))}
+    state = bn.adam_init(params)
+    plain, _ = bn.adam_step(params, grads, state, lr=0.1)
+    decayed, _ = bn.adam_step(params, grads, state, lr=0.1, weight_decay=0.2)
+    assert np.array_equal(bn.adam_step(params, grads, state, lr=0.1, weight_decay=0.0)[0]["W"],
+                          plain["W"])
+    assert np.allclose(decayed["W"], plain["W"] - 0.1 * 0.2 * params["W"], rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="weight_decay"):
+        bn.adam_step(params, grads, state, weight_decay=-1.0)
+
+
 @pytest.mark.parametrize("name, act", [("gated_mlp", "relu"), ("rank1_bilinear", "silu")])
 def test_tied_factors_are_invariant_not_stable(name, act):
     # 5.9: from Q = K gradient descent keeps Q = K exactly; from an untie of 1e-6 it grows
@@ -738,6 +781,29 @@ def test_rank_r_matrix_conservation(name, act, holds):
     assert (bn.rel_error(lhs, rhs) < TOL) is holds
     if not holds:
         assert bn.rel_error(lhs, rhs) > 1e-3
+
+
+def test_antisymmetric_law_of_a_rank_r_unit():
+    # 5.10 and 6.1: Q_j^T K_j - K_j^T Q_j is conserved by gradient flow (an antisymmetric
+    # generator of O(r, r) that is a symmetric matrix). One step of gradient descent changes
+    # it by exactly eta^2 (dQ_j^T dK_j - dK_j^T dQ_j): a quarter for half the step.
+    x, p, dy = draw("rank_r_bilinear", d=5, r=2)
+
+    def law(params):
+        QK = np.einsum("jdr,jds->jrs", params["Q"], params["K"])     # Q_j^T K_j (m, r, r)
+        return QK - QK.transpose(0, 2, 1)
+
+    for act in ("silu", "relu", "identity"):
+        _, g = run("rank_r_bilinear", x, p, dy, act)
+        changes = []
+        for eta in (0.02, 0.01, 0.005):
+            stepped = {"Q": p["Q"] - eta * g["Q"], "K": p["K"] - eta * g["K"], "V": p["V"]}
+            change = law(stepped) - law(p)
+            dQK = np.einsum("jdr,jds->jrs", g["Q"], g["K"])
+            assert bn.rel_error(change, eta ** 2 * (dQK - dQK.transpose(0, 2, 1))) < 1e-9
+            changes.append(np.max(np.abs(change)))
+        assert changes[0] > 1e-8
+        assert np.allclose(np.array(changes[:2]) / np.array(changes[1:]), 4.0, rtol=1e-6)
 
 
 def mix_terms(params, M):
@@ -980,3 +1046,26 @@ def test_tensorwise_rel_error_ignores_rounding_of_a_near_zero_element():
     assert abs(a - b) / (abs(a) + abs(b)) > 0.99          # the elementwise ratio: "wrong"
     assert bn.rel_error(analytic, numeric) < 1e-9         # the tensor-wise one: right
     assert np.max(np.abs(analytic)) > 0.1                 # the tensor's scale
+
+
+def _count(cell, d, r):
+    # A count of the text, '$d(d+1)/2$ (layer) $+ 1$', evaluated at d and r.
+    text = cell.replace("$", "").replace("(layer)", "").replace("^", "**").replace(" ", "")
+    text = re.sub(r"(?<=[\d)dr])(?=[(dr])", "*", text)                  # 2r -> 2*r, d(d -> d*(d
+    assert re.fullmatch(r"[\d()+\-*/dr]+", text), cell
+    return eval(text, {}, {"d": d, "r": r})                            # noqa: S307 (our text)
+
+
+def test_law_table_in_the_text():
+    # 5.10: "Each formulation's laws", flat directions and laws evaluated at d = 5, r = 2
+    # (one unit, where the layer's and the unit's counts add), against the two theories.
+    rows = [row for row in table_rows("### 5.10") if row[0].startswith("`")]
+    smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
+    seen = set()
+    for form, act, flat, laws, _ in rows:
+        name = form.strip("`")
+        for a in (smooth if act == "smooth" else (act,)):
+            assert _count(flat, 5, 2) == bn.symmetry_dimension_expected(name, a, 5, 1, 3, 2), (name, a)
+            assert _count(laws, 5, 2) == bn.conservation_law_count_expected(name, a, 5, 1, 3, 2)
+            seen.add((name, a))
+    assert seen == {(f, a) for f in bn.FORMULATIONS for a in bn.ACTIVATIONS if a != "identity"}

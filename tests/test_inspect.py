@@ -341,3 +341,118 @@ def test_adam_moves_the_key_value_imbalance_at_first_order():
     # Exactly quadratic for gradient descent, at any lr; first order for Adam as lr -> 0.
     np.testing.assert_allclose(change(0.1, False) / change(0.05, False), 4.0, rtol=1e-9)
     np.testing.assert_allclose(change(1e-6, True) / change(5e-7, True), 2.0, rtol=1e-3)
+
+
+def _swiglu_trained_by_adamw(steps=1500, lam=0.1, lr=1e-2, seed=0):
+    # A small SwiGLU layer (d = 4, m = 3, d_out = 4) fitted full-batch to a noisy SwiGLU
+    # teacher by AdamW, from a start with ||k_j|| = ||v_j|| for every unit.
+    rng = np.random.default_rng(seed)
+    form = bn.FORMULATIONS["gated_mlp"]
+    x = rng.standard_normal((64, 4))
+    target = form.forward(x, **form.init(rng, 4, 3, 4), act="silu")[0]
+    target = target + 0.1 * rng.standard_normal(target.shape)
+    p = form.init(rng, 4, 3, 4)
+    p["V"] = p["V"] * (np.linalg.norm(p["K"], axis=1) / np.linalg.norm(p["V"], axis=1))[:, None]
+    state = bn.adam_init(p)
+
+    def gradients(p):
+        y, cache = form.forward(x, **p, act="silu")
+        grads = form.backward(bn.mse_backward(1.0, bn.mse_forward(y, target)[1]), cache)
+        return {k: grads[k] for k in p}
+
+    start = im.adamw_balances(p, bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)[1])
+    for _ in range(steps):
+        p, state = bn.adam_step(p, gradients(p), state, lr=lr, weight_decay=lam)
+    return p, state, gradients(p), start
+
+
+def test_adamw_balances_keys_and_values_in_the_preconditioned_norm():
+    # 9.3: from an exactly balanced start (Euclidean balance 0), AdamW moves the Euclidean
+    # key-value balance far from 0, while the balance in Adam's norm s = sqrt(v_hat) + eps
+    # stays near 0: at a fixed point m_hat / s = -lambda theta, and with 5.4's identity
+    # sum_i s k_i^2 = sum_i s v_i^2. The bookkeeping is exact: lambda times the preconditioned
+    # imbalance equals the residual terms below, to rounding.
+    lam, eps = 0.1, 1e-8
+    p, state, g, start = _swiglu_trained_by_adamw(lam=lam)
+    assert np.max(np.abs(start["euclidean"])) < 1e-12
+    balance = im.adamw_balances(p, state, eps=eps)
+    assert np.max(np.abs(balance["euclidean"])) > 0.1
+    assert np.max(np.abs(balance["preconditioned"])) < 0.02
+    t = state["t"]
+    s = {k: np.sqrt(state["v"][k] / (1 - 0.999 ** t)) + eps for k in ("K", "V")}
+    m_hat = {k: state["m"][k] / (1 - 0.9 ** t) for k in ("K", "V")}
+    residual = {k: m_hat[k] / s[k] + lam * p[k] for k in ("K", "V")}     # 0 at a fixed point
+    lhs = lam * (np.sum(s["K"] * p["K"] ** 2, 1) - np.sum(s["V"] * p["V"] ** 2, 1))
+    rhs = (np.sum(s["K"] * p["K"] * residual["K"], 1) - np.sum(s["V"] * p["V"] * residual["V"], 1)
+           + np.sum(p["K"] * (g["K"] - m_hat["K"]), 1) - np.sum(p["V"] * (g["V"] - m_hat["V"]), 1)
+           - (np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1)))    # the last: 0 (5.4)
+    assert np.allclose(lhs, rhs, rtol=0, atol=1e-12 * np.max(np.abs(lhs)) + 1e-15)
+    assert np.max(np.abs(np.sum(p["K"] * g["K"], 1) - np.sum(p["V"] * g["V"], 1))) < 1e-12
+
+
+def test_absolute_gaps_and_what_conservation_would_keep(tiny):
+    # 9.4: each unit's gaps ||q_j||^2 - ||k_j||^2 and ||k_j||^2 - ||v_j||^2, their per-layer
+    # distribution and sign, and, for an assumed initialisation, the initial gap, the share
+    # of units within 3 initial standard deviations of it, and the balance it would give.
+    folder, arrays = tiny
+    units, layers, info = im.inspect_checkpoint(folder, n_tokens=16, init_std=0.5, n_layers=3)
+    assert info["init_std"] == 0.5 and info["n_layers"] == 3 and "2 L" in info["initialisation"]
+    init = im.init_gaps(D, D, 0.5, 3)
+    for i in range(LAYERS):
+        want = direct_layer(arrays, i, np.zeros((1, D)) + 1)
+        rows = [u for u in units if u["layer"] == i]
+        gap_kv = want["k_norm"] ** 2 - want["v_norm"] ** 2
+        gap_qk = want["q_norm"] ** 2 - want["k_norm"] ** 2
+        np.testing.assert_allclose([u["gap_kv"] for u in rows], gap_kv, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose([u["gap_qk"] for u in rows], gap_qk, rtol=1e-12, atol=1e-13)
+        row = layers[i]
+        assert row["median_gap_kv"] == pytest.approx(np.median(gap_kv), rel=1e-12)
+        assert row["q25_gap_qk"] == pytest.approx(np.percentile(gap_qk, 25), rel=1e-12)
+        assert row["share_gap_kv_positive"] == np.mean(gap_kv > 0)
+        assert row["init_gap_kv"] == pytest.approx(D * 0.25 - D * 0.25 / 6, rel=1e-12)
+        within = np.mean(np.abs(gap_kv - init["kv_mean"]) <= 3 * init["kv_sd"])
+        assert row["share_gap_kv_within_init"] == within
+        total = want["k_norm"] ** 2 + want["v_norm"] ** 2
+        assert row["median_bal_kv_conserved"] == pytest.approx(np.median(init["kv_mean"] / total))
+    plain = im.inspect_checkpoint(folder, n_tokens=16)[1]            # no initialisation given
+    assert math.isnan(plain[0]["init_gap_kv"]) and not math.isnan(plain[0]["median_gap_kv"])
+
+
+def test_initial_gaps_match_a_sampled_initialisation():
+    # init_gaps: the mean and standard deviation of ||k||^2 - ||v||^2 under the depth rule,
+    # against 4000 sampled units at SmolLM2's sizes (d = d_out = 576, L = 30, std 1/24).
+    rng = np.random.default_rng(0)
+    d, L, std = 576, 30, 1 / 24
+    k = rng.normal(0, std, (4000, d))
+    v = rng.normal(0, std / np.sqrt(2 * L), (4000, d))
+    gap = np.sum(k ** 2, 1) - np.sum(v ** 2, 1)
+    init = im.init_gaps(d, d, std, L)
+    assert init["kv_mean"] == pytest.approx(1 - 1 / 60, rel=1e-12)
+    assert abs(gap.mean() - init["kv_mean"]) < 4 * init["kv_sd"] / np.sqrt(4000)
+    assert gap.std() == pytest.approx(init["kv_sd"], rel=0.05)
+
+
+def test_docs_quote_the_gaps_of_the_committed_run():
+    # docs/real-model.md's table of absolute gaps is inspect_layers_f32.csv, rounded as printed.
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "real-model.md").read_text(encoding="utf-8")
+    with open(root / "results" / "smollm2" / "inspect_layers_f32.csv", encoding="utf-8") as f:
+        rows = {int(r["layer"]): r for r in csv.DictReader(f)}
+    number = lambda text: float(text.replace("−", "-").rstrip("%"))      # noqa: E731
+    quoted = 0
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not (line.startswith("| ") and cells[0].isdigit() and len(cells) == 7):
+            continue
+        r = rows[int(cells[0])]
+        low, high = (number(c) for c in cells[2].split(","))
+        assert number(cells[1]) == round(float(r["median_gap_kv"]), 2)
+        assert (low, high) == (round(float(r["q25_gap_kv"]), 2), round(float(r["q75_gap_kv"]), 2))
+        assert number(cells[3]) == round(100 * float(r["share_gap_kv_positive"]))
+        assert number(cells[4]) == round(100 * float(r["share_gap_kv_within_init"]))
+        assert number(cells[5]) == round(float(r["median_bal_kv_conserved"]), 3)
+        assert number(cells[6]) == round(float(r["median_gap_qk"]), 2)
+        assert float(r["init_gap_kv"]) == pytest.approx(1 - 1 / 60, rel=1e-6)
+        quoted += 1
+    assert quoted >= 8

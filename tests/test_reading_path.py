@@ -30,7 +30,9 @@ def _code_lines(node):
 
 
 def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
-    assert len(SOURCE.splitlines()) < 2160
+    # 2,159 lines before issue 22 added the law theory, AdamW's weight decay and the relu token
+    # rule (+100); the fast copies' removal (issue 20) takes about 230 lines away again.
+    assert len(SOURCE.splitlines()) < 2260
     first = min(FUNCTIONS[f"{name}_forward"].lineno for name in bn.FORMULATIONS)
     assert first <= 300, first
 

@@ -31,3 +31,23 @@ def test_every_formulation_is_in_the_readme_table():
     import bilinear_numpy as bn
     for name in bn.FORMULATIONS:
         assert f"| `{name}`" in README
+
+
+def test_thesis_paragraph_agrees_with_the_law_table():
+    # The README's opening claim, against conservation_law_table (verify, section 6): a
+    # smooth gated unit and a rank-1 unit keep 1 flat direction and 1 law each; a rank-2
+    # bilinear unit has 6 flat directions and 4 laws.
+    from experiments import conservation_laws
+    thesis = README[README.index("What gating breaks"):README.index("## Start here")]
+    thesis = " ".join(thesis.split())
+    assert "1 and 1 per unit" in thesis
+    flat, laws = map(int, re.search(r"rank-2 bilinear unit has (\d+) flat directions and (\d+) laws",
+                                    thesis).groups())
+    rows = conservation_laws.conservation_law_table()
+    smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
+    for r in rows:
+        per_unit = r["sizes"][1]
+        if r["formulation"] in ("rank1_bilinear", "gated_mlp") and r["activation"] in smooth:
+            assert r["flat"] == r["laws"] == per_unit, r
+        if r["formulation"] == "rank_r_bilinear" and r["sizes"] == (4, 1, 2, 2) and r["activation"] in smooth:
+            assert (r["flat"], r["laws"]) == (flat, laws) == (6, 4), r

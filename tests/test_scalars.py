@@ -74,8 +74,17 @@ def adam(num, tmp_path):
     for _ in range(2):                            # the second step reads the state of the first
         grads = {"w": params["w"] * np.float32(2)}
         params, state = bn.adam_step(params, grads, state, lr=num(2 ** -10), beta1=num(0.875),
-                                     beta2=num(1 - 2 ** -10), eps=num(2 ** -27))
+                                     beta2=num(1 - 2 ** -10), eps=num(2 ** -27),
+                                     weight_decay=num(0.125))
     return {"params": params, "m": state["m"], "v": state["v"]}
+
+
+def adamw_balances(num, tmp_path):
+    from experiments import inspect_model
+    params = {"Q": _x32((3, 4), 1), "K": _x32((3, 4), 2), "V": _x32((3, 5), 3)}
+    state = bn.adam_step(params, {k: v * np.float32(2) for k, v in params.items()},
+                         bn.adam_init(params))[1]
+    return inspect_model.adamw_balances(params, state, eps=num(2 ** -27), beta2=num(0.875))
 
 
 def loss_backwards(num, tmp_path):
@@ -206,6 +215,7 @@ CASES = {
     text_task: ["experiments.train.TextTask"],
     run_task_and_ablation: ["experiments.train.run_task", "experiments.ablation.run_ablation"],
     learning_curves: ["experiments.train_figures.learning_curves"],
+    adamw_balances: ["experiments.inspect_model.adamw_balances"],
     inspect_layer: ["experiments.inspect_model.forward_measures",
                     "experiments.inspect_model.near_linear_threshold"],
 }
@@ -256,8 +266,10 @@ NUMBER_NAMES = {"dloss", "alpha", "eta", "lr", "baseline", "eps", "h", "tol", "s
 
 
 def _public_functions():
+    # train_torch needs PyTorch (optional), and its numbers go to train.TextTask (swept here).
     modules = [bn] + [importlib.import_module(f"experiments.{m.name}")
-                      for m in pkgutil.iter_modules(experiments.__path__)]
+                      for m in pkgutil.iter_modules(experiments.__path__)
+                      if m.name != "train_torch"]
     for module in modules:
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
