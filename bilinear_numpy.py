@@ -74,8 +74,8 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # |sigma'| near its zero: 4 kappa ulp. A rounded argument (exact GELU's z / sqrt 2 in
 # float64, tanh-GELU's 2u) turns eps/2 into kappa_f eps/2 relative in f, kappa_f = |z f'/f|:
 # z^2 eps / 2 for exact GELU far out (1e-13 at z = -30), so no few-ulp bound there without
-# more precision. Below the normal range: the smallest normal number, absolute. No
-# overflow, NaN or warning for any finite z; at +-inf the limits (silu(-inf) = 0: _finite).
+# more precision. Below the normal range: the smallest normal number, absolute. No overflow,
+# NaN or warning for any finite z; at +-inf the limits (silu(-inf) = 0: _finite).
 
 
 @dataclass(frozen=True)
@@ -581,9 +581,8 @@ def numerical_gradient(f, x, dy, h=1e-6):
         dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),  tau_i = h max(1, |x[i]|),
 
     error O(tau_i^2) + O(eps / tau_i): the step scales with each entry (beside 1e12 a fixed
-    1e-6 is lost in rounding). derivations.md, 7.4, calls the step tau (h is the hidden layer).
-
-    A deliberate loop over the entries of a private copy of x (the caller's x is untouched).
+    1e-6 is lost in rounding); derivations.md, 7.4, calls it tau (h is the hidden layer). A
+    deliberate loop over the entries of a private copy of x (the caller's x is untouched).
 
     Args: f: x-shaped array -> dy-shaped array; x, dy: float64 arrays (dy random, not ones);
         h: the relative step, a finite real number above eps = 2.2e-16 (float64's).
@@ -592,20 +591,17 @@ def numerical_gradient(f, x, dy, h=1e-6):
         leaves no correct digit); ValueError for h not finite above eps or f(x) not shaped as dy.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
-    x = np.asarray(x)
-    dy = np.asarray(dy)
+    x, dy = np.asarray(x), np.asarray(dy)
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
-            raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "in lower precision, rounding divided by the step leaves no "
-                            "correct digit")
+            raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; in lower "
+                            "precision, rounding divided by the step leaves no correct digit")
     real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
     if not (real and np.finfo(np.float64).eps < h < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step h > 0, above float64's "
                          f"eps 2.2e-16 (a smaller one is lost in rounding), got {h!r}")
     h = _real("h", h)                             # a Python float, also from np.float32
-    xp = x.copy()
-    grad = np.zeros_like(xp)
+    xp, grad = x.copy(), np.zeros_like(x)
 
     def output(arr):
         out = np.asarray(f(arr))
@@ -623,15 +619,14 @@ def numerical_gradient(f, x, dy, h=1e-6):
         xp[i] = old - step
         minus, x_minus = output(xp), xp[i]
         xp[i] = old                               # restore before the next probe
-        # L(x+) - L(x-) as sum((f(x+) - f(x-)) dy): outputs x_i does not move cancel first
+        # L(x+) - L(x-) = sum((f(x+) - f(x-)) dy), outputs x_i does not move cancelling first;
         grad[i] = float(np.sum((plus - minus) * dy)) / (x_plus - x_minus)   # x+ - x- ~ 2 tau_i
     return grad
 
 
 @dataclass(frozen=True)
 class GradcheckRow:
-    """One tensor's verdict: shapes, the largest absolute difference, its index, and
-    rel_error(analytic, numerical)."""
+    """One tensor's verdict: shape, largest absolute difference, its index, rel_error."""
 
     tensor: str
     shape: tuple
@@ -642,11 +637,8 @@ class GradcheckRow:
 
 @dataclass(frozen=True)
 class GradcheckReport:
-    """The per-tensor report of gradcheck; str() prints it as a table.
-
-    Attributes: formulation, activation, rows (list of GradcheckRow), tol, draws (how
-    many random draws were needed to keep every pre-activation away from a kink).
-    """
+    """The per-tensor report of gradcheck; str() prints it as a table. Attributes: formulation,
+    activation, rows (list of GradcheckRow), tol, draws (random draws needed to avoid a kink)."""
 
     formulation: str
     activation: str
@@ -705,8 +697,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     if not (0 < tol < 1 and 0 <= kink_margin < math.inf):   # rel_error <= 1: tol >= 1 passes all
         raise ValueError(f"gradcheck: expected 0 < tol < 1 and a finite kink_margin >= 0, got "
                          f"tol={tol!r}, kink_margin={kink_margin!r}")
-    rng = np.random.default_rng(seed)
-    d = x_shape[-1]
+    rng, d = np.random.default_rng(seed), x_shape[-1]
     for draw in range(1, max_draws + 1):
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
@@ -717,9 +708,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
                          f"{kink_margin} away from the kink")
     dy = rng.standard_normal(y.shape)
-    analytic = form.backward(dy, cache)
-    inputs = {"x": x} | params
-    rows = []
+    analytic, inputs, rows = form.backward(dy, cache), {"x": x} | params, []
     for tensor, value in inputs.items():
         def f(v, tensor=tensor):
             return form.forward(**(inputs | {tensor: v}), act=act)[0]
@@ -727,8 +716,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
         diff = np.abs(analytic[tensor] - numeric)
         worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
         rows.append(GradcheckRow(tensor, value.shape, float(diff.max(initial=0.0)),
-                                 tuple(int(i) for i in worst),
-                                 rel_error(analytic[tensor], numeric)))
+                                 tuple(int(i) for i in worst), rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
 
 
