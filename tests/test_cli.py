@@ -458,9 +458,14 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     deadline = time.monotonic() + 60
     while not partial.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    for _ in range(5):          # pressed again if Python swallowed it (in a finalizer, say)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("stopped (Ctrl-C); ")
     assert len(csv_rows(partial)) >= 1 and not (tmp_path / "results" / "text.csv").exists()
 
