@@ -9,7 +9,9 @@ Students:
     python -m exercises hint N               hints 1 and 2 without the table
 
 From a notebook (opened in the repository's folder or in exercises/): save, then in a cell
-`import exercises; exercises.check(1)`.
+`import exercises; exercises.check(1)`. A graded derivation is posed on a variant of the
+student's own, drawn from their seed: `exercises.variant(N)` returns it (a dict; the
+checker hands the same dict to the student's functions, which read it).
 
 Instructors:
 
@@ -26,9 +28,12 @@ The files, in the order a check runs through them:
   c.close (arrays, rel_error), c.equal and c.answer_is (exact, types included), c.holds (a
   property). The student's code is reached only through c.call(name, ...) and c.answer(name),
   inside the lambdas, so whatever it does becomes a row. Expected values are computed
-  there, at check time, from bilinear_numpy or finite differences; c.rng(...) and
-  c.variant(options) draw from the student's seed, so a problem can be the student's own.
-  A wrong value that matches a known slip (mistakes={(point, slip): value}) is recognised.
+  there, at check time, from bilinear_numpy or finite differences; c.variant() (the
+  exercise's variant(rng), in course.py) and c.rng(...) draw from the student's seed, so a
+  problem is the student's own, handed to the student's functions as their last argument;
+  c.predicted compares a prediction without showing its truth. A wrong value that matches
+  a known slip (mistakes={(point, slip): value}) is recognised; a backward pass's rows
+  ("dNAME vs ...") are read by one rule, checker.gradient_diagnosis.
 - checker.py: rows and their comparison (with the shape/value diagnosis: "a transpose? got
   (5, 4) where (4, 5) was due"), Checks, and the child process. Each exercise runs in its own
   child (`python -c ... child_main`), in its own session, with its own temporary folder, and
@@ -60,6 +65,19 @@ def check(exercise=None, *options):
     from exercises.__main__ import main
     argv = ([] if exercise is None else ["check", str(exercise)]) + [str(o) for o in options]
     return main(argv)
+
+
+def variant(exercise, folder=None):
+    """Your own variant of exercise N (a dict; its "y" says it in one line), drawn from the
+    seed in student.json (seed 0 before `python -m exercises start --name YOU`) of `folder`
+    (default: exercises/). The checker hands the same dict to your functions."""
+    from exercises import checker
+    from exercises.course import COURSE
+    chosen = COURSE[exercise - 1]
+    if chosen.variant is None:
+        raise ValueError(f"exercise {exercise} is the same for everyone: it has no variant")
+    seed = checker.read_seed(checker.PACKAGE if folder is None else folder)[1]
+    return checker.own_variant(chosen, exercise, seed)
 
 
 def hint(exercise, level=None):

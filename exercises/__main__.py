@@ -56,11 +56,11 @@ def print_hints(result, level, more):
 def format_rows(rows):
     """The per-check table, with the message of each row that is not ok under it."""
     number = lambda v: f"{v:9.1e}" if v is not None else f"{'-':>9}"   # noqa: E731
-    lines = [f"  {'check':<44} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}"
-             f"  verdict", "  " + "-" * 110]
+    lines = [f"  {'check':<48} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}"
+             f"  verdict", "  " + "-" * 114]
     seen = set()
     for row in rows:
-        lines.append(f"  {row.check:<44} {row.expected[:18]:<18} {row.got[:18]:<18} "
+        lines.append(f"  {row.check:<48} {row.expected[:18]:<18} {row.got[:18]:<18} "
                      f"{number(row.max_diff)} {number(row.rel_err)}  {row.verdict}")
         if row.message and row.message not in seen:     # a repeated message is shown once
             lines.append(f"      -> {row.message}")

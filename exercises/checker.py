@@ -48,13 +48,15 @@ class Exercise:
     """slug: the file's topic (exNN_slug.py) and its hints' key; title: one line; check:
     function(Checks) adding the rows; writes: bn names the exercise asks the student to
     write (calling one is an ERROR row); diagnose: function(rows) -> [(point, slip)] read
-    from which rows fail together."""
+    from which rows fail together; variant: function(rng) -> the student's own problem, a
+    dict whose "y" says it in one line (None: the exercise is the same for everyone)."""
 
     slug: str
     title: str
     check: Callable
     writes: tuple = ()
     diagnose: Callable | None = None
+    variant: Callable | None = None
 
 
 def file_name(number, exercise):
@@ -258,6 +260,11 @@ def exception_message(error, path):
     return f"{type(error).__name__}: {text}{where}"
 
 
+def own_variant(exercise, number, seed):
+    """The variant of exercise `number` for the student of `seed` (the same in every check)."""
+    return exercise.variant(np.random.default_rng([seed, number, 0]))
+
+
 # ----- The object a check function fills -----------------------------------------------
 
 
@@ -279,10 +286,11 @@ class Checks:
         """A generator of this student's own numbers for this exercise (and labels)."""
         return np.random.default_rng([self.seed, self.number, *labels])
 
-    def variant(self, options, describe_as=str):
-        """One of `options`, drawn from the student's seed; shown at the top of every check."""
-        chosen = options[int(self.rng(0).integers(len(options)))]
-        self.chosen = describe_as(chosen)
+    def variant(self):
+        """The student's own variant (the exercise's `variant` drawn from their seed): a
+        dict, shown at the top of every check."""
+        chosen = own_variant(self.exercise, self.number, self.seed)
+        self.chosen = f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
         self.report("variant", self.chosen)
         return chosen
 
@@ -371,12 +379,17 @@ class Checks:
     def answer_is(self, name, expected, transform=None, check=None):
         """Row: the answer `name` (after transform) equals `expected`; the expected value
         is not shown (the row would give it away)."""
+        self.predicted(check or name, name, expected,
+                       lambda: (transform or (lambda v: v))(self.answer(name)))
+
+    def predicted(self, check, topic, expected, got_fn):
+        """Row: got_fn() == expected exactly, types included, the expected value not shown
+        (a prediction's truth, measured at check time, would give it away)."""
         def compare(got):
             verdict, got_text, _, _, message = compare_equal(expected, got)
             why = message[message.index(": a bool"):] if ": a bool" in message else ""
             return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer" + why
-        self._row(check or name, name, HIDDEN,
-                  lambda: (transform or (lambda v: v))(self.answer(name)), compare)
+        self._row(check, topic, HIDDEN, got_fn, compare)
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
@@ -726,12 +739,57 @@ def load_hints(path=HINTS_FILE):
         return json.load(f)
 
 
+def gradient_diagnosis(rows):
+    """The one rule for every backward pass, read from which gradients fail together (rows
+    named "dNAME vs ..."): [(where to look, the idea)], or [] when there is no such row,
+    none is wrong, or one did not run (no pattern to read)."""
+    wrong, right = [], []
+    for row in rows:
+        found = re.match(r"d(\w+) vs ", row.check)
+        if not found:
+            continue
+        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+            return []
+        (wrong if row.verdict == "WRONG" else right).append(found.group(1))
+    wrong, right = list(dict.fromkeys(wrong)), [t for t in dict.fromkeys(right) if t not in wrong]
+    names = lambda ts: ", ".join("d" + t for t in ts)            # noqa: E731
+    params = [t for t in wrong if t != "x"]
+    if not wrong:
+        return []
+    if not right:
+        return [("every gradient is wrong: look at the first step back from y, the one every "
+                 "other gradient starts from",
+                 "the slip comes before the gradients part ways: the gradient of the quantity "
+                 "that multiplies V, which every later step reuses")]
+    if wrong == ["x"]:
+        return [("only dx is wrong: look at every path from x to the output",
+                 "every parameter's gradient is right, so every intermediate gradient is too; "
+                 "dx must collect what comes back along each path x takes")]
+    if len(params) == 1 and "x" not in wrong:
+        return [(f"only d{params[0]} is wrong: look at the last step, where {params[0]} enters",
+                 f"the other gradients are right, so the gradient arriving at the step where "
+                 f"{params[0]} enters is right too: the slip is in that step alone (which factor "
+                 f"multiplies it, the order of a product, or how a parameter every token shares "
+                 f"collects its gradient)")]
+    if "x" in wrong:
+        return [(f"{names(wrong)} are wrong and {names(right)} right: look at the step that "
+                 f"leads to {', '.join(params)} (and on to x) but not to {', '.join(right)}",
+                 f"the gradient reaching the quantity where {' and '.join(params)} "
+                 f"{'enters' if len(params) == 1 else 'enter'} is wrong; the steps that lead "
+                 f"to {names(right)} share none of it, so the slip sits between them")]
+    return [(f"{names(wrong)} are wrong while dx is right: look at the last steps, from the "
+             f"intermediate gradients to {names(wrong)}",
+             "dx is right, so every intermediate gradient is: the slip is in the final "
+             "products that make these")]
+
+
 def advice(result, hints=None):
     """What the exercise's failing rows tell the student, as hint levels 1, 2, 3 (each a
     text; [] when every row is ok). Level 1: where to look, from the slips recognised in the
-    rows or, when none was, the pattern of failing rows (the exercise's diagnose), else the
-    topic's hint; level 2: the slips named, else the topic's idea; level 3: the rule for
-    each failing gradient, else the topic's."""
+    rows or, when none was, which gradients fail together (gradient_diagnosis) or the
+    exercise's diagnose, else the topic's hint; level 2: the slips named, else the idea;
+    level 3: the rule for the last step of the first failing gradient (a parameter's before
+    dx's, which every wrong intermediate reaches), else the topic's."""
     row = result.first_failure
     if row is None:
         return []
@@ -739,13 +797,15 @@ def advice(result, hints=None):
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
     found = [(r.point, r.slip) for r in result.rows if r.point]     # slips recognised, or else
-    if not found and result.exercise.diagnose and result.status == "failing":
-        found = list(result.exercise.diagnose(result.rows))       # the pattern of failing rows
+    if not found and result.status == "failing":                   # the pattern of failing rows
+        found = gradient_diagnosis(result.rows) or list(
+            result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
     found = list(dict.fromkeys(found))
     points = list(dict.fromkeys(p for p, _ in found))
     slips = list(dict.fromkeys(s for _, s in found))
-    failing = [r.check.split(",")[0] for r in result.rows
-               if r.verdict != "ok" and r.topic == topic and r.check.split(",")[0] in
+    failing = [r.check.split(" ")[0] for r in result.rows
+               if r.verdict != "ok" and r.topic == topic and r.check.split(" ")[0] in
                table.get("formulas", {})]
-    third = "; ".join(table["formulas"][name] for name in dict.fromkeys(failing)) or own[2]
+    failing.sort(key=lambda name: name == "dx")     # a parameter's step before dx's (downstream)
+    third = table["formulas"][failing[0]] if failing else own[2]
     return ["; ".join(points) or own[0], "; ".join(slips) or own[1], third]

@@ -6,9 +6,10 @@ compared with rel_error), c.equal (exact values), c.holds (a property) or c.answ
 at check time, outside the student's code: from bilinear_numpy (bn), or for a form of the
 student's own from fd_truth (finite differences of its forward). `c.call(name, ...)` runs
 the student's function `name` and `c.answer(name)` reads the student's answer `name`.
-`c.variant(options)` draws the student's own variant from their seed (and shows it at the
-top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is the worked
-example. Inputs are small, so every exercise checks in well under a second.
+`c.variant()` draws the student's own variant from their seed (the exercise's variant_N,
+shown at the top of the check), `c.rng(...)` the numbers of their problem: exercise 9 is
+the worked example; `c.predicted` compares a prediction with the truth measured here,
+without showing it. Inputs are small, so every exercise checks in well under a second.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import numpy as np
 import bilinear_numpy as bn
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
-SHARED_TEXT = "look at how a parameter shared by every token collects its gradient"
 
 
 def draw(formulation, seed, r=R, n=N):
@@ -97,7 +97,7 @@ def key_value_memory(c):
         mistakes = {("look at what happens to the scores before they weigh the values",
                      "σ is missing: you returned (x Kᵀ) V"): (x @ K.T) @ V,
                     ("right for ReLU only: look at which activation your code applies",
-                     "σ is relu whatever act is: use bn.ACTIVATIONS[act]"):
+                     "σ is relu whatever act is: the activation must be the one act names"):
                         sigma("relu", x @ K.T) @ V,
                     ("look at the order of the steps: where the activation acts",
                      "σ is applied after V: σ(x Kᵀ V) in place of σ(x Kᵀ) V"):
@@ -235,6 +235,130 @@ def gated_mlp(c):
     c.answer_is("M_GATED", 2 * 3072 * 768 // (3 * 768))
 
 
+# ----- A two-factor unit of one's own: exercises 6 and 7 --------------------------------
+# y = Σ_j φ(x·q_j) ψ(x·k_j) v_j with φ, ψ drawn from PAIR; what the student predicts is
+# measured at check time on random data (rel error of the outputs after the change).
+
+PAIR = ("z", "z²", "z³", "relu", "relu²", "silu", "sigmoid", "tanh")
+
+
+def pair_fn(name):
+    return (lambda z: z) if name == "z" else SCALARS[name]
+
+
+MODULE_SIGMA = {"z", "relu", "silu", "sigmoid"}      # the module's own σ (z: the identity)
+
+
+def module_pair(phi, psi):
+    """True for a unit the module has: rank-1 with the identity, a gated or double-gated MLP."""
+    return phi in MODULE_SIGMA and psi in MODULE_SIGMA and (phi == psi or "z" in (phi, psi))
+
+
+def pair_variant(rng, same_share):
+    while True:
+        phi = pick(rng, PAIR)
+        psi = phi if rng.random() < same_share else pick(rng, tuple(p for p in PAIR if p != phi))
+        if not module_pair(phi, psi):
+            break
+    shown = lambda f, arg: (arg if f == "z" else f"({arg}){f[1:]}") if f[0] == "z" else \
+        f"{f[:4]}({arg}){f[4:]}" if f.startswith("relu") else f"{f}({arg})"   # noqa: E731
+    return {"phi": phi, "psi": psi,
+            "y": f"y = Σ_j {shown(phi, 'x·q_j')} {shown(psi, 'x·k_j')} v_j"}
+
+
+def pair_deviation(v, change, seed_rng):
+    """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
+    x = seed_rng.standard_normal((12, D))
+    Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    V = seed_rng.standard_normal((M, D_OUT))
+    y = lambda Q, K: (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V  # noqa: E731
+    return bn.rel_error(y(Q, K), y(*change(Q, K)))
+
+
+def pair_rows(c, function, truth, convert=lambda answer: answer):
+    """Rows: function(variant) for the student's unit and three more, against truth(v, rng)
+    (convert: the student's answer as the truth is written, e.g. a float)."""
+    own = c.variant()
+    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([own] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {v['phi']}, {v['psi']}"
+        c.predicted(f"{function}{label}", function, truth(v, c.rng(2, i)),
+                    lambda v=v: convert(c.call(function, v)))
+
+
+def variant_6(rng):
+    return pair_variant(rng, same_share=1 / 3)
+
+
+def exchange_truth(v, rng):
+    return bool(pair_deviation(v, lambda Q, K: (K, Q), rng) <= 1e-10)
+
+
+EXPONENTS = (-3.0, -2.0, -1.5, -1.0, -2 / 3, -0.5, -1 / 3)
+
+
+def variant_7(rng):
+    return pair_variant(rng, same_share=0.0)
+
+
+def exponent_truth(v, rng):
+    """The c of EXPONENTS for which (α q_j, α^c k_j) keeps the output at α = 0.5 and 2,
+    measured; "none" when none does (an answer None is read as "none")."""
+    seed = int(rng.integers(2 ** 32))
+    for c in EXPONENTS:
+        if all(pair_deviation(v, lambda Q, K, a=a: (a * Q, a ** c * K),
+                              np.random.default_rng(seed)) <= 1e-10 for a in (0.5, 2.0)):
+            return round(c, 9)
+    return "none"
+
+
+def variant_11(rng):
+    return pair_variant(rng, same_share=1 / 4)
+
+
+def ratio_truth(v, rng):
+    """⟨q_j, dq_j⟩ / ⟨k_j, dk_j⟩ measured (gradients by fd_truth) for two upstream gradients:
+    the one number it is for every unit and dy (to 4 digits: the differences' error), or
+    "none"."""
+    x = rng.standard_normal((40, D))                 # 40 tokens: no unit off on all of them
+    Q, K = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D)) / np.sqrt(D)
+    V = rng.standard_normal((M, D_OUT))
+
+    def y(Q, K):
+        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+    ratios = []
+    for _ in range(2):
+        g = fd_truth(y, {"Q": Q, "K": K}, rng.standard_normal((40, D_OUT)))
+        top, bottom = np.sum(Q * g["Q"], axis=1), np.sum(K * g["K"], axis=1)
+        alive = np.abs(bottom) > 1e-6 * np.max(np.abs(bottom))    # a unit off on every token
+        ratios.append(top[alive] / bottom[alive])                  # tells nothing: left out
+    r = np.concatenate(ratios)
+    return round(float(np.median(r)), 4) if np.allclose(r, np.median(r), rtol=1e-4, atol=0) \
+        else "none"
+
+
+def variant_12(rng):
+    return pair_variant(rng, same_share=1 / 3)
+
+
+def tied_truth(v, rng):
+    """Does Q = K stay tied under 10 steps of gradient descent (lr 0.02, clipped) on a random
+    regression? Measured: max |Q − K| <= 1e-6 max |Q| at the end (an untie moves it by
+    about 1e-3 in one step)."""
+    x, T = rng.standard_normal((40, D)), rng.standard_normal((40, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 4
+    p = {"Q": W.copy(), "K": W.copy(), "V": V}
+
+    def y(Q, K, V):
+        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+    for _ in range(10):
+        g = fd_truth(y, p, (y(**p) - T) / len(x))
+        step = 0.02 / max(1.0, *(float(np.max(np.abs(a))) for a in g.values()))  # clipped:
+        p = {k: p[k] - step * g[k] for k in p}             # one factor for all, ties kept
+    assert np.all(np.isfinite(p["Q"])), "checks.py: the run diverged"
+    return bool(np.max(np.abs(p["Q"] - p["K"])) <= 1e-6 * np.max(np.abs(p["Q"])))
+
+
 # ----- Exchange symmetry ------------------------------------------------------------------
 
 
@@ -261,7 +385,10 @@ def exchange_symmetry(c):
 
     c.holds("RELU_COUNTEREXAMPLE breaks exchange", "RELU_COUNTEREXAMPLE",
             "|relu(a)b - relu(b)a| > 1e-3", relu_gap, lambda gap: gap > 1e-3)
-    c.answer_is("RANK1_KEEPS_FOR_EVERY_SIGMA", True)
+    c.answer_is("RANK1_KEEPS_FOR_EVERY_SIGMA",                   # measured, every σ
+                all(bn.symmetry_deviation("rank1_bilinear", a, "exchange") <= 1e-10
+                    for a in bn.ACTIVATIONS))
+    pair_rows(c, "own_keeps_exchange", exchange_truth)
 
 
 # ----- Inverse-scaling symmetry -----------------------------------------------------------
@@ -303,7 +430,13 @@ def inverse_scaling(c):
                         if bn.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
                  for sign in ("positive", "negative")},
                 lambda answer: {sign: set(acts) for sign, acts in answer.items()})
-    c.answer_is("RELU_NEGATIVE", "b")
+    z, a = np.linspace(-3, 3, 13), -1.7                  # the options, evaluated now
+    options = {"a": a * sigma("relu", z), "b": -a * sigma("relu", -z),
+               "c": a * sigma("relu", -z), "d": sigma("relu", z)}
+    c.answer_is("RELU_NEGATIVE", next(k for k, v in options.items()
+                                      if np.array_equal(v, sigma("relu", a * z))))
+    pair_rows(c, "own_scaling_exponent", exponent_truth,
+              lambda e: "none" if e is None else round(float(e), 9))
 
 
 # ----- Which broken symmetry matters? The 2x2 ablation ------------------------------------
@@ -365,7 +498,7 @@ def symmetry_ablation(c):
         real = list(csv.DictReader(f))
     tasks = sorted({r["task"] for r in real})
     d = ablation.paired_difference(real, "image", "double-gated-silu", "SwiGLU")
-    c.close("paired_difference, results/ablation.csv, image, SwiGLU vs double-gated", "paired_difference",
+    c.close("paired_difference, ablation.csv, image", "paired_difference",
             [d["mean"], d["low"], d["high"]],
             lambda: c.call("paired_difference", real, "image", ("double_gated_mlp", "silu"),
                            ("gated_mlp", "silu")), tol=1e-9)
@@ -390,201 +523,167 @@ def fd_truth(forward, inputs, dy):
                                         value, dy) for name, value in inputs.items()}
 
 
-def fd_gradients(formulation, act, x, params, dy):
-    """fd_truth of a registered formulation's forward, for x and every parameter."""
-    form = bn.FORMULATIONS[formulation]
-    return fd_truth(lambda **kw: form.forward(**kw, act=act)[0], {"x": x} | params, dy)
-
-
-def gradient_rows(c, fn, formulation, act, x, params, dy, finite_differences=True,
-                  mistakes=None, reference=None, numeric=None, with_reference=True):
-    """Rows: each gradient of the student's fn vs a reference backward (bn's, unless given;
-    no such row when with_reference is False) and vs finite differences (of bn's forward,
-    unless `numeric` is given). mistakes: {(point, slip): the gradients that slip gives}."""
-    form = bn.FORMULATIONS.get(formulation) if formulation else None
-    if reference is None:
-        reference = form.backward(dy, form.forward(x, **params, act=act)[1])
-    if numeric is None and finite_differences:
-        numeric = fd_gradients(formulation, act, x, params, dy)
-    for name in ("x",) + tuple(params):
+def gradient_rows(c, fn, args, truth):
+    """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
+    computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
+    (checker.gradient_diagnosis reads which of them fail together)."""
+    for name, expected in truth.items():
         def got(name=name):
-            grads = c.call(fn, dy, x, *params.values(), act)
+            grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
                 raise KeyError(f"expected a dict with the key {name!r}; got "
                                f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        wrong = {text: g[name] for text, g in (mistakes or {}).items()
-                 if bn.rel_error(g[name], reference[name]) > 1e-8}
-        if with_reference:
-            c.close(f"d{name}, {act}: vs reference", fn, reference[name], got, mistakes=wrong)
-        if finite_differences:
-            c.close(f"d{name}, {act}: vs finite differences", fn, numeric[name], got, tol=1e-7,
-                    mistakes=wrong)
+        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7)
 
 
-def gated_backward_mistaken(dy, x, Q, K, V, act, mistake):
-    """The gated MLP's gradients as a student might get them wrong (see GATED_MISTAKES)."""
-    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
-    a, b = x @ Q.T, x @ K.T                         # (N, m)
-    h = (a if mistake == "h without σ" else f(a)) * b
-    dh = dy @ V.T                                   # (N, m)
-    db = dh * f(a)
-    da = dh * b * (f(a) if mistake == "σ for σ′" else df(a))
-    if mistake == "b missing":
-        da = dh * df(a)
-    dx = da @ Q if mistake == "one branch" else da @ Q + db @ K
-    return {"x": dx, "Q": da.T @ x, "K": db.T @ x, "V": h.T @ dy}
+# ----- Units of one's own: exercises 9, 14, 15 -------------------------------------------
+# A variant is a dict: which factor carries the gate ("gate": "Q" or "K"), the gate's σ and
+# its power, the other factor's activation ("branch"), and for 14 where the gate's bias c
+# sits, for 15 where the temperature β sits and how. No file of the handout derives these
+# backward passes; the truth is fd_truth of own_unit, computed when the check runs.
+
+SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # σ of the gate
+BRANCH = ("identity", "sigmoid", "silu", "gelu")       # the other factor's activation
+POWER = {1: "", 2: "²", 3: "³"}
 
 
-GATED_MISTAKES = {
-    "σ for σ′": ("look at the step through the activation, from g back to a",
-                 "σ(a) in place of σ′(a) in da (σ′ is bn.ACTIVATIONS[act].df)"),
-    "b missing": ("look at what the product of g and b passes back to g",
-                  "the factor b = x Kᵀ is missing from da"),
-    "one branch": ("look at every path from x to the output", "dx has one branch only: x "
-                   "feeds both a and b"),
-    "h without σ": ("look at the quantity that dy multiplies in dV", "dV uses a ⊙ b: h is "
-                    "σ(a) ⊙ b"),
-}
-
-# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2
-# (the gated MLP, exercise 9).
-GATED_PATTERNS = {
-    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a, "
-                      "the step between h and a",
-                      "da is wrong: the gradient reaching the gate a = x Qᵀ, through σ′(a) and "
-                      "the factor b"),
-    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b, "
-                      "the linear branch",
-                      "db is wrong: what the product h = σ(a) ⊙ b passes back to b"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); check "
-                     "the h it multiplies and the order of the product"),
-    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
-                     "x feeds both branches, so dx has two terms"),
-    frozenset("Q"): ("dQ alone wrong while dx is right: look at the step from da to dQ",
-                     "da is right; the product that turns da into dQ is not"),
-    frozenset("K"): ("dK alone wrong while dx is right: look at the step from db to dK",
-                     "db is right; the product that turns db into dK is not"),
-    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient every other "
-                       "one starts from, the step through V",
-                       "dh, the gradient of h that every other one starts from, is wrong: "
-                       "check the step back through V"),
-}
+def pick(rng, options):
+    return options[int(rng.integers(len(options)))]
 
 
-def wrong_tensors(rows, topic):
-    """The tensors whose gradient rows for `topic` are WRONG, as a set of names ('x', 'Q',
-    ...); None when a row of that topic raised or is not written (no pattern to read)."""
-    wrong = set()
-    for row in rows:
-        if row.topic != topic or not row.check.startswith("d"):
-            continue
-        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
-            return None
-        if row.verdict == "WRONG":
-            wrong.add(row.check.split(",")[0][1:])
-    return wrong
+def draw_unit(rng, powers=(1, 2, 3), branches=BRANCH):
+    """A gated unit that is neither the module's gated MLP nor its double-gated one."""
+    while True:
+        v = {"gate": pick(rng, ("Q", "K")), "sigma": pick(rng, SMOOTH),
+             "power": pick(rng, powers), "branch": pick(rng, branches)}
+        if v["power"] > 1 or v["branch"] not in ("identity", v["sigma"]):
+            return v
 
 
-def pattern_diagnosis(rows, topic, patterns):
-    """[(point, idea) of `patterns` for the set of wrong gradients], or []."""
-    wrong = wrong_tensors(rows, topic)
-    text = patterns.get(frozenset(wrong)) if wrong else None
-    return [text] if text else []
+def unit_text(v):
+    """The variant's forward in one line: "y = (silu(x Kᵀ)² ⊙ sigmoid(x Qᵀ)) V"."""
+    gate, other = ("Q", "K") if v["gate"] == "Q" else ("K", "Q")
+    a, b = f"x {gate}ᵀ", f"x {other}ᵀ"
+    if "bias" in v:
+        a, b = (a + " + c" if v["bias"] == "inside" else a), b + " + e"
+    if "beta_on" in v:
+        scaled = (lambda z: f"β ⊙ ({z})") if v["beta_as"] == "times" else (lambda z: f"({z}) / β")
+        a, b = (scaled(a), b) if v["beta_on"] == "gate" else (a, scaled(b))
+    g = f"{v['sigma']}({a}){POWER[v['power']]}"
+    g = f"({g} + c)" if v.get("bias") == "outside" else g
+    u = f"{v['branch']}({b})" if v["branch"] != "identity" else f"({b})" if " " in b[4:] else b
+    return f"y = ({g} ⊙ {u}) V" + (" + f" if "bias" in v else "")
 
 
-def diagnose_backprop_gated(rows):
-    return pattern_diagnosis(rows, "gated_mlp_backward", GATED_PATTERNS)
+def own_unit(x, p, v):
+    """The forward of the variant v (see unit_text) with parameters p."""
+    gate, other = (p["Q"], p["K"]) if v["gate"] == "Q" else (p["K"], p["Q"])
+    a, b = x @ gate.T, x @ other.T                                    # (N, m) each
+    if "c" in p:
+        a, b = (a + p["c"] if v["bias"] == "inside" else a), b + p["e"]
+    if "beta" in p:
+        scale = (lambda z: p["beta"] * z) if v["beta_as"] == "times" else (lambda z: z / p["beta"])
+        a, b = (scale(a), b) if v["beta_on"] == "gate" else (a, scale(b))
+    g = sigma(v["sigma"], a) ** v["power"]
+    g = g + p["c"] if v.get("bias") == "outside" else g
+    return (g * sigma(v["branch"], b)) @ p["V"] + p.get("f", 0.0)
 
 
-SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # exercise 9's variants: the student's σ
+def unit_problem(c, extra=()):
+    """The student's numbers: x (N, d), Q, K (m, d), V (m, d_out), the extra parameters
+    (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
+    rng = c.rng(1)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
+    sizes = {"c": M, "e": M, "f": D_OUT}
+    for name in extra:
+        p[name] = rng.uniform(0.5, 2.0, M) if name == "beta" else rng.standard_normal(sizes[name])
+    return x, p, rng.standard_normal((N, D_OUT))
+
+
+def unit_rows(c, v, forward, backward, extra=()):
+    """The rows of a unit of one's own: the forward, then every gradient vs fd_truth."""
+    x, p, dy = unit_problem(c, extra)
+    c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
+            lambda: c.call(forward, x, *p.values(), v))
+    truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
+    gradient_rows(c, backward, (dy, x, *p.values(), v), truth)
+    return x, p, dy, truth
+
+
+def variant_9(rng):
+    v = draw_unit(rng)
+    return v | {"y": unit_text(v)}
 
 
 def backprop_gated(c):
-    """The worked example of a variant of one's own: the smooth σ is drawn from the
-    student's seed and the truth is computed now, by finite differences of the forward."""
-    act = c.variant(SMOOTH, lambda a: f"σ = {a} (the rows 'vs finite differences' use it)")
-    x, p = draw("gated_mlp", seed=8)
-    dy = c.rng(1).standard_normal((N, D_OUT))
-    f = lambda v: bn.gated_mlp_forward(v, **p, act=act)[0]           # noqa: E731
-    numeric = fd_gradients("gated_mlp", act, x, p, dy)
-    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric["x"],
+    """The worked example of a variant of one's own: the unit is drawn from the student's
+    seed (variant_9) and the truth is computed now, by finite differences of its forward."""
+    v = c.variant()
+    x, p, dy = unit_problem(c)
+    f = lambda z: own_unit(z, p, v)                                   # noqa: E731
+    numeric = bn.numerical_gradient(f, x, dy)
+    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric,
             lambda: c.call("numerical_gradient", f, x, dy), tol=1e-7)
     unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient", [x],
               lambda: c.call("numerical_gradient", f, x, dy, in_place=True))
-    for act, fd in ((act, True), ("relu", False)):
-        mistakes = {text: gated_backward_mistaken(dy, x, *p.values(), act, key)
-                    for key, text in GATED_MISTAKES.items()}
-        gradient_rows(c, "gated_mlp_backward", "gated_mlp", act, x, p, dy,
-                      finite_differences=fd, mistakes=mistakes, numeric=numeric if fd else None,
-                      reference=numeric if fd else None, with_reference=not fd)
+    unit_rows(c, v, "unit_forward", "unit_backward")
 
 
-# ----- Backprop II: rank-r bilinear -------------------------------------------------------
+# ----- Backprop II: rank-r bilinear of one's own ------------------------------------------
 
 
-def rank_r_backward_mistaken(dy, x, Q, K, V, act, mistake):
-    """The rank-r gradients as a student might get them wrong (see RANK_R_MISTAKES)."""
-    f, df = bn.ACTIVATIONS[act].f, bn.ACTIVATIONS[act].df
+def rank_r_text(v):
+    a = "(x Q_jρ)²" if v["square"] in ("Q", "both") else "(x Q_jρ)"
+    b = "(x K_jρ)²" if v["square"] in ("K", "both") else "(x K_jρ)"
+    return (f"y = {v['sigma']}(s){POWER[v['power']]} V,  s_j = Σ_ρ {a} {b},  "
+            f"r = {v['r']}")
+
+
+def variant_10(rng):
+    while True:
+        v = {"r": pick(rng, (2, 3)), "sigma": pick(rng, ("identity",) + SMOOTH),
+             "square": pick(rng, ("Q", "K", "both", "none")), "power": pick(rng, (1, 2, 3))}
+        if v["square"] != "none" or v["power"] > 1:                   # not the module's unit
+            return v | {"y": rank_r_text(v)}
+
+
+def rank_r_scores_of(x, Q, K, v):
     a, b = np.einsum("nd,jdr->njr", x, Q), np.einsum("nd,jdr->njr", x, K)   # (N, m, r)
-    s = np.sum(a * b, axis=2)                                                # (N, m)
-    ds = (dy @ V.T) * (f(s) if mistake == "σ for σ′" else df(s))
-    da, db = ds[:, :, None] * b, ds[:, :, None] * a
-    if mistake == "a for b":
-        da, db = ds[:, :, None] * a, ds[:, :, None] * b
-    dx = np.einsum("njr,jdr->nd", da, Q)
-    if mistake != "one branch":
-        dx = dx + np.einsum("njr,jdr->nd", db, K)
-    return {"x": dx, "Q": np.einsum("njr,nd->jdr", da, x), "K": np.einsum("njr,nd->jdr", db, x),
-            "V": f(s).T @ dy}
-
-
-RANK_R_MISTAKES = {
-    "σ for σ′": ("look at the step through the activation, from σ(s) back to s",
-                 "σ(s) in place of σ′(s) in ds"),
-    "a for b": ("look at what the product of the two factors passes back to each",
-                "the factors are swapped: the score's gradient with respect to a is b, and "
-                "with respect to b is a"),
-    "one branch": ("look at every path from x to the output",
-                   "dx has one term only: x feeds both a and b"),
-}
-
-RANK_R_PATTERNS = {
-    frozenset("xQK"): ("dV right and everything else wrong: look at the gradient of the score "
-                       "s, which every other one starts from",
-                       "ds, the gradient of the score, is wrong: check the step back through V "
-                       "and through the activation"),
-    frozenset("xQ"): ("dK and dV right but dx and dQ wrong: look at the gradient reaching a",
-                      "da is wrong: the score's gradient times the other factor"),
-    frozenset("xK"): ("dQ and dV right but dx and dK wrong: look at the gradient reaching b",
-                      "db is wrong: the score's gradient times the other factor"),
-    frozenset("x"): ("dx alone wrong: look at every path from x to the output",
-                     "x feeds both a and b, so dx has two terms"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); check "
-                     "what it multiplies and the order of the product"),
-}
-
-
-def diagnose_backprop_rank_r(rows):
-    return pattern_diagnosis(rows, "rank_r_bilinear_backward", RANK_R_PATTERNS)
+    a = a ** 2 if v["square"] in ("Q", "both") else a
+    b = b ** 2 if v["square"] in ("K", "both") else b
+    return np.sum(a * b, axis=2)                                             # (N, m)
 
 
 def backprop_rank_r(c):
-    x, p = draw("rank_r_bilinear", seed=9)
-    dy = np.random.default_rng(90).standard_normal((N, D_OUT))
-    c.close("rank_r_scores = sum_rho (xQ)(xK)", "rank_r_scores",
-            bn.rank_r_bilinear_forward(x, **p, act="identity")[1]["s"],
-            lambda: c.call("rank_r_scores", x, p["Q"], p["K"]))
-    for act in ("identity", "gelu"):
-        mistakes = {text: rank_r_backward_mistaken(dy, x, *p.values(), act, key)
-                    for key, text in RANK_R_MISTAKES.items()}
-        gradient_rows(c, "rank_r_bilinear_backward", "rank_r_bilinear", act, x, p, dy,
-                      mistakes=mistakes)
+    v = c.variant()
+    rng = c.rng(1)
+    x = rng.standard_normal((N, D))
+    p = {"Q": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
+         "K": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
+         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
+    dy = rng.standard_normal((N, D_OUT))
+    c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
+            lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
+
+    def forward(x, Q, K, V):
+        return sigma(v["sigma"], rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
+                  fd_truth(forward, {"x": x} | p, dy))
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
+
+
+def drift_slope(name, x, T, lrs=(0.001, 0.002, 0.004)):
+    """The slope p of log(drift) against log(lr), drift the largest change of a unit's
+    balance in 10 steps of gradient descent with SiLU, measured and rounded to an int."""
+    p = bn.FORMULATIONS[name].init(np.random.default_rng(1), D, M, D_OUT)
+    drifts = [np.max(np.abs(np.diff(gd_reference(name, "silu", x, T, p, lr, 10, balance)[[0, -1]],
+                                    axis=0))) for lr in lrs]
+    return int(round(np.polyfit(np.log(lrs), np.log(drifts), 1)[0]))
 
 
 def conservation(c):
@@ -610,7 +709,10 @@ def conservation(c):
     unchanged(c, "train_balance leaves params unchanged", "train_balance", list(p.values()),
               lambda: c.call("train_balance", "gated_mlp", "silu", x, T, p, 0.05, 3,
                              in_place=True))
-    c.answer_is("DRIFT_SLOPE", {"rank1_bilinear": 2, "gated_mlp": 1})
+    c.answer_is("DRIFT_SLOPE", {name: drift_slope(name, x, T) for name in ("rank1_bilinear",
+                                                                           "gated_mlp")})
+    pair_rows(c, "own_conserved", ratio_truth,
+              lambda a: "none" if a is None else round(float(a[1]) / float(a[0]), 4))
     c.answer_is("CONSERVED_GATED",
                 {a for a in bn.ACTIVATIONS
                  if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}, set)
@@ -639,6 +741,7 @@ def tied_factors(c):
         c.close(f"tied_gap, {name}, {act}", "tied_gap", expected,
                 lambda name=name, act=act: c.call("tied_gap", name, act, x, T, W, V, 0.05, 12),
                 tol=1e-8)
+    pair_rows(c, "own_stays_tied", tied_truth)
     c.answer_is("STAYS_TIED",
                 {"rank1_bilinear": set(bn.ACTIVATIONS),
                  "gated_mlp": {a for a in bn.ACTIVATIONS
@@ -655,6 +758,26 @@ def truncation_reference(A, r):
     A_sym = 0.5 * (A + A.transpose(0, 2, 1))
     A_r = np.einsum("jdi,jei->jde", Q[:, :, :r], K[:, :, :r])
     return np.linalg.norm(A_sym - A_r) / np.linalg.norm(A_sym)
+
+
+RANK_FORMS = ("B Cᵀ", "B Cᵀ + C Bᵀ", "B Bᵀ + S")        # B, C (d, k); S antisymmetric
+
+
+def variant_13(rng):
+    v = {"form": pick(rng, RANK_FORMS), "d": int(rng.integers(5, 10)), "k": int(rng.integers(1, 4))}
+    return v | {"y": f"A = {v['form']} with {'B' if 'S' in v['form'] else 'B, C'} of shape (d, k), d = {v['d']}, k = {v['k']}"
+                     + (", S a random antisymmetric (d, d)" if "S" in v["form"] else "")}
+
+
+def exact_rank_truth(v, rng):
+    """The smallest r whose truncation error (truncation_reference) is below 1e-10 for a
+    random A of the variant's form, measured."""
+    d, k = v["d"], v["k"]
+    B, C, S = (rng.standard_normal((d, k)), rng.standard_normal((d, k)),
+               rng.standard_normal((d, d)))
+    A = {"B Cᵀ": B @ C.T, "B Cᵀ + C Bᵀ": B @ C.T + C @ B.T, "B Bᵀ + S": B @ B.T + S - S.T}
+    A = A[v["form"]][None]                                    # one unit: (1, d, d)
+    return next(r for r in range(1, d + 1) if truncation_reference(A, r) <= 1e-10)
 
 
 def higher_rank(c):
@@ -681,165 +804,55 @@ def higher_rank(c):
                  for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
-    c.answer_is("RANK_FOR_EXACT", 8)
+    pair = c.variant()
+    others = [variant_13(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([pair] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {v['form']}, d {v['d']}, k {v['k']}"
+        c.predicted(f"own_rank_for_exact{label}", "own_rank_for_exact",
+                    exact_rank_truth(v, c.rng(2, i)), lambda v=v: c.call("own_rank_for_exact", v))
 
 
-# ----- Backprop III: a gated unit with biases (a form derivations.md does not derive) ------
-# The references below are the checker's own: the library has no such form.
+# ----- Backprop III and IV: a unit of one's own with biases, with a temperature ------------
 
 
-def gated_bias_reference(x, Q, K, V, c, e, f, act):
-    """y = (σ(x Qᵀ + c) ⊙ (x Kᵀ + e)) V + f."""
-    return (sigma(act, x @ Q.T + c) * (x @ K.T + e)) @ V + f
-
-
-def gated_bias_gradients(dy, x, Q, K, V, c, e, f, act, mistake=None):
-    """The gradients of gated_bias_reference; `mistake` makes one of BIAS_MISTAKES."""
-    s = bn.ACTIVATIONS[act]
-    a, b = x @ Q.T + c, x @ K.T + e                       # (N, m)
-    dh = dy @ V.T                                         # (N, m)
-    db = dh * s.f(a)
-    da = dh * b * s.df(x @ Q.T if mistake == "σ′ without c" else a)
-    grads = {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": (s.f(a) * b).T @ dy,
-             "c": da.sum(axis=0), "e": db.sum(axis=0), "f": dy.sum(axis=0)}
-    if mistake == "e missing":
-        db0 = dh * s.f(a)
-        da0 = dh * (x @ K.T) * s.df(a)
-        grads.update(x=da0 @ Q + db0 @ K, Q=da0.T @ x, c=da0.sum(axis=0))
-    return grads
-
-
-BIAS_MISTAKES = {
-    "σ′ without c": ("look at the point where the gate's derivative is evaluated",
-                     "σ′ evaluated at x Qᵀ without the bias c: the gate's input is a = x Qᵀ + c"),
-    "e missing": ("look at what the linear branch passes back to the gate",
-                  "da uses x Kᵀ without the bias e: the linear branch is b = x Kᵀ + e"),
-}
-
-# Which gradients are wrong together -> (where to look, the idea): hint levels 1 and 2.
-BIAS_PATTERNS = {
-    frozenset("xQc"): ("dK, dV, de and df right but dx, dQ and dc wrong: look at the gradient "
-                       "reaching the gate's input a, the step between the gate and a",
-                       "da is wrong: the chain rule through σ, at a with its bias, and through "
-                       "the product with b"),
-    frozenset("xKe"): ("dx, dK and de wrong, the rest right: look at the gradient reaching the "
-                       "linear branch b",
-                       "db is wrong: what the product with σ(a) passes back to b"),
-    frozenset("c"): ("dc alone wrong: " + SHARED_TEXT,
-                     "c is added to every token, so its gradient adds up the gradient of a "
-                     "over the tokens"),
-    frozenset("e"): ("de alone wrong: " + SHARED_TEXT,
-                     "e is added to every token, so its gradient adds up the gradient of b "
-                     "over the tokens"),
-    frozenset("f"): ("df alone wrong: " + SHARED_TEXT,
-                     "f is added to every token, so its gradient adds up dy over the tokens"),
-    frozenset("V"): ("dV alone wrong: " + SHARED_TEXT,
-                     "dV must add up every token's contribution (a sum, not a mean); the h it "
-                     "multiplies has both biases in it"),
-}
-
-
-def diagnose_gated_biases(rows):
-    return pattern_diagnosis(rows, "gated_bias_backward", BIAS_PATTERNS)
+def variant_14(rng):
+    v = draw_unit(rng, powers=(1, 2), branches=BRANCH[1:]) | {"bias": pick(rng, ("inside", "outside"))}
+    return v | {"y": unit_text(v)}
 
 
 def gated_biases(c):
-    rng = np.random.default_rng(140)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "c": rng.standard_normal(M),
-         "e": rng.standard_normal(M), "f": rng.standard_normal(D_OUT)}
-    dy = rng.standard_normal((N, D_OUT))
-    for act in ("silu", "relu"):
-        c.close(f"gated_bias_forward, {act}", "gated_bias_forward",
-                gated_bias_reference(x, **p, act=act),
-                lambda act=act: c.call("gated_bias_forward", x, *p.values(), act),
-                mistakes={("look at the biases: is each one added where it belongs?",
-                           "a bias is missing (c, e or f)"):
-                          gated_bias_reference(x, **(p | {"f": 0 * p["f"]}), act=act)})
-    zero = p | {"c": np.zeros(M), "e": np.zeros(M), "f": np.zeros(D_OUT)}
-    c.close("zero biases: the gated MLP", "gated_bias_forward",
-            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
-            lambda: c.call("gated_bias_forward", x, *zero.values(), "silu"))
-    numeric = fd_truth(lambda **kw: gated_bias_reference(**kw, act="silu"), {"x": x} | p, dy)
-    for act, fd in (("silu", numeric), ("relu", None)):
-        reference = gated_bias_gradients(dy, x, *p.values(), act)
-        mistakes = {text: gated_bias_gradients(dy, x, *p.values(), act, key)
-                    for key, text in BIAS_MISTAKES.items()}
-        gradient_rows(c, "gated_bias_backward", None, act, x, p, dy,
-                      finite_differences=fd is not None, mistakes=mistakes,
-                      reference=reference, numeric=fd)
-    c.answer_is("BIAS_FACTORS", {"c": 2.0, "e": 0.5, "f": 1.0})
+    v = c.variant()
+    unit_rows(c, v, "gated_bias_forward", "gated_bias_backward", extra=("c", "e", "f"))
 
 
-# ----- Backprop IV: a gate with a learnable temperature ------------------------------------
-
-
-def temperature_reference(x, Q, K, V, beta, act):
-    """y = (σ(β ⊙ (x Qᵀ)) ⊙ (x Kᵀ)) V."""
-    return (sigma(act, beta * (x @ Q.T)) * (x @ K.T)) @ V
-
-
-def temperature_gradients(dy, x, Q, K, V, beta, act, mistake=None):
-    """The gradients of temperature_reference; `mistake` makes one of TEMPERATURE_MISTAKES."""
-    s = bn.ACTIVATIONS[act]
-    a, b = x @ Q.T, x @ K.T
-    u = beta * a
-    dh = dy @ V.T
-    du = dh * b * s.df(u)
-    da = du if mistake == "no β in da" else du * beta
-    dbeta = (du if mistake == "no a in dβ" else du * a).sum(axis=0)
-    return {"x": da @ Q + (dh * s.f(u)) @ K, "Q": da.T @ x, "K": (dh * s.f(u)).T @ x,
-            "V": (s.f(u) * b).T @ dy, "beta": dbeta}
-
-
-TEMPERATURE_MISTAKES = {
-    "no β in da": ("look at the gradient reaching a through the temperature",
-                   "the chain rule through u = β ⊙ a is missing its factor β"),
-    "no a in dβ": ("look at the gradient reaching β",
-                   "dβ is missing the factor a = x Qᵀ (u = β ⊙ a)"),
-}
-
-TEMPERATURE_PATTERNS = {
-    frozenset("xQ"): ("dK, dV and dβ right but dx and dQ wrong: look at the gradient reaching "
-                      "a, the step between u and a",
-                      "da is wrong: the gradient reaching a goes through u = β ⊙ a"),
-    frozenset(["beta"]): ("dβ alone wrong: " + SHARED_TEXT,
-                          "β_j multiplies a_j for every token, so its gradient adds up, over "
-                          "the tokens, the gradient of u times a"),
-}
-
-
-def diagnose_gate_temperature(rows):
-    return pattern_diagnosis(rows, "temperature_backward", TEMPERATURE_PATTERNS)
+def variant_15(rng):
+    v = draw_unit(rng, powers=(1,)) | {"beta_on": pick(rng, ("gate", "branch")),
+                                        "beta_as": pick(rng, ("times", "over"))}
+    return v | {"y": unit_text(v)}
 
 
 def gate_temperature(c):
-    rng = np.random.default_rng(150)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M), "beta": rng.uniform(0.5, 2.0, M)}
-    dy = rng.standard_normal((N, D_OUT))
-    for act in ("silu", "sigmoid"):
-        c.close(f"temperature_forward, {act}", "temperature_forward",
-                temperature_reference(x, **p, act=act),
-                lambda act=act: c.call("temperature_forward", x, *p.values(), act))
-    c.close("β = 1: the gated MLP", "temperature_forward",
-            bn.gated_mlp_forward(x, p["Q"], p["K"], p["V"], "silu")[0],
-            lambda: c.call("temperature_forward", x, p["Q"], p["K"], p["V"], np.ones(M), "silu"))
-    numeric = fd_truth(lambda **kw: temperature_reference(**kw, act="silu"), {"x": x} | p, dy)
-    for act, fd in (("silu", numeric), ("sigmoid", None)):
-        mistakes = {text: temperature_gradients(dy, x, *p.values(), act, key)
-                    for key, text in TEMPERATURE_MISTAKES.items()}
-        gradient_rows(c, "temperature_backward", None, act, x, p, dy,
-                      finite_differences=fd is not None, mistakes=mistakes,
-                      reference=temperature_gradients(dy, x, *p.values(), act), numeric=fd)
-    g = temperature_gradients(dy, x, *p.values(), "gelu")
-    c.close("temperature_residual", "temperature_residual",
-            np.sum(p["Q"] * g["Q"], axis=1) - p["beta"] * g["beta"],
-            lambda: c.call("temperature_residual", p["Q"], g["Q"], p["beta"], g["beta"]),
-            tol=1e-8)
-    c.answer_is("ZERO_FOR_EVERY_SIGMA", True)
+    v = c.variant()
+    x, p, dy, truth = unit_rows(c, v, "temperature_forward", "temperature_backward",
+                                extra=("beta",))
+    names = ("Q", "K", "dQ", "dK", "beta", "dbeta")
+    values = (p["Q"], p["K"], truth["Q"], truth["K"], p["beta"], truth["beta"])
+    scale = max(float(np.max(np.abs(a * b))) for a, b in zip(values[:2] + values[4:5],
+                                                             values[2:4] + values[5:]))
+
+    def residual(grads):
+        r = np.asarray(c.call("temperature_residual", *grads, v), dtype=float)
+        if r.shape != (M,):
+            raise ValueError(f"expected one number per unit, shape ({M},); got {r.shape}")
+        return float(np.max(np.abs(r))) / scale
+    c.holds("temperature_residual, true gradients: 0", "temperature_residual",
+            "|residual| < 1e-6", lambda: residual(values), lambda r: r < 1e-6,
+            "the quantity you return does not vanish on the true gradients: which rescaling "
+            "of a factor and of β leaves your variant's output unchanged?")
+    other = c.rng(2).standard_normal(M)                  # gradients that no symmetry constrains
+    c.holds("temperature_residual, other dβ: not 0", "temperature_residual",
+            "|residual| > 1e-3", lambda: residual(values[:5] + (other,)), lambda r: r > 1e-3,
+            "your residual vanishes for any dβ: it must depend on the gradients")
 
 
 # ----- A trained model's file, read by hand ------------------------------------------------
@@ -931,11 +944,11 @@ def read_a_checkpoint(c):
             return got
 
         path = folder / "file1" / "tiny_model.safetensors"
-        c.equal("read_f32_tensor, a missing name raises KeyError", "read_f32_tensor", "KeyError",
+        c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
                 raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
-        c.equal("read_f32_tensor, an F16 tensor raises ValueError", "read_f32_tensor",
+        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor",
                 "ValueError", raises("b", half, ValueError))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -966,11 +979,8 @@ def read_a_checkpoint(c):
 
 # ----- Capstone: design a variant --------------------------------------------------------
 
-CAPSTONE_SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
-                       "key_value_rescaling", "permutation")
-NAMED = ("mlp", "static_query_mlp", "bilinear", "rank_r_bilinear", "rank1_bilinear",
-         "gated_mlp", "double_gated_mlp", "gated_rank_r")
-
+CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
+CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 
 def transformed(Q, K, V, symmetry, alpha):
     """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
@@ -997,6 +1007,8 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
     x, Q, K, V = capstone_problem(seed)
     y = forward(x, Q, K, V, act)[0]
+    if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
+        return bn.rel_error(y, forward(-x, Q, K, V, act)[0])
     return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
                                    act)[0])
 
@@ -1078,7 +1090,7 @@ def design_a_variant(c):
                 return claim, capstone_deviation(student, act(), symmetry)
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
                     claim_and_measure,
-                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= 1e-10),
+                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= CLAIM_TOL),
                     "your claim (a bool) and the measured deviation disagree (kept when the "
                     "deviation is at most 1e-10)")
             c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
@@ -1153,38 +1165,96 @@ def with_rank(rng, shape, rank, scale=1.0):
     return scale * rng.standard_normal((shape[0], rank)) @ rng.standard_normal((rank, shape[1]))
 
 
-SQUARED_RELU = bn.Activation("squared_relu", lambda z: np.maximum(z, 0) ** 2,
-                             lambda z: 2 * np.maximum(z, 0), False, False, True)
-
-
 def symmetry_problems(seed=170):
-    """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5,
-    d_out = 3, and the two forms of the question (a squared-ReLU MLP of 2 units, a rank-1
-    SiLU unit on (1, x))."""
+    """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5, d_out = 3."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((30, D))
     unit = bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
     problems = {f"{name}, {act}": (name, act, x, unit)
                 for name, act in (("gated_mlp", "silu"), ("gated_mlp", "relu"),
                                   ("rank1_bilinear", "silu"), ("double_gated_mlp", "silu"))}
-    problems["squared_relu_mlp"] = ("mlp", SQUARED_RELU, x,
-                                    bn.FORMULATIONS["mlp"].init(rng, D, 2, D_OUT))
-    x1 = np.concatenate([np.ones((len(x), 1)), x], axis=1)          # (1, x): (30, 6)
-    problems["rank1_with_biases"] = ("rank1_bilinear", "silu", x1,
-                                     bn.FORMULATIONS["rank1_bilinear"].init(rng, D + 1, 1, D_OUT))
     return problems
 
 
-def symmetry_along_null_space(J, unit):
-    """The continuous symmetry of bn.SYMMETRIES (positive factors) whose direction at
-    alpha = 1 lies in the null space of J (|J t| <= 1e-6 |J| |t|)."""
-    theta = np.concatenate([v.ravel() for v in unit.values()])
-    for name in ("inverse_scaling_pos", "key_value_rescaling"):
-        moved = bn.transform_params("gated_mlp", unit, name, np.array([1 + 1e-7]))
-        t = (np.concatenate([v.ravel() for v in moved.values()]) - theta) / 1e-7
-        if np.linalg.norm(J @ t) <= 1e-6 * np.linalg.norm(J, 2) * np.linalg.norm(t):
-            return name
-    raise AssertionError("checks.py: no symmetry along the null space")
+# The student's own unit for the count: a form, a scalar function φ and m units. The truth
+# is P − rank J, J by finite differences (fourth order) of the forward below, at check time.
+
+SCALARS = {"relu": lambda z: np.maximum(z, 0), "relu²": lambda z: np.maximum(z, 0) ** 2,
+           "relu³": lambda z: np.maximum(z, 0) ** 3, "z²": lambda z: z ** 2,
+           "z³": lambda z: z ** 3, "silu": bn.ACTIVATIONS["silu"].f,
+           "sigmoid": bn.ACTIVATIONS["sigmoid"].f, "tanh": np.tanh}
+COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
+               "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
+               "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}
+COUNT_D, COUNT_D_OUT = 4, 2
+
+
+def variant_17(rng):
+    form = pick(rng, tuple(COUNT_FORMS))      # no unit of the module's: its σ only with biases
+    phis = ("z²", "z³", "tanh") + ("relu²", "relu³") * (form in ("mlp", "gated")) + \
+        ("silu", "sigmoid") * (form == "rank1 with biases")
+    v = {"form": form, "phi": pick(rng, phis), "m": pick(rng, (1, 2) if "rank1" in form else (1, 2, 3)),
+         "d": COUNT_D, "d_out": COUNT_D_OUT}
+    shown = v["phi"] if v["phi"][0] == "z" else v["phi"][:4].replace("relu", "relu(z)") + \
+        v["phi"][4:] if v["phi"].startswith("relu") else v["phi"] + "(z)"
+    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} unit{'s' * (v['m'] > 1)}, "
+                     f"d = {COUNT_D}, d_out = {COUNT_D_OUT}"}
+
+
+def count_unit(v, x, p):
+    """(y, the arguments of φ) of the unit v (see COUNT_FORMS)."""
+    phi = SCALARS[v["phi"]]
+    if v["form"] == "mlp":
+        z = x @ p["K"].T
+        return phi(z) @ p["V"], z
+    if v["form"] == "gated":
+        z = x @ p["Q"].T
+        return (phi(z) * (x @ p["K"].T)) @ p["V"], z
+    if v["form"] == "rank1 with biases":
+        z = (x @ p["Q"].T + p["beta"]) * (x @ p["K"].T + p["gamma"])
+    else:
+        z = (x @ p["Q"].T) * (x @ p["K"].T)
+    return phi(z) @ p["V"], z
+
+
+def count_reference(v, rng, n=60, h=1e-3):
+    """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
+    kink of φ (so that no difference of step 2h crosses one); a draw whose singular values
+    leave the rank unclear is drawn again."""
+    for _ in range(10):
+        count = count_draw(v, rng, n, h)
+        if count is not None:
+            return count
+    raise AssertionError("checks.py: no draw with a clear rank")
+
+
+def count_draw(v, rng, n, h):
+    m, d = v["m"], v["d"]
+    p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d), "K": rng.standard_normal((m, d)) / np.sqrt(d),
+         "V": rng.standard_normal((m, v["d_out"]))}
+    if v["form"] == "mlp":
+        del p["Q"]
+    if v["form"] == "rank1 with biases":
+        p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
+    x = rng.standard_normal((20 * n, d))
+    x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
+    names, theta = list(p), np.concatenate([a.ravel() for a in p.values()])
+    splits = np.cumsum([a.size for a in p.values()])[:-1]
+
+    def y(t):
+        parts = dict(zip(names, np.split(t, splits)))
+        return count_unit(v, x, {k: parts[k].reshape(p[k].shape) for k in names})[0].ravel()
+    columns = []
+    for i in range(theta.size):
+        e = np.zeros_like(theta)
+        e[i] = h
+        columns.append((8 * (y(theta + e) - y(theta - e)) - (y(theta + 2 * e) - y(theta - 2 * e)))
+                       / (12 * h))
+    rel = np.linalg.svd(np.stack(columns, axis=1), compute_uv=False)
+    rel = rel / rel[0]
+    if np.any((rel > 1e-10) & (rel < 1e-5)):
+        return None
+    return theta.size - int(np.sum(rel > 1e-7))
 
 
 def diagnose_count_symmetries(rows):
@@ -1262,14 +1332,11 @@ def count_symmetries(c):
         return "no error"
 
     c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError", raises_in_gap)
-    counts, P = {}, {}
     for label, (name, act, xs, params) in problems.items():
-        P[label] = sum(v.size for v in params.values())
-        counts[label] = P[label] - rank_reference(jacobian_reference(name, act, xs, params))
-        if label in ("squared_relu_mlp", "rank1_with_biases"):
-            continue
+        P = sum(v.size for v in params.values())
+        count = P - rank_reference(jacobian_reference(name, act, xs, params))
         form = bn.FORMULATIONS[name]
-        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
+        c.equal(f"count_symmetries, {label}, P {P}", "count_symmetries", count,
                 lambda form=form, act=act, xs=xs, params=params: c.call(
                     "count_symmetries", form.forward, form.backward, xs, params, act))
     k, v = unit["K"][0], unit["V"][0]
@@ -1286,16 +1353,13 @@ def count_symmetries(c):
             "|cos| > 1 - 1e-9", alignment, lambda cos: cos > 1 - 1e-9,
             "J times your vector is not near zero: which singular value does your vector "
             "belong to?")
-    c.answer_is("SWIGLU_RANK", rank_reference(J))
-    c.answer_is("SWIGLU_SYMMETRY", symmetry_along_null_space(J, unit))
-    for label in ("squared_relu_mlp", "rank1_with_biases"):
-        name, act, xs, params = problems[label]
-        form = bn.FORMULATIONS[name]
-        c.equal(f"count_symmetries, {label}, P {P[label]}", "count_symmetries", counts[label],
-                lambda form=form, act=act, xs=xs, params=params: c.call(
-                    "count_symmetries", form.forward, form.backward, xs, params, act))
-    c.answer_is("PREDICTED", {label: counts[label]
-                              for label in ("squared_relu_mlp", "rank1_with_biases")}, dict)
+    own = c.variant()
+    rng = c.rng(1)
+    others = [variant_17(rng) for _ in range(3)]             # three more units of the family
+    for i, v in enumerate([own] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {v['form']}, {v['phi']}, m {v['m']}"
+        c.predicted(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
+                lambda v=v: c.call("predict_count", v))
 
 
 # ----- Adam, weight decay and tied factors ---------------------------------------------------

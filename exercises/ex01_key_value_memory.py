@@ -1,6 +1,10 @@
 # %% [markdown]
 # # Exercise 1: the MLP as a key-value memory
 #
+# *A reading exercise:* it walks through one of the module's own formulations, the same
+# for every student (no variant); you may compare with bilinear_numpy.py after your attempt.
+# The derivations posed on a variant of your own are exercises 6, 7, 9 to 12, 14, 15, 17.
+#
 # A transformer's MLP maps a token `x` (a row vector of width `d`) to
 #
 #     MLP(x) = σ(x Kᵀ) V = Σ_j σ(x·k_j) v_j

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # Exercise 3: full bilinear attention with `np.einsum`
 #
+# *A reading exercise:* it walks through one of the module's own formulations, the same
+# for every student (no variant); you may compare with bilinear_numpy.py after your attempt.
+# The derivations posed on a variant of your own are exercises 6, 7, 9 to 12, 14, 15, 17.
+#
 # Let every unit compute its own query *and* its own key from the token: a query
 # `x Q_j` and a key `x K_j`, scored against each other. Their product is a quadratic form
 # in `x`:

@@ -46,6 +46,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Measure the symmetry
@@ -92,6 +93,25 @@ KEEPS_EXCHANGE = None  # TODO: a set of activation names
 RELU_COUNTEREXAMPLE = None  # TODO: a pair (a, b)
 RANK1_KEEPS_FOR_EVERY_SIGMA = None  # TODO: True or False
 
+# %% [markdown]
+# ## 4. A unit of your own
+#
+# Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
+# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
+# pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises
+# check 6` prints it at the top; `variant(6)` returns it, a dict with "phi" and "psi".
+# Write `own_keeps_exchange(variant)`: does swapping Q and K leave this unit's output
+# unchanged for every input? Decide it **by the argument above** (what must hold for all a,
+# b?), not by measuring: the checker measures it for your unit and three more of the family
+# and compares.
+
+# %%
+def own_keeps_exchange(variant):
+    """True when Σ_j φ(x·q_j) ψ(x·k_j) v_j keeps the exchange symmetry (a bool)."""
+    # TODO: a bool, from the variant's "phi" and "psi"
+    raise NotImplementedError("own_keeps_exchange: not written yet (complete its TODO)")
+
+
 # %% Try it
 if __name__ == "__main__":
     try:
@@ -107,5 +127,7 @@ if __name__ == "__main__":
         z = np.array([-2.0, -1.0, 1.0, 2.0])
         for act in ("identity", "relu", "silu"):
             print(f"sigma(z)/z for {act:<9} at z = {z}:", np.round(sigma_ratio(act, z), 3))
+        mine = variant(6)                          # your unit (seed 0 before `start`)
+        print(f"your unit: {mine['y']}: own_keeps_exchange gives {own_keeps_exchange(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -1,22 +1,33 @@
 # %% [markdown]
-# # Exercise 9: backprop I, the gated MLP by hand
+# # Exercise 9: backprop I, a gated unit of your own by hand
 #
-# Training needs the gradient of a loss `L` with respect to `x`, `Q`, `K` and `V`. Write
-# the forward pass of the gated MLP as named steps (`x` is `(N, d)`):
+# Training needs the gradient of a loss `L` with respect to `x`, `Q`, `K` and `V`. This
+# exercise poses it on **your own unit**, drawn from your seed: a gated MLP changed in
+# where the gate sits (on `x Qᵀ` or on `x Kᵀ`), the gate's σ, a power of the gate, and a
+# second activation τ on the other factor. Set your seed once with
+# `python -m exercises start --name YOU`; `python -m exercises check 9` prints your unit at
+# the top, and in this file `variant(9)` returns it. For example, the variant
 #
-#     a = x Qᵀ        (N, m)    the gate's pre-activation
-#     b = x Kᵀ        (N, m)    the linear branch
-#     g = σ(a)        (N, m)
-#     h = g ⊙ b       (N, m)
+#     {"gate": "K", "sigma": "silu", "power": 2, "branch": "sigmoid"}
+#
+# is `y = (silu(x Kᵀ)² ⊙ sigmoid(x Qᵀ)) V`. Your functions receive the variant as their
+# last argument and read it (`variant["sigma"]` and so on): written for every variant, they
+# pass for any seed. Write the forward pass as named steps first (`x` is `(N, d)`):
+#
+#     a = x Gᵀ        (N, m)    G is the factor that carries the gate (Q or K)
+#     b = x Lᵀ        (N, m)    L is the other one
+#     g = σ(a)^p      (N, m)
+#     u = τ(b)        (N, m)    τ = "identity" leaves b as it is
+#     h = g ⊙ u       (N, m)
 #     y = h V         (N, d_out)
 #
 # Backprop walks the steps backwards. Given `dy = ∂L/∂y` (same shape as `y`), each step
 # turns the gradient of its output into the gradients of its inputs, by four rules (stated
-# here in general; applying them to the five steps above is the exercise):
+# here in general; applying them to the steps above is the exercise):
 #
 #     u = p W   (p (N, k), W (k, l))   dp = du Wᵀ,  dW = pᵀ du   (each of its tensor's shape)
 #     u = p ⊙ q (elementwise)          dp = du ⊙ q
-#     u = σ(p)                         dp = du ⊙ σ′(p)
+#     u = φ(p)                         dp = du ⊙ φ′(p)
 #     a tensor used twice              its gradient is the sum of both
 #
 # How do you know your gradient is right? Compare it with **finite differences**: for
@@ -26,20 +37,17 @@
 #
 # Read first: derivations.md, [3.0 Four rules](../derivations.md#30-four-rules-and-two-ways-to-check-them)
 # and [7. Checking derivatives numerically](../derivations.md#7-checking-derivatives-numerically).
-# [3.6 gated_mlp_backward](../derivations.md#36-gated_mlp_backward) derives this very
-# backward pass: read it after your own attempt, to compare.
+# [3.6 gated_mlp_backward](../derivations.md#36-gated_mlp_backward) derives the plain
+# gated MLP (p = 1, τ the identity, the gate on Q): the model to follow, not your unit.
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
-# `bilinear_numpy` (`bn`) except `bn.gated_mlp_backward` and `bn.numerical_gradient`.
-# **Check:** `python -m exercises check 9`.
+# `bilinear_numpy` (`bn`) except `bn.numerical_gradient`.
+# **Check:** `python -m exercises check 9`: your forward, then each gradient against finite
+# differences of the checker's forward of your unit.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
-# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
-#   elementwise, of z's shape.
-# - `bn.gated_mlp_forward(x, Q, K, V, act)` returns `(y, cache)` (for your own tests); the
-#   checker compares your gradients with finite differences, tensor by tensor, for ReLU
-#   and for a smooth σ of your own, drawn from your seed (`python -m exercises start --name
-#   YOU` sets it once; the check names your σ at the top).
+# - `bn.ACTIVATIONS[name]`, the activation of that name: `.f(z)` is φ(z), `.df(z)` is
+#   φ′(z), elementwise, of z's shape (the names: "identity", "sigmoid", "silu", "gelu", ...).
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
@@ -55,6 +63,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(9): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. A finite-difference checker
@@ -73,36 +82,51 @@ def numerical_gradient(f, x, dy, h=1e-6):
 
 
 # %% [markdown]
-# ## 2. The backward pass
+# ## 2. Your unit's forward pass
 #
-# Given `dy` `(N, d_out)`, the inputs `x` `(N, d)` and the parameters, return a dict
-# `{"x": dx, "Q": dQ, "K": dK, "V": dV}` with the shapes of `x, Q, K, V`. Recompute the
-# forward steps first (`a`, `b`, `g`, `h`), then go backwards.
+# `variant` is the dict of your unit (see the top). Return `y`, `(N, d_out)`.
 
 
 # %%
-def gated_mlp_backward(dy, x, Q, K, V, act="silu"):
-    """Gradients of L with dL/dy = dy, for y = (σ(x Qᵀ) ⊙ (x Kᵀ)) V; returns a dict."""
-    sigma = bn.ACTIVATIONS[act]                   # sigma.f is σ, sigma.df is σ'
+def unit_forward(x, Q, K, V, variant):
+    """y of your unit (the docstring of the file): x (N, d), Q, K (m, d), V (m, d_out)."""
+    # TODO: y (N, d_out): the steps a, b, g, u, h, y above
+    raise NotImplementedError("unit_forward: not written yet (complete its TODO)")
+
+
+# %% [markdown]
+# ## 3. The backward pass
+#
+# Given `dy` `(N, d_out)`, the inputs `x` `(N, d)`, the parameters and your variant, return
+# a dict `{"x": dx, "Q": dQ, "K": dK, "V": dV}` with the shapes of `x, Q, K, V`. Recompute
+# the forward steps first, then go backwards, one rule per step.
+
+
+# %%
+def unit_backward(dy, x, Q, K, V, variant):
+    """Gradients of L with dL/dy = dy for unit_forward; returns a dict of four arrays."""
+    sigma, tau = bn.ACTIVATIONS[variant["sigma"]], bn.ACTIVATIONS[variant["branch"]]
+    p = variant["power"]
     # TODO: the dict {"x": dx (N, d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}
-    raise NotImplementedError("gated_mlp_backward: not written yet (complete its TODO)")
+    raise NotImplementedError("unit_backward: not written yet (complete its TODO)")
 
 
-# %% Try it: a table like Karpathy's cmp, one row per gradient
+# %% Try it: your unit, one row per gradient against your finite differences
 if __name__ == "__main__":
     try:
+        mine = variant(9)                             # your variant (seed 0 before `start`)
+        print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))               # N = 4, d = 5
         Q, K = rng.standard_normal((3, 5)) / 5 ** 0.5, rng.standard_normal((3, 5)) / 5 ** 0.5
         V = rng.standard_normal((3, 2))               # m = 3, d_out = 2
         dy = rng.standard_normal((4, 2))              # a random upstream gradient
-        mine = gated_mlp_backward(dy, x, Q, K, V, "silu")
+        grads = unit_backward(dy, x, Q, K, V, mine)
         inputs = {"x": x, "Q": Q, "K": K, "V": V}
         for name, value in inputs.items():
             def f(v, name=name):
-                return bn.gated_mlp_forward(**(inputs | {name: v}), act="silu")[0]
+                return unit_forward(**(inputs | {name: v}), variant=mine)
             numeric = numerical_gradient(f, value, dy)
-            print(f"d{name}: max |diff| {np.max(np.abs(mine[name] - numeric)):.1e}, "
-                  f"rel error {bn.rel_error(mine[name], numeric):.1e}")
+            print(f"d{name}: rel error {bn.rel_error(grads[name], numeric):.1e}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -1,13 +1,22 @@
 # %% [markdown]
-# # Exercise 14: backprop III, a gated unit with biases (a new derivation)
+# # Exercise 14: backprop III, a gated unit with biases of your own (a new derivation)
 #
-# Most code writes its projections with biases. Add one to each of the three projections
-# of the gated MLP (`x` is `(N, d)`):
+# Most code writes its projections with biases. Your unit, drawn from your seed, is a gated
+# unit as in exercise 9 (the gate on `x Qᵀ` or on `x Kᵀ`, its σ and power, an activation τ
+# on the other factor) with three biases: `c` (m,) on the gate, either **inside** σ or
+# **outside** it (added after σ and its power), `e` (m,) inside τ, and `f` (d_out,) on the
+# output. Run `python -m exercises check 14` to see yours (at the top), or `variant(14)`
+# here. For example, `{"gate": "Q", "sigma": "silu", "power": 1, "branch": "sigmoid",
+# "bias": "inside"}` is
 #
-#     a = x Qᵀ + c    (N, m)    c (m,): the gate's bias
-#     b = x Kᵀ + e    (N, m)    e (m,): the linear branch's bias
-#     h = σ(a) ⊙ b    (N, m)
-#     y = h V + f     (N, d_out) f (d_out,): the output's bias
+#     a = x Qᵀ + c        (N, m)    c inside σ ("bias": "inside")
+#     b = x Kᵀ + e        (N, m)
+#     h = σ(a) ⊙ τ(b)     (N, m)    σ = silu, τ = sigmoid
+#     y = h V + f         (N, d_out)
+#
+# and with `"bias": "outside"` the gate would be `σ(x Qᵀ)^p + c`. Your functions receive
+# the variant dict as their last argument and read it, so that they are right for every
+# variant (they are checked on yours).
 #
 # derivations.md does not derive this backward pass. Its derivation of the gated MLP
 # without biases, [3.6 gated_mlp_backward](../derivations.md#36-gated_mlp_backward), is the
@@ -16,13 +25,12 @@
 # the first, and check each tensor with finite differences. A bias is added to every token:
 # think about what that means for its gradient before you write it.
 #
-# **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
-# You may call anything in `bilinear_numpy` (`bn`) except the gated MLP's backward passes.
-# **Check:** `python -m exercises check 14`.
+# **What to do.** Complete the functions marked `TODO`. **Check:** `python -m exercises
+# check 14`: your forward, then each of the seven gradients against finite differences.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
-# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
-#   elementwise, of z's shape.
+# - `bn.ACTIVATIONS[name]`, the activation of that name: `.f(z)` is φ(z), `.df(z)` is
+#   φ′(z), elementwise, of z's shape.
 # - `bn.numerical_gradient(f, x, dy)`: the centred-difference gradient of sum(f(x) * dy),
 #   of x's shape (your checker of exercise 9).
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
@@ -40,18 +48,18 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The forward pass
 #
-# Return `y`, of shape `(N, d_out)`.
+# Return `y`, of shape `(N, d_out)`, of your variant.
 
 
 # %%
-def gated_bias_forward(x, Q, K, V, c, e, f, act="silu"):
-    """y = (σ(x Qᵀ + c) ⊙ (x Kᵀ + e)) V + f for x (N, d), Q, K (m, d), V (m, d_out),
-    c, e (m,), f (d_out,); returns y (N, d_out)."""
-    # TODO: y (N, d_out) as in the four lines above
+def gated_bias_forward(x, Q, K, V, c, e, f, variant):
+    """y of your unit for x (N, d), Q, K (m, d), V (m, d_out), c, e (m,), f (d_out,)."""
+    # TODO: y (N, d_out) of your variant
     raise NotImplementedError("gated_bias_forward: not written yet (complete its TODO)")
 
 
@@ -63,28 +71,19 @@ def gated_bias_forward(x, Q, K, V, c, e, f, act="silu"):
 
 
 # %%
-def gated_bias_backward(dy, x, Q, K, V, c, e, f, act="silu"):
+def gated_bias_backward(dy, x, Q, K, V, c, e, f, variant):
     """Gradients of L with dL/dy = dy for gated_bias_forward: a dict of seven arrays."""
-    sigma = bn.ACTIVATIONS[act]
+    sigma, tau = bn.ACTIVATIONS[variant["sigma"]], bn.ACTIVATIONS[variant["branch"]]
+    p, inside = variant["power"], variant["bias"] == "inside"
     # TODO: the dict {"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out), "c": (m,), "e": (m,), "f": (d_out,)}
     raise NotImplementedError("gated_bias_backward: not written yet (complete its TODO)")
-
-
-# %% [markdown]
-# ## 3. The symmetry, with biases
-#
-# Without biases, the ReGLU unit keeps inverse scaling `(Q, K) → (αQ, K/α)` for `α > 0`
-# (exercise 7). With biases, `(Q, K) → (2Q, K/2)` alone changes the output. By which
-# factor must each bias be multiplied at the same time, for the output to stay the same for
-# every input? Give a dict `{"c": ..., "e": ..., "f": ...}` of three numbers.
-
-# %%
-BIAS_FACTORS = None  # TODO: a dict of three numbers
 
 
 # %% Try it: your gradients against finite differences, one row per tensor
 if __name__ == "__main__":
     try:
+        mine = variant(14)                            # your variant (seed 0 before `start`)
+        print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))               # N = 4, d = 5
         p = {"Q": rng.standard_normal((3, 5)) / 5 ** 0.5, "K": rng.standard_normal((3, 5)) / 5 ** 0.5,
@@ -92,11 +91,11 @@ if __name__ == "__main__":
              "e": rng.standard_normal(3), "f": rng.standard_normal(2)}
         dy = rng.standard_normal((4, 2))
         inputs = {"x": x} | p
-        mine = gated_bias_backward(dy, **inputs, act="silu")
+        grads = gated_bias_backward(dy, **inputs, variant=mine)
         for name, value in inputs.items():
             def forward(v, name=name):
-                return gated_bias_forward(**(inputs | {name: v}), act="silu")
+                return gated_bias_forward(**(inputs | {name: v}), variant=mine)
             numeric = bn.numerical_gradient(forward, value, dy)
-            print(f"d{name}: rel error {bn.rel_error(mine[name], numeric):.1e}")
+            print(f"d{name}: rel error {bn.rel_error(grads[name], numeric):.1e}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -16,23 +16,39 @@
 # [4.7 The table](../derivations.md#47-the-table) and
 # [3.0 Four rules](../derivations.md#30-four-rules-and-two-ways-to-check-them).
 #
-# **What to do.** Set `NAME`, `ACT`, `KEEPS` and `WHY`; write `forward`, `backward` and
-# `register`. You may call anything in `bilinear_numpy`. **Check:**
-# `python -m exercises check 19`: it registers your variant, runs `bn.gradcheck` on it,
-# measures each symmetry and compares it with your claim, and trains your variant for a few
-# hundred Adam steps beside SwiGLU and the rank-1 bilinear unit on a small regression.
+# **What to do.** Set `NAME`, `ACT`, `KEEPS`, `WHY`, `EQUATION` and `SIGMA_ARGS`; write
+# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy`. **Check:**
+# `python -m exercises check 19`. It passes when every row is ok:
+#
+# - `register()` puts a `bn.Formulation` with the parameters `("Q", "K", "V")` under `NAME`
+#   (section 2 writes the call for you, every argument named), and your forward differs from
+#   the rank-1 unit, the gated MLP and the double-gated MLP (rel error > 1e-6);
+# - `bn.gradcheck(NAME, ACT, x_shape=(5, 4))`: each of dx, dQ, dK, dV within a rel error of
+#   **1e-7** of finite differences of your forward;
+# - for each of the **six** keys of `bn.SYMMETRIES` — `"exchange"` (Q ↔ K),
+#   `"inverse_scaling_pos"` (α q_j, k_j / α, α > 0), `"inverse_scaling_neg"` (the same with
+#   α < 0), `"key_value_rescaling"` (α k_j, v_j / α, α > 0), `"permutation"` (the units
+#   reordered) and `"parity"` (x → −x, the parameters unchanged; derivations.md §4.8) — the
+#   checker measures the rel error of your unit's output after the change (per-unit α from
+#   0.5 to 2), and your `KEEPS[key]` must be True exactly when it is at most **1e-10**;
+#   each `WHY[key]` is a sentence of 8 words or more;
+# - 300 Adam steps (lr 1e-2) on a small regression: the loss must fall to **less than half**
+#   its start (loss ratio < 0.5), for your unit as for SwiGLU and the rank-1 unit beside it.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.get_activation(act)`, for a name or an Activation (gradcheck passes the latter):
 #   `.f(z)` is σ(z), `.df(z)` is σ′(z), elementwise, of z's shape.
-# - `bn.Formulation(name, equation, forward, backward, param_names, shapes, cost,
-#   init_scales)`: one registry entry; `shapes(d, m, d_out, r)` and `init_scales(d, m, r)`
-#   return dicts keyed by the parameter names (`SHAPES` and `SCALES` below are ready).
-#   `bn.FORMULATIONS[name] = ...` registers it.
+# - `bn.Formulation(...)`: one registry entry, its arguments named as in section 2;
+#   `shapes(d, m, d_out, r)` and `init_scales(d, m, r)` return dicts keyed by the parameter
+#   names (`SHAPES` and `SCALES` below are ready); `sigma_args` names the cache entries that
+#   hold σ's arguments, which `bn.gradcheck` keeps away from a kink (relu) so that no finite
+#   difference crosses it. `family` is left out: it tells the module's own symmetry theory
+#   (`bn.symmetry_expected`, `bn.transform_params`) which of its forms an entry is, and a
+#   unit of your own is none of them, so those two do not apply to it; the checker applies
+#   each symmetry to your unit itself. `bn.FORMULATIONS[name] = ...` registers it.
 # - `bn.gradcheck(name, act, x_shape=(3, 4))` returns a report; `print` it for a table,
 #   `.passed` is True when every tensor's rel error is at most 1e-7.
-# - `bn.transform_params(name, params, symmetry, alpha)` applies a symmetry to a copy of
-#   `params`; `bn.rel_error(a, b)` returns a float.
+# - `bn.rel_error(a, b)` returns a float.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
@@ -52,9 +68,9 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # %% [markdown]
 # ## 1. Your design, before any code
 #
-# `KEEPS` says, for your `ACT`, which of the five symmetries of derivations.md §4 your unit
-# keeps (True) or breaks (False); `WHY` gives the reason for each in a sentence (the
-# property of σ it needs, or the reason none is needed).
+# `KEEPS` says, for your `ACT`, which of the six symmetries (the keys of `bn.SYMMETRIES`,
+# listed above) your unit keeps (True) or breaks (False); `WHY` gives the reason for each
+# in a sentence (the property of σ it needs, or the reason none is needed).
 
 # %%
 NAME = None  # TODO: a new name for your variant, a str
@@ -67,9 +83,12 @@ WHY = None  # TODO: a dict symmetry -> one sentence
 # ## 2. Forward, backward, register
 #
 # `forward(x, Q, K, V, act)` returns `(y, cache)` with `y` of shape `(N, d_out)` (x is
-# `(N, d)`); the cache holds what `backward` needs, and `"z"` (the pre-activations) for
-# `bn.gradcheck` when σ has a kink. `backward(dy, cache)` returns
-# `{"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out)}`.
+# `(N, d)`); the cache holds what `backward` needs, and σ's arguments under the names
+# `sigma_args` gives (here `"a"` and `"b"`). `backward(dy, cache)` returns
+# `{"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out)}`. `act` is a name, or the
+# Activation object `bn.gradcheck` passes: `bn.get_activation(act)` takes either. The
+# registration below is all the checker needs: the gradient check draws parameters from
+# `SHAPES` and `SCALES`, and the symmetry and training rows call your forward and backward.
 
 # %%
 SHAPES = lambda d, m, d_out, r: {"Q": (m, d), "K": (m, d), "V": (m, d_out)}   # noqa: E731
@@ -88,10 +107,24 @@ def backward(dy, cache):
     raise NotImplementedError("backward: not written yet (complete its TODO)")
 
 
+# %% [markdown]
+# `register()` below is written for you: it needs `EQUATION` (your unit's line, as text)
+# and `SIGMA_ARGS` (the keys of your cache that hold σ's arguments: every array σ is
+# applied to; `bn.gradcheck` redraws its inputs until none is within 1e-3 of relu's kink).
+
+# %%
+EQUATION = None  # TODO: a str
+SIGMA_ARGS = None  # TODO: a tuple of the cache keys σ is applied to
+
+
 def register():
-    """Add your variant to bn.FORMULATIONS under NAME."""
-    # TODO: a Formulation of your forward and backward, in the registry under NAME
-    raise NotImplementedError("register: not written yet (complete its TODO)")
+    """Add your variant to bn.FORMULATIONS under NAME, every argument named."""
+    if NAME is None or EQUATION is None or SIGMA_ARGS is None:
+        raise NotImplementedError("register: set NAME, EQUATION and SIGMA_ARGS first")
+    bn.FORMULATIONS[NAME] = bn.Formulation(
+        name=NAME, equation=EQUATION, forward=forward, backward=backward,
+        param_names=("Q", "K", "V"), shapes=SHAPES, cost="(your unit's multiply-adds)",
+        init_scales=SCALES, sigma_args=SIGMA_ARGS)
 
 
 # %% Try it: the gradient check of your registered variant

@@ -193,8 +193,8 @@ HOSTILE = {
     12: (".py", "def squared_relu_forward(x, K, V):\n    raise KeyboardInterrupt\n",
          ("squared_relu_forward = relu(xK^T)^2 V", "ERROR", "KeyboardInterrupt")),
     13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.__main__ import main\n"
-                "main(['check', '13'])\nRANK_FOR_EXACT = 'many'\n",
-         ("RANK_FOR_EXACT", "WRONG", "not the answer")),
+                "main(['check', '13'])\ndef own_rank_for_exact(variant):\n    return 'many'\n",
+         ("own_rank_for_exact, your unit", "WRONG", "not the answer")),
 }
 
 
@@ -373,30 +373,106 @@ def test_the_seed_is_set_once_shown_and_draws_the_variant(tmp_path, capsys):
     capsys.readouterr()
     assert main(["--folder", str(tmp_path), "check", "9"]) == 0
     out = capsys.readouterr().out
-    assert f"Student: alice (seed {seed})" in out and "Your variant: σ = " in out
-    variants = {checker.check_file(9, COURSE[8], tmp_path / name(9), seed=s).variant
-                for s in range(6)}
-    assert len(variants) >= 2
-    act = {v.split()[2] for v in variants}
-    assert act <= set(checks.SMOOTH)
+    assert f"Student: alice (seed {seed})" in out and "Your variant: y = (" in out
+
+
+def draws(number, seeds=range(1, 11)):
+    return [checker.own_variant(COURSE[number - 1], number, s)["y"] for s in seeds]
+
+
+@pytest.mark.parametrize("number", [6, 7, 9, 10, 11, 12, 13, 14, 15, 17])
+def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
+    assert len(set(draws(number))) >= 8, draws(number)             # of ten
+    drawn = [checker.own_variant(COURSE[number - 1], number, s) for s in range(300)]
+    for v in drawn:                             # never a unit the module implements
+        if "psi" in v:
+            assert not checks.module_pair(v["phi"], v["psi"]), v
+        elif number == 17:
+            assert v["phi"] not in ("relu", "silu", "sigmoid") or "biases" in v["form"], v
+        elif number in (9, 14, 15):
+            assert v["power"] > 1 or v["branch"] not in ("identity", v["sigma"]) or \
+                "bias" in v or "beta_on" in v, v
+        elif number == 10:
+            assert v["square"] != "none" or v["power"] > 1, v
+
+
+FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
+         "{n}, {seed})\n_all = ({names})\n_orig = {{k: globals()[k] for k in _all}}\n"
+         "for _k in _all:\n    globals()[_k] = (lambda _f: lambda *a: _f(*a[:-1], _mine))"
+         "(_orig[_k])\n")
+
+
+@needs_solutions
+@pytest.mark.parametrize("number, names", [(9, "'unit_forward', 'unit_backward'"),
+                                           (10, "'rank_r_scores', 'rank_r_bilinear_backward'"),
+                                           (14, "'gated_bias_forward', 'gated_bias_backward'"),
+                                           (15, "'temperature_forward', 'temperature_backward'"),
+                                           (17, "'predict_count',"), (6, "'own_keeps_exchange',"),
+                                           (7, "'own_scaling_exponent',"), (11, "'own_conserved',"),
+                                           (12, "'own_stays_tied',"), (13, "'own_rank_for_exact',")])
+def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, names, tmp_path):
+    # The solution with seed A's variant written in (whatever variant it is handed) passes
+    # seed A's check and fails the check of a seed whose variant differs.
+    seed_a = 1
+    seed_b = next(s for s in range(2, 50) if draws(number, [s]) != draws(number, [seed_a]))
+    path = solved(tmp_path, number, FIXED.format(n=number, seed=seed_a, names=names))
+    mine = checker.check_file(number, COURSE[number - 1], path, seed=seed_a)
+    if number in (6, 7, 11, 12, 13, 17):              # its other units are not seed A's: only its own row
+        assert next(r for r in mine.rows if "your unit" in r.check).verdict == "ok"
+    else:
+        assert mine.status == "done", rows_of(mine)
+    other = checker.check_file(number, COURSE[number - 1], path, seed=seed_b)
+    assert other.status == "failing" and other.first_failure.verdict == "WRONG"
 
 
 # ----- What a failing row tells the student ------------------------------------------------
 
-SLIP = ("\nfrom exercises.checks import gated_backward_mistaken as _slip\n"
-        "def gated_mlp_backward(dy, x, Q, K, V, act):\n"
-        "    return _slip(dy, x, Q, K, V, act, {slip!r})\n")
+# Three slips planted in the solution of exercise 9: the gradients they break, and what the
+# one rule (checker.gradient_diagnosis) must say about them.
+SLIPS = {
+    "σ for σ′ in the gate": ("sigma.df(a)", "sigma.f(a)", "look at the step that leads to"),
+    "dV without the sum over tokens": ("dV = (g * u).T @ dy", "dV = np.einsum('nm,nd->nmd', g * u, dy)",
+                                       "only dV is wrong"),
+    "dx with one branch": ('"x": da @ G + db @ L', '"x": da @ G', "only dx is wrong"),
+}
 
 
 @needs_solutions
-@pytest.mark.parametrize("slip", sorted(checks.GATED_MISTAKES))
-def test_a_backprop_slip_is_pointed_at_then_named(slip, tmp_path):
-    result = checker.check_file(9, COURSE[8], solved(tmp_path, 9, SLIP.format(slip=slip)))
-    point, named = checks.GATED_MISTAKES[slip]
+@pytest.mark.parametrize("slip", sorted(SLIPS))
+def test_a_backprop_slip_is_pointed_at_then_named_without_the_fix(slip, tmp_path):
+    old, new, where = SLIPS[slip]
+    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    assert old in text
+    (tmp_path / name(9)).write_text(text.replace(old, new), encoding="utf-8")
+    result = checker.check_file(9, COURSE[8], tmp_path / name(9), seed=3)
     levels = checker.advice(result)
-    assert result.status == "failing" and point in levels[0] and named in levels[1]
-    assert named not in levels[0] and levels[0].count(point) == 1        # said once
-    assert levels[2] and levels[2] != levels[1]
+    assert result.status == "failing" and where in levels[0], levels
+    assert "sum, not a mean" not in " ".join(levels) and "bn." not in " ".join(levels)
+    assert levels[2] and levels[2] != levels[1] and levels[2].count(" = ") <= 1     # one step
+    failing = {row.check.split()[0] for row in result.rows if row.verdict == "WRONG"}
+    assert any(levels[2] == checker.load_hints()["backprop_gated"]["formulas"][g]
+               for g in failing)
+    if "sum over tokens" in slip:
+        row = next(r for r in result.rows if r.check.startswith("dV"))
+        assert "one value per token" in row.message
+
+
+def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
+    # Levels 2 and 3 name the slip or apply the rule in words: no call of the library (the
+    # capstone's are the registry it asks to fill), and a backward's level 3 is one step.
+    import ast
+    tree = ast.parse((ROOT / "exercises" / "checks.py").read_text(encoding="utf-8"))
+    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+             and isinstance(n.value, str) and ("use bn." in n.value or "is bn." in n.value)]
+    assert not texts, texts
+    for slug, table in checker.load_hints().items():
+        for topic, levels in table.items():
+            if topic == "formulas":
+                for text in levels.values():
+                    assert text.count(" = ") <= 2 and ", with d" not in text, (slug, text)
+            elif slug != "design_a_variant":
+                for text in levels[1:]:
+                    assert "bn." not in text and "ACTIVATIONS" not in text, (slug, topic, text)
 
 
 @needs_solutions
@@ -417,7 +493,11 @@ def test_level_one_gives_no_formula():
     points = [point for table in vars(checks).values() if isinstance(table, dict)
               for key in table.values() if isinstance(key, tuple) and len(key) == 2
               for point in key[:1] if isinstance(point, str)]
-    assert len(points) > 20
+    rows = [checker.Row(f"d{t} vs finite differences", "f", "", "", None, None,
+                        "WRONG" if t in wrong else "ok")
+            for wrong in ("x", "Q", "xQ", "QK", "xQKV") for t in "xQKV"]
+    points += [p for i in range(0, len(rows), 4) for p, _ in checker.gradient_diagnosis(rows[i:i + 4])]
+    assert len(points) > 10
     points += [levels[0] for table in checker.load_hints().values()
                for topic, levels in table.items() if topic != "formulas"]
     for text in points:
@@ -465,3 +545,46 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     assert carol["ex03_file"] == name(3).replace(".py", ".ipynb")
     assert carol["ex03_status"] == "failing"
     assert dave["done"] == "0" and dave["seed"] == "" and dave["passed"] == "0"
+
+
+# ----- The capstone works as printed ---------------------------------------------------------
+
+
+def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_argument():
+    import bilinear_numpy as bn
+    text = (ROOT / "exercises" / name(19)).read_text(encoding="utf-8")   # the stub's text
+    assert all(f'"{key}"' in text for key in bn.SYMMETRIES) and "six" in text
+    assert "five" not in text and "1e-7" in text and "1e-10" in text
+    assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
+    assert "bn.Formulation(\n        name=NAME" in text and "sigma_args=SIGMA_ARGS)" in text  # shown
+    assert checks.CAPSTONE_SYMMETRIES == bn.SYMMETRIES and checks.CLAIM_TOL == 1e-10
+
+
+@needs_solutions
+def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_path):
+    # The solution's register() (every argument named, as the text shows) is enough for
+    # bn.gradcheck with relu: sigma_args keeps σ's arguments away from the kink.
+    text = (checker.SOLUTIONS_FOLDER / name(19)).read_text(encoding="utf-8")
+    (tmp_path / name(19)).write_text(text.replace('ACT = "silu"', 'ACT = "relu"'),
+                                     encoding="utf-8")
+    result = checker.check_file(19, COURSE[18], tmp_path / name(19))
+    grad = [row for row in result.rows if row.check.startswith("bn.gradcheck")]
+    assert len(grad) == 4 and all(row.verdict == "ok" for row in grad), rows_of(result)
+    assert all(row.verdict == "ok" for row in result.rows if "Adam" in row.check)
+
+
+@needs_solutions
+def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tmp_path):
+    # The table's check column is 48 wide: a longer name would push its row out of line.
+    for number, exercise in NUMBERED:
+        for seed in (0, 1, 2):
+            result = checker.check_file(number, exercise, checker.SOLUTIONS_FOLDER / name(number),
+                                        seed=seed)
+            long = [row.check for row in result.rows if len(row.check) > 48]
+            assert not long and result.status == "done", (long, rows_of(result))
+    assert "{row.check:<48}" in (ROOT / "exercises" / "__main__.py").read_text(encoding="utf-8")
+    text = (checker.SOLUTIONS_FOLDER / name(17)).read_text(encoding="utf-8")
+    predict = text.index("## 4. Predict")
+    assert "#49-counting" not in text[:predict]           # the table's section: read after
+    try_it = text[text.index("# %% Try it"):]
+    assert "count_symmetries(" not in try_it and "SWIGLU" not in text

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # Exercise 2: a static global query is absorbed into the keys
 #
+# *A reading exercise:* it walks through one of the module's own formulations, the same
+# for every student (no variant); you may compare with bilinear_numpy.py after your attempt.
+# The derivations posed on a variant of your own are exercises 6, 7, 9 to 12, 14, 15, 17.
+#
 # In exercise 1 each key `k_j` is compared with the token itself, `x·k_j`. Attention
 # compares a *query* computed from `x` with a key. A first try: one global query matrix
 # `Q` of shape `(d, d)`, shared by every unit, so that the query is `x Q`:

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # Exercise 4: from full to rank-1, the outer product
 #
+# *A reading exercise:* it walks through one of the module's own formulations, the same
+# for every student (no variant); you may compare with bilinear_numpy.py after your attempt.
+# The derivations posed on a variant of your own are exercises 6, 7, 9 to 12, 14, 15, 17.
+#
 # Full bilinear attention stores a `(d, d)` matrix `A_j` per unit. Give each unit a single
 # query row `q_j` and a single key row `k_j` instead (rows of `Q` and `K`, shape `(m, d)`),
 # and take `A_j` to be their **outer product** `q_jᵀ k_j` (`(d, 1)` times `(1, d)`):

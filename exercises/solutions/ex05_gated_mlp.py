@@ -1,6 +1,10 @@
 # %% [markdown]
 # # Exercise 5: the gated MLP and the GLU family
 #
+# *A reading exercise:* it walks through one of the module's own formulations, the same
+# for every student (no variant); you may compare with bilinear_numpy.py after your attempt.
+# The derivations posed on a variant of your own are exercises 6, 7, 9 to 12, 14, 15, 17.
+#
 # The rank-1 layer of exercise 4 applies σ to the product of query and key,
 # `σ((x Qᵀ) ⊙ (x Kᵀ)) V`. The **gated MLP** of today's language models (Shazeer 2020)
 # moves σ onto one factor only:

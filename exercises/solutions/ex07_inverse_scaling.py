@@ -43,6 +43,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The transformation
@@ -98,6 +99,32 @@ KEEPS_SCALING = {"positive": {"identity", "relu"},  # ANSWER: a dict of two sets
                  "negative": {"identity"}}
 RELU_NEGATIVE = "b"  # ANSWER: "a", "b", "c" or "d"
 
+# %% [markdown]
+# ## 4. A unit of your own
+#
+# Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with two different
+# functions φ and ψ among z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is
+# relu(z)²; never a pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises check 7` prints it at the top; `variant(7)` returns it,
+# a dict with "phi" and "psi". Scaling the queries by α > 0 now needs the keys scaled by
+# some power of α: find the exponent `c` for which `(α q_j, α^c k_j)` leaves the output
+# unchanged for every α > 0 and every input, or `None` when no power does. Reason it out
+# (which of φ, ψ are homogeneous, and of which degree?); the checker measures it for your
+# unit and three more of the family and compares.
+
+# %%
+def own_scaling_exponent(variant):
+    """The c for which (α q_j, α^c k_j) keeps the unit for every α > 0, or None."""
+    # BEGIN SOLUTION: a number c, or None
+    # φ(α a) = α^p φ(a) and ψ(β b) = β^s ψ(b) for α, β > 0 (z^p and relu^p): the term
+    # scales by α^p (α^c)^s, which is 1 when c = −p / s. A non-homogeneous φ or ψ (silu,
+    # sigmoid, tanh) is pinned to its argument: no power works.
+    degree = {"z": 1, "z²": 2, "z³": 3, "relu": 1, "relu²": 2}
+    if variant["phi"] not in degree or variant["psi"] not in degree:
+        return None
+    return -degree[variant["phi"]] / degree[variant["psi"]]
+    # END SOLUTION
+
+
 # %% Try it
 if __name__ == "__main__":
     try:
@@ -111,5 +138,7 @@ if __name__ == "__main__":
             for act in bn.ACTIVATIONS:
                 devs = scaling_deviations(forward, x, Q, K, V, act, alphas)
                 print(f"  {name:<7}{act:<10}", " ".join(f"{dev:8.1e}" for dev in devs))
+        mine = variant(7)                          # your unit (seed 0 before `start`)
+        print(f"your unit: {mine['y']}: own_scaling_exponent gives {own_scaling_exponent(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -48,6 +48,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The residual of the identity
@@ -114,6 +115,32 @@ def train_balance(formulation, act, x, T, params, lr, steps):
 DRIFT_SLOPE = {"rank1_bilinear": 2, "gated_mlp": 1}  # ANSWER: a dict of two ints
 CONSERVED_GATED = {"identity", "relu"}  # ANSWER: a set of activation names
 
+# %% [markdown]
+# ## 4. A unit of your own
+#
+# Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
+# z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
+# pair the module has, such as z with silu, a SwiGLU unit); `python -m
+# exercises check 11` prints it, `variant(11)` returns it (a dict with "phi" and "psi").
+# Find the numbers `(c_q, c_k)` for which `c_q ‖q_j‖² − c_k ‖k_j‖²` is conserved by
+# gradient flow, for every loss, or `None` when no such pair exists. Derive it: which
+# rescaling of `(q_j, k_j)` leaves the unit unchanged (exercise 7), and what identity between
+# gradients does it give (section 1)? The checker measures `⟨q_j, dq_j⟩ / ⟨k_j, dk_j⟩`
+# for your unit and three more of the family and compares it with `c_k / c_q`.
+
+# %%
+def own_conserved(variant):
+    """(c_q, c_k) with c_q ‖q_j‖² − c_k ‖k_j‖² conserved by gradient flow, or None."""
+    # BEGIN SOLUTION: a pair of numbers, or None
+    # φ, ψ homogeneous of degrees p, s: (α q, α^(−p/s) k) keeps the unit, so
+    # ⟨q, dq⟩ − (p/s) ⟨k, dk⟩ = 0, and d/dt (s ‖q‖² − p ‖k‖²) = −2 s ⟨q, dq⟩ + 2 p ⟨k, dk⟩ = 0.
+    degree = {"z": 1, "z²": 2, "z³": 3, "relu": 1, "relu²": 2}
+    if variant["phi"] not in degree or variant["psi"] not in degree:
+        return None
+    return degree[variant["psi"]], degree[variant["phi"]]
+    # END SOLUTION
+
+
 # %% Try it
 if __name__ == "__main__":
     try:
@@ -137,5 +164,7 @@ if __name__ == "__main__":
             params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
             history = train_balance(name, act, x, T, params, 0.05, steps=200)     # (201, m)
             print(f"  {name:<15}{act:<6}", np.round(history[::50, 0], 4))
+        mine = variant(11)                         # your unit (seed 0 before `start`)
+        print(f"your unit: {mine['y']}: own_conserved gives {own_conserved(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

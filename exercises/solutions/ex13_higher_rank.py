@@ -41,6 +41,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(13): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Eigen-factors
@@ -94,13 +95,24 @@ def predicted_error(lam, r):
 
 
 # %% [markdown]
-# ## 3. A question
+# ## 3. A unit of your own
 #
-# For a random `A` (Gaussian entries) with `d = 8`, what is the smallest `r` whose
-# truncation error is zero? Run this file to see the errors for `d = 8`.
+# Your unit's matrix, drawn from your seed, is built as one of `A = B Cᵀ`,
+# `A = B Cᵀ + C Bᵀ` or `A = B Bᵀ + S`, with random `B`, `C` of shape `(d, k)` and a random
+# antisymmetric `S`; `python -m exercises check 13` prints yours (form, d, k), and
+# `variant(13)` returns it. Predict **by reasoning** (which part of A does the unit see,
+# and what is its rank?) the smallest `r` whose truncation error is zero, as a function of
+# the variant: the checker measures it with random matrices for your unit and three more.
 
 # %%
-RANK_FOR_EXACT = 8  # ANSWER: an int
+def own_rank_for_exact(variant):
+    """The smallest r with truncation error 0 for a random A of the variant's form (an int)."""
+    # BEGIN SOLUTION: an int, from the variant's "form", "d" and "k"
+    # Only sym(A) counts. sym(B Cᵀ) = (B Cᵀ + C Bᵀ) / 2 has rank 2k (at most d); B Bᵀ + S
+    # has symmetric part B Bᵀ, of rank k: the antisymmetric S is invisible.
+    d, k = variant["d"], variant["k"]
+    return min(k, d) if variant["form"] == "B Bᵀ + S" else min(2 * k, d)
+    # END SOLUTION
 
 # %% Try it
 if __name__ == "__main__":
@@ -117,5 +129,7 @@ if __name__ == "__main__":
             y_r = bn.rank_r_bilinear_forward(x, Q[:, :, :r], K[:, :, :r], V, "identity")[0]
             print(f"{r:2d}   {truncation_error(A, r):12.2e}   {predicted_error(lam, r):9.2e}"
                   f"   {bn.rel_error(y_full, y_r):10.2e}")
+        mine = variant(13)                            # your unit (seed 0 before `start`)
+        print(f"your unit: {mine['y']}: own_rank_for_exact gives {own_rank_for_exact(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -1,32 +1,38 @@
 # %% [markdown]
-# # Exercise 15: backprop IV, a gate with a learnable temperature (a new derivation)
+# # Exercise 15: backprop IV, a learnable temperature of your own (a new derivation)
 #
-# Give each unit's gate a temperature `β_j`, learned with the other parameters:
+# Give each unit a temperature `β_j`, learned with the other parameters. Your unit, drawn
+# from your seed, is a gated unit as in exercise 9 (the gate on `x Qᵀ` or on `x Kᵀ`, its σ,
+# an activation τ on the other factor) whose temperature sits on the **gate** or on the
+# other factor (the **branch**), and **times** it (`β ⊙ z`) or divides it (**over**,
+# `z / β`). Run `python -m exercises check 15` to see yours, or `variant(15)` here. For
+# example, `{"gate": "Q", "sigma": "silu", "power": 1, "branch": "identity",
+# "beta_on": "gate", "beta_as": "times"}` is Shazeer's Swish_β gate:
 #
 #     a = x Qᵀ           (N, m)
 #     g = σ(β ⊙ a)       (N, m)    β (m,): one temperature per unit, broadcast over tokens
 #     h = g ⊙ (x Kᵀ)     (N, m)
 #     y = h V            (N, d_out)
 #
-# With σ = SiLU, `σ(β a)` is the Swish_β of Shazeer's SwiGLU. derivations.md does not
-# derive this backward pass: follow its
+# derivations.md does not derive this backward pass: follow its
 # [3.6 gated_mlp_backward](../../derivations.md#36-gated_mlp_backward) and the rules of
 # [3.0](../../derivations.md#30-four-rules-and-two-ways-to-check-them). Two things are new:
-# the chain rule through the product `β ⊙ a`, and a parameter shared by every token.
+# the chain rule through the scaling by β, and a parameter shared by every token.
 #
-# Then a symmetry that is new as well: `(q_j, β_j) → (α q_j, β_j / α)` leaves `β_j a_j`
-# unchanged. As in [5.1](../../derivations.md#51-from-a-symmetry-to-an-identity), it gives an
-# identity between gradients; you will measure it.
+# Then a symmetry that is new as well: rescaling row j of the factor β scales, together
+# with β_j, leaves your unit's output unchanged. As in
+# [5.1](../../derivations.md#51-from-a-symmetry-to-an-identity), it gives an identity
+# between gradients; you will find which one and measure it.
 #
-# **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
-# You may call anything in `bilinear_numpy` (`bn`) except the gated MLP's backward passes.
+# **What to do.** Complete the functions marked `TODO`; each receives your variant dict
+# as its last argument and reads it, so that it is right for every variant.
 # **Check:** `python -m exercises check 15`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
-# - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
-#   elementwise, of z's shape.
+# - `bn.ACTIVATIONS[name]`, the activation of that name: `.f(z)` is φ(z), `.df(z)` is
+#   φ′(z), elementwise, of z's shape.
 # - `bn.numerical_gradient(f, x, dy)`: the centred-difference gradient of sum(f(x) * dy),
-#   of x's shape.
+#   of x's shape (your checker of exercise 9).
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
@@ -42,67 +48,90 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]
-# ## 1. The forward and backward passes
+# ## 1. Forward and backward
+#
+# Return `y` `(N, d_out)`; then the gradients as a dict with the keys
+# `"x", "Q", "K", "V", "beta"`, each of its tensor's shape.
 
 
 # %%
-def temperature_forward(x, Q, K, V, beta, act="silu"):
-    """y = (σ(β ⊙ (x Qᵀ)) ⊙ (x Kᵀ)) V for x (N, d), Q, K (m, d), V (m, d_out), beta (m,);
-    returns y (N, d_out)."""
-    # BEGIN SOLUTION: y (N, d_out) as in the four lines above
-    a = x @ Q.T                                   # (N, m)
-    return (bn.ACTIVATIONS[act].f(beta * a) * (x @ K.T)) @ V
+def temperature_forward(x, Q, K, V, beta, variant):
+    """y of your unit for x (N, d), Q, K (m, d), V (m, d_out), beta (m,)."""
+    # BEGIN SOLUTION: y (N, d_out) of your variant
+    G, L = (Q, K) if variant["gate"] == "Q" else (K, Q)
+    a, b = x @ G.T, x @ L.T                       # (N, m) each
+    t = beta if variant["beta_as"] == "times" else 1 / beta
+    a, b = (t * a, b) if variant["beta_on"] == "gate" else (a, t * b)
+    g = bn.ACTIVATIONS[variant["sigma"]].f(a) ** variant["power"]
+    return (g * bn.ACTIVATIONS[variant["branch"]].f(b)) @ V
     # END SOLUTION
 
 
 # %%
-def temperature_backward(dy, x, Q, K, V, beta, act="silu"):
-    """Gradients of L with dL/dy = dy: a dict with the keys "x", "Q", "K", "V", "beta"."""
-    sigma = bn.ACTIVATIONS[act]
+def temperature_backward(dy, x, Q, K, V, beta, variant):
+    """Gradients of L with dL/dy = dy for temperature_forward: a dict of five arrays."""
+    sigma, tau = bn.ACTIVATIONS[variant["sigma"]], bn.ACTIVATIONS[variant["branch"]]
+    p = variant["power"]
     # BEGIN SOLUTION: the dict {"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out), "beta": (m,)}
-    a = x @ Q.T                                   # (N, m)
-    b = x @ K.T                                   # (N, m)
-    u = beta * a                                  # (N, m)
-    g = sigma.f(u)                                # (N, m)
+    G, L = (Q, K) if variant["gate"] == "Q" else (K, Q)
+    pa, pb = x @ G.T, x @ L.T                     # (N, m) each: the projections
+    t = beta if variant["beta_as"] == "times" else 1 / beta      # the factor on one of them
+    on_gate = variant["beta_on"] == "gate"
+    a, b = (t * pa, pb) if on_gate else (pa, t * pb)
+    g, u = sigma.f(a) ** p, tau.f(b)
+    dV = (g * u).T @ dy                           # (m, d_out)
     dh = dy @ V.T                                 # (N, m)
-    du = dh * b * sigma.df(u)                     # (N, m)
-    da = du * beta                                # (N, m)    u = β ⊙ a
-    db = dh * g                                   # (N, m)
-    return {"x": da @ Q + db @ K, "Q": da.T @ x, "K": db.T @ x, "V": (g * b).T @ dy,
-            "beta": (du * a).sum(axis=0)}
+    da = dh * u * p * sigma.f(a) ** (p - 1) * sigma.df(a)
+    db = dh * g * tau.df(b)
+    dscaled, projection = (da, pa) if on_gate else (db, pb)
+    dt = np.sum(dscaled * projection, axis=0)     # (m,)    β is shared by every token
+    dbeta = dt if variant["beta_as"] == "times" else -dt / beta ** 2   # t = 1 / β
+    dpa, dpb = (da * t, db) if on_gate else (da, db * t)
+    dG, dL = dpa.T @ x, dpb.T @ x
+    dQ, dK = (dG, dL) if variant["gate"] == "Q" else (dL, dG)
+    return {"x": dpa @ G + dpb @ L, "Q": dQ, "K": dK, "V": dV, "beta": dbeta}
     # END SOLUTION
 
 
 # %% [markdown]
 # ## 2. The identity the new symmetry gives
 #
-# Return, per unit `j`, `⟨q_j, ∂L/∂q_j⟩ − β_j ∂L/∂β_j`: an `(m,)` array. Then say
-# whether it is zero (to rounding) for every σ, or only for some.
+# Find the rescaling `(row j of a factor, β_j) → (α ·, α^{±1} β_j)` that leaves your unit's
+# output unchanged for every x, differentiate L along it at α = 1, and return that
+# derivative per unit: an `(m,)` array that must vanish (to rounding) on the true gradients.
 
 
 # %%
-def temperature_residual(Q, dQ, beta, dbeta):
-    """⟨q_j, dQ_j⟩ − β_j dβ_j per unit: shape (m,)."""
-    # BEGIN SOLUTION: the array (m,) of ⟨q_j, dQ_j⟩ − β_j dβ_j
-    return np.sum(Q * dQ, axis=1) - beta * dbeta
+def temperature_residual(Q, K, dQ, dK, beta, dbeta, variant):
+    """Per unit j, the derivative of L along your unit's rescaling: shape (m,)."""
+    # BEGIN SOLUTION: the array (m,) the symmetry makes zero
+    on_gate = variant["beta_on"] == "gate"
+    scaled_Q = (variant["gate"] == "Q") == on_gate          # β scales the projection of Q?
+    W, dW = (Q, dQ) if scaled_Q else (K, dK)
+    sign = -1.0 if variant["beta_as"] == "times" else 1.0   # β z: (α w, β / α); z / β: (α w, α β)
+    return np.sum(W * dW, axis=1) + sign * beta * dbeta
     # END SOLUTION
-
-
-# %%
-ZERO_FOR_EVERY_SIGMA = True  # ANSWER: True or False
 
 
 # %% Try it
 if __name__ == "__main__":
     try:
+        mine = variant(15)                            # your variant (seed 0 before `start`)
+        print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))
         Q, K = rng.standard_normal((3, 5)) / 5 ** 0.5, rng.standard_normal((3, 5)) / 5 ** 0.5
         V, beta, dy = rng.standard_normal((3, 2)), rng.uniform(0.5, 2, 3), rng.standard_normal((4, 2))
-        for act in bn.ACTIVATIONS:
-            g = temperature_backward(dy, x, Q, K, V, beta, act)
-            print(f"{act:<10} residual {np.max(np.abs(temperature_residual(Q, g['Q'], beta, g['beta']))):.1e}")
+        g = temperature_backward(dy, x, Q, K, V, beta, mine)
+        inputs = {"x": x, "Q": Q, "K": K, "V": V, "beta": beta}
+        for name, value in inputs.items():
+            def forward(v, name=name):
+                return temperature_forward(**(inputs | {name: v}), variant=mine)
+            print(f"d{name}: rel error {bn.rel_error(g[name], bn.numerical_gradient(forward, value, dy)):.1e}")
+        r = temperature_residual(Q, K, g["Q"], g["K"], beta, g["beta"], mine)
+        print(f"residual {np.max(np.abs(r)):.1e}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -19,12 +19,13 @@
 # those above `1e-8 s_1`, and refuse to answer when one lies in the gap between `1e-12 s_1`
 # and `1e-5 s_1`: then the rank is not clear (too few inputs, or a unit nearly dead).
 #
-# Read first: derivations.md,
-# [4.9 Counting the continuous symmetries](../../derivations.md#49-counting-the-continuous-symmetries)
-# (the measurement and the counts by hand; do not read its table before the questions) and
-# [4.4 Key-value rescaling](../../derivations.md#44-key-value-rescaling).
+# Read first: derivations.md, [4.1 What "symmetry" means here](../../derivations.md#41-what-symmetry-means-here-and-two-lemmas),
+# [4.3 Inverse scaling](../../derivations.md#43-inverse-scaling) and
+# [4.4 Key-value rescaling](../../derivations.md#44-key-value-rescaling): each is one
+# continuous symmetry of one unit. Section 4.9 measures and counts them for the module's
+# forms: read it after section 4 below, to compare your reasoning with its table.
 #
-# **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
+# **What to do.** Complete the functions marked `TODO`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_dimension` and the
 # functions behind it (`output_jacobian`, `symmetry_dimension_expected`,
 # `symmetry_dimension_table`, `hessian_at_minimum`).
@@ -54,6 +55,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(17): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The Jacobian, one backward pass per output
@@ -130,28 +132,43 @@ def null_direction(J):
 
 
 # %% [markdown]
-# ## 4. Questions
+# ## 4. Predict the count for a unit of your own
 #
-# - `SWIGLU_RANK`: the rank of one SwiGLU unit's Jacobian (`d = 5`, `d_out = 3`), an int.
-# - `SWIGLU_SYMMETRY`: the name of its one continuous symmetry, one of `bn.SYMMETRIES` (a str).
-# - `PREDICTED`: predict **by hand first** (4.9 says how: P minus the numbers the function
-#   determines), then measure with your `count_symmetries` (the cell at the end does it).
-#   Two forms the course has not counted, with `d = 5`, `d_out = 3`:
-#   - `"squared_relu_mlp"`: the key-value MLP with `σ(z) = relu(z)²` (exercise 12's squared
-#     ReLU) and `m = 2` units: `y = relu(x Kᵀ)² V`, `K (2, 5)`, `V (2, 3)`, P = 16.
-#   - `"rank1_with_biases"`: one rank-1 SiLU unit with a bias on each factor,
-#     `σ((x·q + β)(x·k + γ)) v`: the rank-1 unit on `(1, x)` with `q̃ = (β, q)`,
-#     `k̃ = (γ, k)` (derivations.md 4.8), P = 6 + 6 + 3 = 15.
+# Your unit is drawn from your seed: one of the forms
 #
-#   A dict of two ints.
+#     "mlp":                y = Σ_j φ(x·k_j) v_j
+#     "gated":              y = Σ_j φ(x·q_j) (x·k_j) v_j
+#     "rank1":              y = Σ_j φ((x·q_j)(x·k_j)) v_j
+#     "rank1 with biases":  y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j
+#
+# with a scalar function φ among relu², relu³, z², z³, tanh (and silu, sigmoid with the
+# biases), and m units (`d = 4`, `d_out = 2`). `python -m exercises check 17` prints yours at the top
+# (`variant(17)` returns it: a dict with "form", "phi", "m", "d", "d_out").
+#
+# Write `predict_count(variant)`: the number of continuous symmetries, **reasoned by hand**,
+# not measured: for each unit, which rescalings of its parameters leave its term unchanged
+# for every x (a power of a rescaled argument can be absorbed where φ is homogeneous:
+# φ(λ z) = λ^p φ(z), for every λ > 0 or every λ ≠ 0), and why units cannot mix when φ is
+# not linear. The checker measures P − rank J for your unit and three others of the family
+# and compares.
 
 # %%
-SWIGLU_RANK = 12  # ANSWER: an int
-SWIGLU_SYMMETRY = "key_value_rescaling"  # ANSWER: a str, the name of a symmetry
-PREDICTED = {"squared_relu_mlp": 2,  # ANSWER: a dict of two ints, predicted by hand
-             "rank1_with_biases": 1}
+HOMOGENEOUS = {"relu", "relu²", "relu³", "z²", "z³"}      # noqa: used by the solution below
 
-# %% Try it
+
+def predict_count(variant):
+    """The number of continuous symmetries of the unit `variant` (an int), by reasoning."""
+    # BEGIN SOLUTION: an int, from the form, φ and m of the variant
+    # Per unit: a product of two projections always has one rescaling that cancels
+    # ((α q, k / α) in the rank-1 score; (α k, v / α) in the gated unit's linear branch),
+    # the key-value MLP has none; a homogeneous φ absorbs one more (its argument scaled by
+    # λ, the value by λ^-p). A nonlinear φ keeps the units apart: no mixing.
+    base = {"mlp": 0, "gated": 1, "rank1": 1, "rank1 with biases": 1}[variant["form"]]
+    return variant["m"] * (base + (variant["phi"] in HOMOGENEOUS))
+    # END SOLUTION
+
+
+# %% Try it: your Jacobian on the module's forms, and your prediction for your own unit
 if __name__ == "__main__":
     try:
         rng = np.random.default_rng(0)
@@ -160,23 +177,11 @@ if __name__ == "__main__":
         J = jacobian(bn.gated_mlp_forward, bn.gated_mlp_backward, x, unit, "silu")
         s = np.linalg.svd(J, compute_uv=False)
         print("one SwiGLU unit: J", J.shape, " singular values / largest:", np.round(s / s[0], 4))
-        print("  rank", numerical_rank(J), " symmetries", J.shape[1] - numerical_rank(J))
         t = null_direction(J)
         print("  null direction, q | k | v:", np.round(t[:5], 3), np.round(t[5:10], 3), np.round(t[10:], 3))
         print("  k, v of the unit:         ", np.round(unit["K"][0], 3), np.round(unit["V"][0], 3))
-        for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu"),
-                          ("double_gated_mlp", "silu"), ("gated_mlp", "identity")):
-            form = bn.FORMULATIONS[name]
-            print(f"  {name:<17}{act:<9} symmetries:",
-                  count_symmetries(form.forward, form.backward, x, unit, act))
-        relu2 = bn.Activation("relu2", lambda z: np.maximum(z, 0) ** 2,
-                              lambda z: 2 * np.maximum(z, 0), False, False, True)
-        mlp = bn.FORMULATIONS["mlp"]
-        print("squared-ReLU MLP, m = 2:", count_symmetries(mlp.forward, mlp.backward, x,
-                                                           mlp.init(rng, 5, 2, 3), relu2))
-        x1 = np.concatenate([np.ones((30, 1)), x], axis=1)          # (1, x): (30, 6)
-        rank1 = bn.FORMULATIONS["rank1_bilinear"]
-        print("rank-1 SiLU with biases:", count_symmetries(rank1.forward, rank1.backward, x1,
-                                                           rank1.init(rng, 6, 1, 3), "silu"))
+        mine = variant(17)                            # your unit (seed 0 before `start`)
+        print(f"your unit: {mine['y']}\n  your prediction: {predict_count(mine)} "
+              f"(python -m exercises check 17 measures it)")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
