@@ -458,6 +458,7 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     deadline = time.monotonic() + 60
     while not partial.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    err = ""
     for _ in range(5):          # pressed again if Python swallowed it (in a finalizer, say)
         proc.send_signal(signal.SIGINT)
         try:
