@@ -59,7 +59,8 @@ def output_folder(option, path):
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{option}: got {text!r}, a folder that cannot be made "
-                         f"({exc.strerror or exc}); expected one that exists or can be made") from None
+                         f"({exc.strerror or exc}); expected one that exists or can be "
+                         "made") from None
     try:                                            # the real test: make a file, remove it
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
         os.close(fd)

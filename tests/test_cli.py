@@ -3,6 +3,7 @@ edges: options checked (never abbreviated, never empty, never ignored) and outpu
 tried before any work, one line and a distinct exit status for each way a command can end
 early, nothing finished lost to Ctrl-C or a full disk, two runs never mixed in one folder, a
 diverged run recorded as a result."""
+import argparse
 import csv
 import errno
 import json
@@ -142,8 +143,11 @@ def test_help_lists_subcommands():
 
 
 def _subparsers(parser):
-    action = next(a for a in parser._actions if isinstance(a, type(parser._subparsers._group_actions[0])))
-    return action.choices
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt                     # as Ctrl-C does, wherever it lands
 
 
 def test_no_option_of_any_command_is_abbreviated():
@@ -365,24 +369,23 @@ def test_ctrl_c_keeps_every_finished_run_and_says_where(capsys, tmp_path, monkey
     assert not list(out.rglob(".tmp-*"))
 
 
-def test_ctrl_c_before_any_run_finished_says_nothing_was_written(capsys, tmp_path, monkeypatch, small_tasks):
+def test_ctrl_c_before_any_run_finished_says_nothing_was_written(capsys, tmp_path, monkeypatch,
+                                                                  small_tasks):
     _stop_after(monkeypatch, 0)
     assert main_status([*TINY_TEXT, "--out", str(tmp_path)]) == 130
     assert "no run had finished, nothing was written" in stopped_line(capsys)
-    monkeypatch.setattr(cli, "verification_report", lambda seed: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(cli, "verification_report", interrupted)
     assert main_status(["verify"]) == 130
     assert stopped_line(capsys) == "stopped (Ctrl-C)"
 
 
-def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, monkeypatch, small_tasks):
+def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, monkeypatch,
+                                                              small_tasks):
     # Ctrl-C while the figure was drawn left a new CSV beside the old PNG.
     out = tmp_path / "out"
     for sub, name in (("results", "text.csv"), ("figures", "text_curves.png")):
         (out / sub).mkdir(parents=True, exist_ok=True)
         (out / sub / name).write_text("old", encoding="utf-8")
-
-    def interrupted(*args):
-        raise KeyboardInterrupt
 
     monkeypatch.setattr(train_figures, "learning_curves", interrupted)
     assert main_status([*TINY_TEXT, "--out", str(out)]) == 130
@@ -410,9 +413,14 @@ def test_figures_keeps_the_finished_figures_on_ctrl_c(capsys, tmp_path, monkeypa
     from experiments import figures
     names = list(figures.FIGURES)[:2]
     compute, draw = figures.FIGURES[names[1]]
-    monkeypatch.setitem(figures.FIGURES, names[0], (lambda **kw: [figures._row("p", "s", 0, 1)],
-                                                    lambda rows, path: Path(path).write_bytes(b"png")))
-    monkeypatch.setitem(figures.FIGURES, names[1], (compute, lambda rows, path: (_ for _ in ()).throw(KeyboardInterrupt)))
+    def one_row(**sizes):
+        return [figures._row("p", "s", 0, 1)]
+
+    def png(rows, path):
+        Path(path).write_bytes(b"png")
+
+    monkeypatch.setitem(figures.FIGURES, names[0], (one_row, png))
+    monkeypatch.setitem(figures.FIGURES, names[1], (compute, interrupted))
     monkeypatch.setattr(figures, "FIGURES", {n: figures.FIGURES[n] for n in names})
     monkeypatch.setitem(figures.QUICK, names[1], figures.QUICK[names[1]])
     out = tmp_path / "figs"
@@ -422,7 +430,8 @@ def test_figures_keeps_the_finished_figures_on_ctrl_c(capsys, tmp_path, monkeypa
     assert sorted(p.name for p in out.iterdir()) == [f"{names[0]}.csv", f"{names[0]}.png"]
 
 
-def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monkeypatch, small_tasks):
+def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monkeypatch,
+                                                         small_tasks):
     def full_disk(path, task, rows):
         if Path(path).name == "text.csv":                                       # the final CSV
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -455,8 +464,11 @@ def test_ctrl_c_in_a_real_process(tmp_path):
             "--steps", "40", "--out", str(tmp_path)]
     # SIGINT as a terminal leaves it: a shell's background job (`pytest &`) ignores it, and
     # the child would inherit that.
+    def as_a_terminal_leaves_it():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            text=True, preexec_fn=as_a_terminal_leaves_it)
     partial = tmp_path / "results" / "text.partial.csv"
     deadline = time.monotonic() + 60
     while not partial.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -558,8 +570,8 @@ def test_figures_draw_a_diverged_run_as_a_gap(tmp_path):
                                          2.5, "metric", "title", tmp_path / "curves.png")
     assert path.stat().st_size > 1000
     image = np.zeros((4, 4, 3))
-    path = train_figures.reconstruction_grid(image, {"SwiGLU": image + np.nan}, {"SwiGLU": math.nan},
-                                             tmp_path / "recon.png")
+    path = train_figures.reconstruction_grid(image, {"SwiGLU": image + np.nan},
+                                             {"SwiGLU": math.nan}, tmp_path / "recon.png")
     assert path.stat().st_size > 1000
     rows = [{"task": "text", "formulation": "gated_mlp", "activation": "silu", "seed": s,
              "metric": x} for s, x in enumerate([1.0, math.nan, 1.2])]
