@@ -73,8 +73,8 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # |sigma'| near its zero: 4 kappa ulp. A rounded argument (exact GELU's z / sqrt 2 in
 # float64, tanh-GELU's 2u) turns eps/2 into kappa_f eps/2 relative in f, kappa_f = |z f'/f|:
 # z^2 eps / 2 for exact GELU far out (1e-13 at z = -30), so no few-ulp bound there without
-# more precision. Below the normal range: the smallest normal number, absolute. No
-# overflow, NaN or warning for any finite z.
+# more precision. Below the normal range: the smallest normal number, absolute. No overflow,
+# NaN or warning for any finite z; at +-inf the limits (silu(-inf) = 0: _finite).
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,17 @@ def _sigmoid_grad(z):
     return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigmoid(z) sigmoid(-z)
 
 
+def _finite(z, lower_only=False):
+    big = np.finfo(z.dtype).max                   # -inf (+inf) -> -big (big): big * 0 = 0, the
+    return np.maximum(z, -big) if lower_only else np.clip(z, -big, big)   # limit; finite z kept
+
+
 def _silu(z):
-    return z * _sigmoid(z)                        # Swish_1(z) = z sigmoid(z)
+    return _finite(z, lower_only=True) * _sigmoid(z)   # Swish_1(z) = z sigmoid(z); silu(-inf) = 0
 
 
 def _silu_grad(z):
-    return _sigmoid(z) + z * _sigmoid_grad(z)     # product rule: sigmoid(z) + z sigmoid'(z)
+    return _sigmoid(z) + _finite(z) * _sigmoid_grad(z)  # product rule: sigmoid(z) + z sigmoid'(z)
 
 
 def _normal_cdf(z64):
@@ -149,12 +154,12 @@ def _normal_pdf(z64):
 
 def _gelu(z):
     z64 = np.asarray(z, dtype=np.float64)         # float64 inside, then z's dtype
-    return (z64 * _normal_cdf(z64)).astype(z.dtype)   # GELU(z) = z Phi(z)
+    return (_finite(z64, lower_only=True) * _normal_cdf(z64)).astype(z.dtype)   # GELU(z) = z Phi(z)
 
 
 def _gelu_grad(z):
     z64 = np.asarray(z, dtype=np.float64)
-    return (_normal_cdf(z64) + z64 * _normal_pdf(z64)).astype(z.dtype)   # Phi(z) + z phi(z)
+    return (_normal_cdf(z64) + _finite(z64) * _normal_pdf(z64)).astype(z.dtype)   # Phi(z) + z phi(z)
 
 
 _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
@@ -163,7 +168,7 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigmoid(2u) is exactly 0 or 1 beyond; z^3 finite
     # z (1 + tanh u) / 2 = z sigmoid(2u)
-    return z * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))
+    return _finite(z, lower_only=True) * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))
 
 
 def _gelu_tanh_grad(z):
@@ -802,59 +807,58 @@ def rel_error(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(0.5e-8, np.max(np.abs(a) + np.abs(b))))
 
 
-def numerical_gradient(f, x, dy, step=1e-6):
+def numerical_gradient(f, x, dy, h=1e-6):
     """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
 
-        dL/dx[i] ~ (L(x + tau e_i) - L(x - tau e_i)) / (2 tau),  error O(tau^2) + O(eps / tau),
+        dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),  tau_i = h max(1, |x[i]|),
 
-    with the step tau (`step`; h is the hidden layer).
-
-    A deliberate loop over the entries of a private copy of x (the caller's x is untouched).
+    error O(tau_i^2) + O(eps / tau_i): the step scales with each entry (beside 1e12 a fixed
+    1e-6 is lost in rounding); derivations.md, 7.4, calls it tau (h is the hidden layer). A
+    deliberate loop over the entries of a private copy of x (the caller's x is untouched).
 
     Args: f: x-shaped array -> dy-shaped array; x, dy: float64 arrays (dy random, not ones);
-        step: tau, a real number > 0.
+        h: the relative step, a finite real number above eps = 2.2e-16 (float64's).
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding over a step of 1e-6
-        leaves no correct digit); ValueError for a step not finite > 0 or f(x) not shaped as dy.
+        leaves no correct digit); ValueError for h not finite above eps or f(x) not shaped as dy.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
-    x = np.asarray(x)
-    dy = np.asarray(dy)
+    x, dy = np.asarray(x), np.asarray(dy)
     for name, arr in (("x", x), ("dy", dy)):
         if arr.dtype != np.float64:
-            raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; "
-                            "in lower precision, rounding divided by the step leaves no "
-                            "correct digit")
-    real = np.ndim(step) == 0 and np.asarray(step).dtype.kind in "iuf"   # not a bool, str, array
-    if not (real and 0 < step < math.inf):
-        raise ValueError(f"numerical_gradient: expected a finite step > 0, got {step!r}")
-    step = _real("step", step)                    # a Python float, also from np.float32
-    xp = x.copy()
-    grad = np.zeros_like(xp)
+            raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; in lower "
+                            "precision, rounding divided by the step leaves no correct digit")
+    real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
+    if not (real and np.finfo(np.float64).eps < h < math.inf):
+        raise ValueError(f"numerical_gradient: expected a finite step h > 0, above float64's "
+                         f"eps 2.2e-16 (a smaller one is lost in rounding), got {h!r}")
+    h = _real("h", h)                             # a Python float, also from np.float32
+    xp, grad = x.copy(), np.zeros_like(x)
 
-    def loss(arr):
+    def output(arr):
         out = np.asarray(f(arr))
         if out.shape != dy.shape:
             raise ValueError(f"numerical_gradient: f(x) has shape {out.shape}, dy has {dy.shape}")
         if out.dtype != np.float64:
             raise TypeError(f"numerical_gradient: f(x) must be float64, got {out.dtype}")
-        return float(np.sum(out * dy))
+        return out
 
     for i in np.ndindex(xp.shape):
         old = xp[i]
+        step = h * max(1.0, abs(old))             # tau_i = h max(1, |x_i|)
         xp[i] = old + step
-        plus = loss(xp)
+        plus, x_plus = output(xp), xp[i]
         xp[i] = old - step
-        minus = loss(xp)
+        minus, x_minus = output(xp), xp[i]
         xp[i] = old                               # restore before the next probe
-        grad[i] = (plus - minus) / (2 * step)
+        # L(x+) - L(x-) = sum((f(x+) - f(x-)) dy), outputs x_i does not move cancelling first;
+        grad[i] = float(np.sum((plus - minus) * dy)) / (x_plus - x_minus)   # x+ - x- ~ 2 tau_i
     return grad
 
 
 @dataclass(frozen=True)
 class GradcheckRow:
-    """One tensor's verdict: shapes, the largest absolute difference, its index, and
-    rel_error(analytic, numerical)."""
+    """One tensor's verdict: shape, largest absolute difference, its index, rel_error."""
 
     tensor: str
     shape: tuple
@@ -865,11 +869,8 @@ class GradcheckRow:
 
 @dataclass(frozen=True)
 class GradcheckReport:
-    """The per-tensor report of gradcheck; str() prints it as a table.
-
-    Attributes: formulation, activation, rows (list of GradcheckRow), tol, draws (how
-    many random draws were needed to keep every pre-activation away from a kink).
-    """
+    """The per-tensor report of gradcheck; str() prints it as a table. Attributes: formulation,
+    activation, rows (list of GradcheckRow), tol, draws (random draws needed to avoid a kink)."""
 
     formulation: str
     activation: str
@@ -898,21 +899,22 @@ class GradcheckReport:
         return "\n".join(lines)
 
 
-def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6, tol=1e-7,
+def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, tol=1e-7,
               kink_margin=1e-3, max_draws=100):
     """Compare every gradient of a formulation with central differences, in float64.
 
     Draws x ~ N(0, 1) of shape x_shape, the formulation's init, and a random dy (never all
     ones, which can hide a wrong transpose). With a kink (relu), a draw with a
-    pre-activation within kink_margin of 0 is redrawn: no probe of that step then crosses it.
+    pre-activation within kink_margin of 0 is redrawn: no probe of step h then crosses it.
 
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, e.g.
-        (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int; step: the probe step (tau in
-        derivations.md, 7); tol: the relative error allowed; kink_margin (step, tol, kink_margin:
+        (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int; h: the probe step (tau in
+        derivations.md, 7); tol: the relative error allowed; kink_margin (h, tol, kink_margin:
         real numbers); max_draws: how many draws to try.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, x_shape or max_draws not integers
-        >= 1, a step not finite > 0, or no draw avoiding the kink (use fewer tokens or units);
+        >= 1, h not finite > 0, tol outside (0, 1), kink_margin not finite >= 0, or no draw
+        avoiding the kink (use fewer tokens or units);
         TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
     """
@@ -924,8 +926,10 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6
     x_shape = tuple(x_shape)
     _check_positive(max_draws=max_draws)
     tol, kink_margin = _real("tol", tol), _real("kink_margin", kink_margin)   # Python floats
-    rng = np.random.default_rng(seed)
-    d = x_shape[-1]
+    if not (0 < tol < 1 and 0 <= kink_margin < math.inf):   # rel_error <= 1: tol >= 1 passes all
+        raise ValueError(f"gradcheck: expected 0 < tol < 1 and a finite kink_margin >= 0, got "
+                         f"tol={tol!r}, kink_margin={kink_margin!r}")
+    rng, d = np.random.default_rng(seed), x_shape[-1]
     for draw in range(1, max_draws + 1):
         x = rng.standard_normal(x_shape)
         params = form.init(rng, d, m, d_out, r)
@@ -936,18 +940,15 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6
         raise ValueError(f"gradcheck: no draw in {max_draws} kept pre-activations "
                          f"{kink_margin} away from the kink")
     dy = rng.standard_normal(y.shape)
-    analytic = form.backward(dy, cache)
-    inputs = {"x": x} | params
-    rows = []
+    analytic, inputs, rows = form.backward(dy, cache), {"x": x} | params, []
     for tensor, value in inputs.items():
         def f(v, tensor=tensor):
             return form.forward(**(inputs | {tensor: v}), act=act)[0]
-        numeric = numerical_gradient(f, value, dy, step)
+        numeric = numerical_gradient(f, value, dy, h)
         diff = np.abs(analytic[tensor] - numeric)
         worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
         rows.append(GradcheckRow(tensor, value.shape, float(diff.max(initial=0.0)),
-                                 tuple(int(i) for i in worst),
-                                 rel_error(analytic[tensor], numeric)))
+                                 tuple(int(i) for i in worst), rel_error(analytic[tensor], numeric)))
     return GradcheckReport(name, act.name, rows, tol, draw)
 
 
@@ -1765,8 +1766,8 @@ def rmsnorm_forward(x, g, eps=1e-6):
     if g.dtype != x.dtype:
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
     eps = _real("eps", eps)                       # a Python float keeps float32 work float32
-    if not eps > 0:
-        raise ValueError(f"eps: expected a number > 0, got {eps}")
+    if not 0 < eps < math.inf:
+        raise ValueError(f"eps: expected a number > 0, got {eps} (a finite one)")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
     xhat = x / rms                                                 # (N, d)
     return xhat * g, {"forward": "rmsnorm_forward", "xhat": xhat, "rms": rms, "g": g.copy()}
@@ -1828,8 +1829,8 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
     if not weight_decay >= 0:
         raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay}")
     beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
-    if not lr > 0 or not eps > 0:
-        raise ValueError(f"lr and eps: expected positive numbers, got lr={lr}, eps={eps}")
+    if not (0 < lr < math.inf and 0 < eps < math.inf):
+        raise ValueError(f"lr and eps: expected finite positive numbers, got lr={lr}, eps={eps}")
     if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
         raise ValueError(f"beta1, beta2: expected values in [0, 1), got {beta1}, {beta2}")
     if set(grads) != set(params):

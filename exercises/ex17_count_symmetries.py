@@ -134,9 +134,6 @@ def null_direction(J):
 # and compares.
 
 # %%
-HOMOGENEOUS = {"relu", "relu²", "relu³", "z²", "z³"}      # noqa: used by the solution below
-
-
 def predict_count(variant):
     """The number of continuous symmetries of the unit `variant` (an int), by reasoning."""
     # TODO: an int, from the form, φ and m of the variant

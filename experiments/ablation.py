@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments import model, train
+from experiments import model, outputs, train
 
 def _with_constant(x):
     # (..., d) -> (..., d + 1): a constant coordinate 1 in front of x.
@@ -200,9 +200,13 @@ def paired_difference(rows, task, keeps, breaks):
     Args:
         rows: CSV rows (dicts with the keys of COLUMNS); task: "text" or "image";
         keeps, breaks: CELLS names.
+    A seed on which either variant diverged (its metric NaN or infinite) is left out of the
+    pairs and listed in "diverged"; with fewer than 2 pairs left there is no interval (mean,
+    std, low and high are nan, and verdict says why).
+
     Returns:
-        dict with "n" (seeds), "diffs" ((n,) array, in seed order), "mean", "std" (ddof 1),
-        "low", "high" (mean -+ t_975(n - 1) * std / sqrt(n)).
+        dict with "n" (pairs used), "diffs" ((n,) array, in seed order), "mean", "std" (ddof 1),
+        "low", "high" (mean -+ t_975(n - 1) * std / sqrt(n)), "diverged" (the seeds left out).
     Raises:
         ValueError if the two variants do not have the same seeds, or fewer than 2.
     """
@@ -210,11 +214,15 @@ def paired_difference(rows, task, keeps, breaks):
     if sorted(a) != sorted(b) or len(a) < 2:
         raise ValueError(f"{task}: {keeps} has seeds {sorted(a)} and {breaks} has {sorted(b)}; "
                          "a paired difference needs the same seeds, at least 2")
-    diffs = np.array([b[s] - a[s] for s in sorted(a)])          # (n,)
+    diverged = [s for s in sorted(a) if not (math.isfinite(a[s]) and math.isfinite(b[s]))]
+    diffs = np.array([b[s] - a[s] for s in sorted(a) if s not in diverged])   # (n,)
+    if len(diffs) < 2:
+        return {"n": len(diffs), "diffs": diffs, "mean": math.nan, "std": math.nan,
+                "low": math.nan, "high": math.nan, "diverged": diverged}
     n, mean, std = len(diffs), float(diffs.mean()), float(diffs.std(ddof=1))
     half = t_975(n - 1) * std / math.sqrt(n)                     # half-width of the interval
     return {"n": n, "diffs": diffs, "mean": mean, "std": std,
-            "low": mean - half, "high": mean + half}
+            "low": mean - half, "high": mean + half, "diverged": diverged}
 
 
 def verdict(task, diff):
@@ -223,12 +231,19 @@ def verdict(task, diff):
     Args: task: a key of train.TASKS (its higher_is_better gives the direction);
         diff: a dict from paired_difference (breaks - keeps).
     Returns: "within noise" if the 95% interval holds 0, else "breaking helps" (the
-        variant without the symmetry scored better) or "breaking hurts".
+        variant without the symmetry scored better) or "breaking hurts"; followed by
+        "(seeds S diverged, left out)" when some were; "no verdict: ..." when fewer than
+        2 seeds are left.
     """
+    left_out = diff.get("diverged", [])
+    if diff["n"] < 2:
+        return f"no verdict: seeds {left_out} diverged, {diff['n']} left"
     if diff["low"] <= 0 <= diff["high"]:
-        return "within noise"
-    better = diff["mean"] > 0 if train.TASKS[task].higher_is_better else diff["mean"] < 0
-    return "breaking helps" if better else "breaking hurts"
+        words = "within noise"
+    else:
+        better = diff["mean"] > 0 if train.TASKS[task].higher_is_better else diff["mean"] < 0
+        words = "breaking helps" if better else "breaking hurts"
+    return words + (f" (seeds {left_out} diverged, left out)" if left_out else "")
 
 
 # ----- tables -----------------------------------------------------------------------
@@ -239,7 +254,8 @@ def _kept(flag):
 
 
 def cells_table(rows, variants, tasks):
-    """Markdown: one row per variant, its cell and its metric per task, mean +- std (ddof 1)."""
+    """Markdown: one row per variant, its cell and its metric per task, mean +- std (ddof 1)
+    over the seeds that did not diverge ("k diverged" beside it; "diverged" if all did)."""
     head = "".join(f" {task} {train.TASKS[task].metric}, mean ± std |" for task in tasks)
     lines = ["| variant | formulation | activation | exchange | inverse scaling | even in x | "
              "continuous symmetries per unit | FFN params |" + head,
@@ -251,8 +267,12 @@ def cells_table(rows, variants, tasks):
         text = (f"| {v} | {formulation} | {act} | {_kept(exchange)} | {_kept(scaling)} | "
                 f"{'yes' if even else 'no'} | {count} | {int(params):,} |")
         for task in tasks:
-            x = np.array(list(metric_values(rows, task, v).values()))
-            text += f" {x.mean():.3f} ± {x.std(ddof=1):.3f} |" if len(x) > 1 else f" {x.mean():.3f} |"
+            values = np.array(list(metric_values(rows, task, v).values()), dtype=np.float64)
+            x = values[np.isfinite(values)]
+            diverged = len(values) - len(x)
+            cell = (f"{x.mean():.3f} ± {x.std(ddof=1):.3f}" if len(x) > 1
+                    else f"{x.mean():.3f}" if len(x) else "diverged")
+            text += f" {cell}{f' ({diverged} of {len(values)} diverged)' if diverged else ''} |"
         lines.append(text)
     return "\n".join(lines)
 
@@ -272,8 +292,8 @@ def differences_table(rows, variants, tasks):
         text = f"| {breaks} − {keeps} | {symmetry} | {other} |"
         for task in tasks:
             d = paired_difference(rows, task, keeps, breaks)
-            text += (f" {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
-                     f"{verdict(task, d)} |")
+            numbers = f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] " if d["n"] >= 2 else ""
+            text += f" {numbers}{verdict(task, d)} |"
         lines.append(text)
     return "\n".join(lines)
 
@@ -282,7 +302,8 @@ def differences_table(rows, variants, tasks):
 
 
 def write_csv(path, rows):
-    """Write rows (dicts with the keys of COLUMNS) to path, creating its folder."""
+    """Write rows (dicts with the keys of COLUMNS) to path, creating its folder; a diverged
+    run's metric as nan."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="") as f:
@@ -331,61 +352,93 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
     Returns:
         list of the CSV rows (dicts with the keys of COLUMNS; metric rounded to 6 decimals,
         as written).
+    Each finished run's row is written at once to out/results/<stem>.partial.csv; the CSV,
+    the grid and out/results/<stem>_run.json (command, commit, Python and package versions)
+    replace the old files together at the end. A diverged run's metric is nan: "diverged"
+    in the tables, no point in the grid, its seed left out of the paired differences.
+
     Raises:
-        ValueError for an unknown mode, variant or task, fewer than 2 seeds, non-positive
-        steps or lr; RuntimeError for a missing corpus or an unreadable image.
+        ValueError for an unknown mode, variant or task, a name given twice, fewer than 2
+        seeds, steps not an integer >= 1, lr not finite > 0, an image without the image
+        task; outputs.UsageError (a ValueError) for an output folder that is a file, cannot
+        be made or written, or has another such run going; RuntimeError for a missing
+        corpus or an unreadable image; outputs.Stopped on Ctrl-C and outputs.Failed for an
+        OSError while writing, each saying what was kept.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
     settings = MODES[mode]
+    variants = train.check_names("variants", settings["variants"] if variants is None
+                                 else variants, CELLS)
+    tasks = train.check_names("tasks", tasks, train.TASKS)
     seeds = settings["seeds"] if seeds is None else seeds
-    steps = settings["steps"] if steps is None else steps
-    variants = list(settings["variants"] if variants is None else variants)
-    unknown = [v for v in variants if v not in CELLS] + [t for t in tasks if t not in train.TASKS]
-    if unknown or not variants or not tasks:
-        raise ValueError(f"ablation: unknown or missing names {unknown}; variants are "
-                         f"{list(CELLS)}, tasks {list(train.TASKS)}")
-    if not isinstance(seeds, (int, np.integer)) or seeds < 2:
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool) and seeds < 2:
         raise ValueError(f"seeds: the paired comparison needs at least 2 seeds, got {seeds!r}")
-    if not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
-    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
-    if lr is not None and not lr > 0:
-        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    seeds = train.check_count("seeds", seeds, least=2)
+    steps = train.check_count("steps", settings["steps"] if steps is None else steps)
+    lr = train.check_lr(lr)
+    if image is not None and "image" not in tasks:
+        raise ValueError(f"image: no image task among the tasks {tasks}, got {str(image)!r}")
     out = Path(out) if out is not None else train.default_out(mode)
+    results = outputs.output_folder("--out", out / "results")
+    figures = outputs.output_folder("--out", out / "figures")
+    stem = "ablation_full" if mode == "full" else "ablation"   # --full keeps the default's files
+    with outputs.one_run_at_a_time(out, f"train-{stem}"):
+        return _train_and_write(mode, seeds, steps, variants, lr, image, tasks, results,
+                                figures, stem, log, progress_stream)
 
+
+def _train_and_write(mode, seeds, steps, variants, lr, image, tasks, results, figures, stem,
+                     log, progress_stream):
+    # run_ablation's work, once its arguments are checked and its folders held.
     log(f"\n== ablation: {len(variants)} variants x {seeds} seeds x {steps} steps x "
         f"{len(tasks)} tasks ({mode}) ==")
-    progress = train.Progress(len(tasks) * len(variants) * seeds * steps, stream=progress_stream)
+    csv_path, partial = results / f"{stem}.csv", results / f"{stem}.partial.csv"
+    figure = figures / f"{stem}_grid.png"
+    kept, total = f"{csv_path} and {figure.name}", len(tasks) * len(variants) * seeds
+    flag = {"quick": " --quick", "full": " --full"}.get(mode, "")
+    info = outputs.provenance(f"train ablation{flag} (seeds {seeds}, steps {steps}, variants "
+                              f"{','.join(variants)}, tasks {','.join(tasks)}"
+                              + (f", lr {lr})" if lr is not None else ")"))
+    made = {name: _make_task(name, image) for name in tasks}   # an unreadable image: before work
+    progress = train.Progress(total * steps, stream=progress_stream)
     rows, start = [], time.perf_counter()
-    for task_name in tasks:
-        task = _make_task(task_name, image)
-        for v in variants:
-            formulation, act, exchange, scaling = CELLS[v]
-            even, count = FUNCTION_PROPERTIES[v]
-            form = formulation_of(formulation)
-            m = model.match_units(form, task.budget, task.d)
-            params = form.n_params(task.d, m, task.d)
-            spec = (form, act, 1) if formulation in OWN_FORMULATIONS else f"{formulation}:{act}"
-            for seed in range(seeds):
-                result = train.train_run(task, spec, seed, steps, lr, n_evals=1, progress=progress)
-                value = round(result["row"][task.metric], 6)
-                rows.append({"task": task_name, "formulation": formulation, "activation": act,
-                             "exchange_kept": exchange, "scaling_kept": scaling, "params": params,
-                             "seed": seed, "metric": value, "metric_name": task.metric,
-                             "parity_even": even, "continuous_symmetries": count})
-                progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
-                                 f"{task.metric} = {value:.3f}  ({result['seconds']:.1f} s)")
-    seconds = time.perf_counter() - start
-
-    from experiments import train_figures         # results on disk first, then printed
-    stem = "ablation_full" if mode == "full" else "ablation"   # --full keeps the default's files
-    csv_path = out / "results" / f"{stem}.csv"
-    write_csv(csv_path, rows)
-    title = (f"Which broken symmetry matters? {seeds} seeds x {steps} steps per variant, "
-             "equal FFN parameters")
-    figure = train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
-                                         out / "figures" / f"{stem}_grid.png")
+    try:
+        for task_name, task in made.items():
+            for v in variants:
+                formulation, act, exchange, scaling = CELLS[v]
+                even, count = FUNCTION_PROPERTIES[v]
+                form = formulation_of(formulation)
+                m = model.match_units(form, task.budget, task.d)
+                params = form.n_params(task.d, m, task.d)
+                spec = (form, act, 1) if formulation in OWN_FORMULATIONS else f"{formulation}:{act}"
+                for seed in range(seeds):
+                    result = train.train_run(task, spec, seed, steps, lr, n_evals=1, progress=progress)
+                    value = round(result["row"][task.metric], 6)
+                    rows.append({"task": task_name, "formulation": formulation, "activation": act,
+                                 "exchange_kept": exchange, "scaling_kept": scaling, "params": params,
+                                 "seed": seed, "metric": value, "metric_name": task.metric,
+                                 "parity_even": even, "continuous_symmetries": count})
+                    outputs.write_whole(partial, lambda path: write_csv(path, rows))
+                    what = (f"diverged at step {result['diverged_at']}" if result["diverged_at"]
+                            else f"{task.metric} = {value:.3f}")
+                    progress.message(f"   {task_name:<6}{v:<18} m = {m}  seed {seed}: "
+                                     f"{what}  ({result['seconds']:.1f} s)")
+        seconds = time.perf_counter() - start
+        from experiments import train_figures         # results on disk first, then printed
+        title = (f"Which broken symmetry matters? {seeds} seeds x {steps} steps per variant, "
+                 "equal FFN parameters")
+        with outputs.Staged(remove_after=[partial]) as files:
+            write_csv(files.path(csv_path), rows)
+            train_figures.ablation_grid(rows, CELLS, {t: train.TASKS[t] for t in tasks}, title,
+                                        files.path(figure))
+            outputs.write_json(files.path(results / f"{stem}_run.json"), info | {
+                "seconds": round(seconds, 1), "files": [csv_path.name, figure.name]})
+    except KeyboardInterrupt:
+        raise outputs.Stopped(train.stopped_note(rows, total, partial, kept)) from None
+    except OSError as exc:                      # a full disk, a folder removed during the run
+        raise outputs.Failed(f"{exc.strerror or exc} ({exc.filename}); "
+                             + train.stopped_note(rows, total, partial, kept)) from exc
     log(f"ablation: {seconds:.1f} s of training\n")
     if mode == "quick":
         log(train.early_training_note(mode, "results/ablation.csv, results/ablation_full.csv"))
@@ -394,5 +447,5 @@ def run_ablation(mode="default", seeds=None, steps=None, variants=None, lr=None,
     if comparisons_in(variants):
         log("Paired differences, breaks − keeps, over the same seeds (mean [95% t-interval]):\n")
         log(differences_table(rows, variants, tasks) + "\n")
-    log(f"wrote {csv_path}, {figure}")
+    log(f"wrote {csv_path}, {figure}, {results / f'{stem}_run.json'}")
     return rows

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+from experiments import outputs
 
 
 # Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
@@ -410,16 +411,45 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
         tokens: override N; repeats: override the number of timed repeats.
         sizes: override the (d, m, r) of some formulations, e.g. {"mlp": (8, 16, 1)}.
         print_line: function that prints one line.
+    Each measured row is written at once to a partial CSV beside out (NAME.partial.csv);
+    at the end out replaces the old file whole and the partial file goes, so Ctrl-C keeps
+    the rows measured so far and leaves the old out as it was.
+
     Returns:
         list of row dicts (the CSV's rows).
     Raises:
-        ValueError for a non-positive tokens or repeats.
+        ValueError for tokens or repeats not integers >= 1, a name given twice;
+        outputs.UsageError (a ValueError) for an out that is a folder or cannot be written,
+        or another bench writing it; outputs.Stopped on Ctrl-C, outputs.Failed for an
+        OSError while writing, each saying what was kept.
     """
     config = QUICK if quick else FULL
     tokens = config["tokens"] if tokens is None else tokens
     repeats = config["repeats"] if repeats is None else repeats
-    if tokens < 1 or repeats < 1:
-        raise ValueError(f"tokens and repeats: expected positive integers, got {tokens}, {repeats}")
+    for name, value in (("tokens", tokens), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"tokens and repeats: expected positive integers, got {tokens}, {repeats}")
+    for name, chosen in (("dtypes", dtypes), ("formulations", formulations),
+                         ("activations", activations)):
+        if chosen is not None and len(set(chosen)) != len(chosen):
+            raise ValueError(f"{name}: each may be given once (it would be timed twice), got {chosen}")
+    path = outputs.output_file("out", out)
+    with outputs.one_run_at_a_time(path.parent, f"bench-{path.name}"):
+        return _measure_and_write(config, tokens, repeats, dtypes, formulations, activations,
+                                  sizes, path, print_line)
+
+
+def _write_rows(path, rows):
+    with Path(path).open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _measure_and_write(config, tokens, repeats, dtypes, formulations, activations, sizes, path,
+                       print_line):
+    # run's work, once its arguments are checked and its file held.
     info = machine_info()
     print_line(f"bench: N = {tokens} tokens, median of {repeats} repeats; "
                f"ratio = time / GEMM floor; memory = peak / reference; "
@@ -428,21 +458,29 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
                f"threads: {info['threads']}")
     print_line(HEADER)
     rows = []
-    for dtype in dtypes or ["float32", "float64"]:
-        for formulation in formulations or list(bn.FORMULATIONS):
+    partial = path.with_name(f"{path.stem}.partial{path.suffix}")
+    cells = [(dtype, formulation, act) for dtype in dtypes or ["float32", "float64"]
+             for formulation in formulations or list(bn.FORMULATIONS)
+             for act in activations or list(bn.ACTIVATIONS)]
+
+    def kept():
+        done = f"{len(rows)} of {len(cells)} rows measured, in {partial}" if rows else \
+            "no row measured, nothing written"
+        return f"{done}; {path} as it was"
+
+    try:
+        for dtype, formulation, act in cells:
             d, m, r = (sizes or {}).get(formulation, config["sizes"][formulation])
-            dims = _sizes(d, m, r, tokens)
-            for act in activations or list(bn.ACTIVATIONS):
-                row = measure(formulation, act, np.dtype(dtype), dims, repeats) | info
-                rows.append(row)
-                print_line(format_row(row))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()})
+            row = measure(formulation, act, np.dtype(dtype), _sizes(d, m, r, tokens), repeats) | info
+            rows.append(row)
+            outputs.write_whole(partial, lambda temporary: _write_rows(temporary, rows))
+            print_line(format_row(row))
+        with outputs.Staged(remove_after=[partial]) as files:
+            _write_rows(files.path(path), rows)
+    except KeyboardInterrupt:
+        raise outputs.Stopped(kept()) from None
+    except OSError as exc:                      # a full disk
+        raise outputs.Failed(f"{exc.strerror or exc} ({exc.filename}); {kept()}") from exc
     timed = [r for r in rows if r["time_ok"] != "n/a"]
     print_line(f"time targets held: {sum(r['time_ok'] == 'yes' for r in timed)} of {len(timed)}; "
                f"memory targets held: {sum(r['memory_ok'] == 'yes' for r in rows)} of {len(rows)}; "
@@ -465,8 +503,17 @@ def default_out(args):
 
 
 def main(args):
-    """The `bench` subcommand: args from experiments.cli.build_parser(). Returns 0."""
-    out = args.out if args.out is not None else default_out(args)
+    """The `bench` subcommand: args from experiments.cli.build_parser(). Returns 0.
+
+    Raises: outputs.UsageError for an --out that is a folder or cannot be written, or a
+        --dtype, --formulation or --activation given twice: before any measurement.
+    """
+    for option, chosen in (("--dtype", args.dtype), ("--formulation", args.formulation),
+                           ("--activation", args.activation)):
+        if chosen is not None and len(set(chosen)) != len(chosen):
+            raise outputs.UsageError(f"{option}: each value may be given once (it would be "
+                                     f"timed twice), got {chosen}")
+    out = outputs.output_file("--out", args.out if args.out is not None else default_out(args))
     run(quick=args.quick, out=out, dtypes=args.dtype, formulations=args.formulation,
         activations=args.activation, tokens=args.tokens, repeats=args.repeats)
     return 0

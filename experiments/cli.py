@@ -4,15 +4,21 @@ bilinear_numpy.main imports this module when the script runs, so that `import
 bilinear_numpy` needs NumPy alone. Subcommands: verify (verification_report below),
 figures, train, bench, inspect; with none, verify and then `train text --quick` and
 `train image --quick`. Each subcommand imports its experiments/ module when it runs.
+
+Every option is checked as it is parsed and every output folder before any work (a bad one:
+`error: ...` on one line, exit status 2); Ctrl-C prints one line, "stopped (Ctrl-C); ..." with
+what was kept, exit 130; EXIT_STATUSES lists them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
 import bilinear_numpy as bn
+from experiments import outputs
 
 
 def verification_report(seed=0, out=print):
@@ -124,18 +130,37 @@ def conservation_law_report(seed=0, out=print):
     return sum(not r["holds"] for r in rows)
 
 
+# ----- exit statuses -------------------------------------------------------------------
+EXIT_OK = 0            # done; for verify and the main job: every check agrees with theory
+EXIT_FAILED = 1        # the work failed on the way (a full disk; a bug's traceback also gives 1)
+EXIT_USAGE = 2         # refused before any work: a bad option or value, an output folder that
+                       # is a file or cannot be written, another run writing there, no data
+EXIT_DISAGREES = 3     # verify (and the main job): a claim disagrees with theory
+EXIT_STOPPED = 130     # stopped by Ctrl-C (128 + SIGINT, the shell's convention)
+
+EXIT_STATUSES = f"""exit statuses:
+  {EXIT_OK}    done (verify and the main job: every check agrees with theory)
+  {EXIT_FAILED}    the work failed on the way, e.g. a full disk (one line says what was kept)
+  {EXIT_USAGE}    refused before any work: a bad option or value, an output folder that is
+       a file or cannot be written, another run writing into it, missing data
+  {EXIT_DISAGREES}    verify, or the main job: a claim disagrees with theory
+  {EXIT_STOPPED}  stopped by Ctrl-C (one line says what finished was kept, and where)"""
+
+
 def _cmd_verify(args):
-    return 1 if verification_report(seed=args.seed) else 0
+    return EXIT_DISAGREES if verification_report(seed=args.seed) else EXIT_OK
 
 
 def _cmd_figures(args):
     from experiments import figures   # matplotlib is imported inside its drawing functions
-    figures.make_figures(args.out, quick=args.quick, panels=args.panels)
-    return 0
+    out = outputs.output_folder("--out", args.out)
+    with outputs.one_run_at_a_time(out, "figures"):
+        figures.make_figures(out, quick=args.quick, panels=args.panels)
+    return EXIT_OK
 
 
 def _run_training(task, mode, **options):
-    # Bad input or missing data (e.g. no pydoc_data) stops with the message, not a traceback.
+    # Bad input or missing data (e.g. no corpus file) stops with the message, not a traceback.
     from experiments import train
     try:
         if task == "ablation":                # the 2 x 2 ablation, on both tasks
@@ -147,21 +172,50 @@ def _run_training(task, mode, **options):
         raise
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def _cmd_train(args):
+    from experiments import ablation, train
+    if args.task not in ("text", "image", "ablation"):
+        raise outputs.UsageError(f"task: got {args.task!r}; expected text, image or ablation")
+    if args.image is not None and args.task == "text":
+        raise outputs.UsageError(f"--image: the text task reads no image, got {args.image!r} "
+                                 "(--image is for the image task and the ablation)")
+    if args.seeds is not None and args.task == "ablation" and args.seeds < 2:
+        raise outputs.UsageError(f"--seeds: expected at least 2 seeds for the ablation (its "
+                                 f"paired comparison), got {args.seeds}")
+    if args.variants is not None:
+        known = ablation.CELLS if args.task == "ablation" else None
+        try:
+            train.check_names("--variants", args.variants, known)
+            if known is None:
+                for name in args.variants:
+                    train.resolve_variant(name)
+        except ValueError as exc:
+            raise outputs.UsageError(f"--variants: {exc}") from None
+    if args.out is not None:
+        outputs.output_folder("--out", args.out)
     return _run_training(args.task, args.mode, seeds=args.seeds, steps=args.steps,
-                         variants=args.variants.split(",") if args.variants else None,
-                         lr=args.lr, out=args.out, image=args.image)
+                         variants=args.variants, lr=args.lr, out=args.out, image=args.image)
 
 
 def _cmd_default(args):
     """The main job: the verification report, then both experiments in their --quick form."""
+    from experiments import train
+    quick = train.default_out("quick")                 # checked before verify starts
+    for folder in (quick / "results", quick / "figures"):
+        outputs.output_folder("the main job's output folder", folder)
     status = _cmd_verify(args)
+    finished = []
     for task in ("text", "image"):
-        status = max(status, _run_training(task, "quick"))
+        try:
+            status = max(status, _run_training(task, "quick"))
+        except outputs.Stopped as exc:
+            done = "".join(f"{t} finished (its files in {quick}); " for t in finished)
+            raise outputs.Stopped(f"{done}{task}: {exc}") from None
+        finished.append(task)
     return status
 
 
@@ -173,40 +227,108 @@ def _cmd_bench(args):
 def _cmd_inspect(args):
     from experiments import inspect_model   # each subcommand imports only its own driver
     try:
-        inspect_model.run(args.path, args.layers, args.out, args.tokens, args.seed)
+        layers = inspect_model.parse_layers(args.layers)
+    except ValueError as exc:
+        raise outputs.UsageError(str(exc)) from None
+    out = outputs.output_folder("--out", args.out)
+    try:
+        with outputs.one_run_at_a_time(out, "inspect"):
+            inspect_model.run(args.path, layers, out, args.tokens, args.seed)
     except UnicodeEncodeError:                # a ValueError, but never the user's input
         raise
     except (ValueError, OSError) as exc:     # a bad file or layout: the message, not a traceback
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+# ----- option values, checked as they are parsed -----------------------------------------
+
+
+def integer_at_least(least):
+    """An argparse type: an integer >= least."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        return value
+    return parse
+
+
+def _finite_positive(text):
+    """An argparse type: a finite number > 0 (not nan, not inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def _non_empty(text):
+    """An argparse type: a value that is not empty (an empty one would mean a default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a value, got {text!r}")
+    return text
+
+
+def _names(text):
+    """An argparse type: comma-separated names, none empty: 'a,b' -> ['a', 'b']."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, none empty, got {text!r}")
+    return names
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with no abbreviated options (--seed is never taken for --seeds) and a bad
+    option reported as one line, `error: ...`, exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser():
     """The argparse parser: one subparser per subcommand, each with set_defaults(func=...).
 
     Each subcommand imports its experiments/ driver inside its func, so that one
-    subcommand loads only what it needs (verify: NumPy alone).
+    subcommand loads only what it needs (verify: NumPy alone). Option values are checked as
+    they are parsed (an integer's range, a finite rate, no empty value); no option is
+    abbreviated.
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bilinear_numpy.py",
         description="Gated MLPs as symmetry-broken rank-1 bilinear attention, in NumPy. "
                     "With no subcommand, runs `verify`, then `train text --quick` and "
-                    "`train image --quick`.")
-    parser.add_argument("--seed", type=int, default=0, help="seed of verify's random draws")
+                    "`train image --quick`.",
+        epilog=EXIT_STATUSES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=integer_at_least(0), default=None,
+                        help="seed of verify's random draws (default 0), for the main job, "
+                             "verify and inspect")
     parser.set_defaults(func=_cmd_default)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     verify = sub.add_parser("verify", help="check every equivalence, symmetry, gradient and "
-                                           "conservation identity; exit 1 on a disagreement")
-    verify.add_argument("--seed", type=int, default=argparse.SUPPRESS,
-                        help="seed of the random draws (default 0)")
+                                           f"conservation identity; exit {EXIT_DISAGREES} on a "
+                                           "disagreement", epilog=EXIT_STATUSES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    verify.add_argument("--seed", type=integer_at_least(0), default=argparse.SUPPRESS,
+                        help="seed of the random draws, an integer >= 0 (default 0)")
     verify.set_defaults(func=_cmd_verify)
 
     figs = sub.add_parser("figures", help="draw the symmetries and their consequences as PNG "
                                           "files, with the numbers as CSV beside them")
-    figs.add_argument("--out", default="figures",
-                      help="output directory (default: figures/ in the working folder)")
+    figs.add_argument("--out", default="figures", type=_non_empty,
+                      help="output folder, made if missing (default: figures/ in the working "
+                           "folder)")
     figs.add_argument("--quick", action="store_true",
                       help="small sizes for a fast preview (the numbers differ)")
     figs.add_argument("--panels", action="store_true",
@@ -224,47 +346,71 @@ def build_parser():
                       help="4 variants, short runs (under 30 s)")
     size.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="every variant, 5 seeds, long runs (the README's tables)")
-    train.add_argument("--seeds", type=int, help="number of seeds 0, 1, ... (default: the mode's)")
-    train.add_argument("--steps", type=int, help="Adam steps per run (default: the mode's)")
-    train.add_argument("--lr", type=float, help="Adam's learning rate (default: the task's)")
-    train.add_argument("--variants", help="comma-separated variant names, or "
-                                          "formulation:activation[:r]; for ablation, names "
-                                          "of its cells (default: the mode's)")
-    train.add_argument("--out", help="output folder for results/ and figures/ (default: "
-                                     "the working folder for --full, runs/<mode>/ in it "
-                                     "otherwise)")
-    train.add_argument("--image", help="image file for the image task (default: grace_hopper.jpg)")
+    train.add_argument("--seeds", type=integer_at_least(1),
+                       help="number of seeds 0, 1, ..., an integer >= 1 (>= 2 for ablation; "
+                            "default: the mode's)")
+    train.add_argument("--steps", type=integer_at_least(1),
+                       help="Adam steps per run, an integer >= 1 (default: the mode's)")
+    train.add_argument("--lr", type=_finite_positive,
+                       help="Adam's learning rate, a finite number > 0 (default: the task's)")
+    train.add_argument("--variants", type=_names,
+                       help="comma-separated variant names, or formulation:activation[:r]; "
+                            "for ablation, names of its cells; none empty or repeated "
+                            "(default: the mode's)")
+    train.add_argument("--out", type=_non_empty,
+                       help="output folder for results/ and figures/, made if missing "
+                            "(default: the working folder for --full, runs/<mode>/ in it "
+                            "otherwise)")
+    train.add_argument("--image", type=_non_empty,
+                       help="image file for the image task and the ablation (default: "
+                            "grace_hopper.jpg)")
     train.set_defaults(func=_cmd_train, mode="default")
 
     bench = sub.add_parser("bench", help="time forward and backward of every formulation "
                                          "against its GEMM floor; print and save a table")
     bench.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    bench.add_argument("--out", help="CSV path (default, in the working folder: "
-                                     "results/bench.csv for the complete run, "
-                                     "runs/quick/ or runs/part/results/bench.csv otherwise)")
+    bench.add_argument("--out", type=_non_empty,
+                       help="CSV file path, its folder made if missing (default, in the "
+                            "working folder: results/bench.csv for the complete run, "
+                            "runs/quick/ or runs/part/results/bench.csv otherwise)")
     bench.add_argument("--dtype", action="append", choices=["float32", "float64"],
-                       help="run only this dtype (repeatable)")
+                       help="run only this dtype (repeatable, each once)")
     bench.add_argument("--formulation", action="append", choices=list(bn.FORMULATIONS),
-                       help="run only this formulation (repeatable)")
+                       help="run only this formulation (repeatable, each once)")
     bench.add_argument("--activation", action="append", choices=list(bn.ACTIVATIONS),
-                       help="run only this activation (repeatable)")
-    bench.add_argument("--tokens", type=int, help="number of tokens N (overrides the size)")
-    bench.add_argument("--repeats", type=int, help="timed repeats per measurement")
+                       help="run only this activation (repeatable, each once)")
+    bench.add_argument("--tokens", type=integer_at_least(1),
+                       help="number of tokens N, an integer >= 1 (overrides the size)")
+    bench.add_argument("--repeats", type=integer_at_least(1),
+                       help="timed repeats per measurement, an integer >= 1")
     bench.set_defaults(func=_cmd_bench)
 
     inspect = sub.add_parser("inspect", help="measure the SwiGLU feed-forwards of a trained "
                                              "LLaMA-style checkpoint (docs/real-model.md)")
-    inspect.add_argument("path", help="model.safetensors, model.safetensors.index.json, or "
-                                      "their folder")
-    inspect.add_argument("--layers", help="layers to measure, e.g. 0,10,20-29 (default: all)")
-    inspect.add_argument("--out", default=os.path.join("runs", "inspect"),
-                         help="output folder (default: runs/inspect under the current folder)")
-    inspect.add_argument("--tokens", type=int, default=1024,
-                         help="random tokens per layer (default 1024)")
-    inspect.add_argument("--seed", type=int, default=argparse.SUPPRESS,
-                         help="seed of the random tokens (default 0)")
+    inspect.add_argument("path", type=_non_empty,
+                         help="model.safetensors, model.safetensors.index.json, or their folder")
+    inspect.add_argument("--layers", type=_non_empty,
+                         help="layers to measure, each once, e.g. 0,10,20-29 (default: all)")
+    inspect.add_argument("--out", default=os.path.join("runs", "inspect"), type=_non_empty,
+                         help="output folder, made if missing (default: runs/inspect under "
+                              "the current folder)")
+    inspect.add_argument("--tokens", type=integer_at_least(1), default=1024,
+                         help="random tokens per layer, an integer >= 1 (default 1024)")
+    inspect.add_argument("--seed", type=integer_at_least(0), default=argparse.SUPPRESS,
+                         help="seed of the random tokens, an integer >= 0 (default 0)")
     inspect.set_defaults(func=_cmd_inspect)
     return parser
+
+
+def _check_nothing_ignored(args):
+    # An option given where nothing reads it is refused, never silently dropped.
+    if args.command in ("figures", "train", "bench") and args.seed is not None:
+        raise outputs.UsageError(
+            f"--seed: given before {args.command!r}, which has no seed (--seed is for verify, "
+            "inspect and the main job" + ("; train takes --seeds N, the number of seeds)"
+                                          if args.command == "train" else ")"))
+    if args.seed is None:
+        args.seed = 0
 
 
 def _console_prints_anything():
@@ -278,9 +424,29 @@ def _console_prints_anything():
 def main(argv=None):
     """Entry point: parse argv (default sys.argv[1:]) and run the subcommand.
 
-    Output the console cannot encode is printed as "?" (never an error).
-    Returns the process exit status: 0 when everything agrees with theory.
+    Output the console cannot encode is printed as "?" (never an error). Bad usage, Ctrl-C
+    and an OSError during the work (a full disk) each print one line, no traceback.
+    Returns the process exit status (EXIT_STATUSES): 0 done, 1 failed on the way, 2 refused
+    before any work, 3 a claim disagrees with theory, 130 stopped by Ctrl-C.
     """
     _console_prints_anything()
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:             # --help (0), or a bad option (2), printed
+            return exc.code
+        _check_nothing_ignored(args)
+        return args.func(args)
+    except outputs.UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as exc:          # outputs.Stopped says what was kept
+        print(f"stopped (Ctrl-C){'; ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        return EXIT_STOPPED
+    except outputs.Failed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:                    # a full disk, a folder gone during the work
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_FAILED

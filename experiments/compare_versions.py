@@ -21,11 +21,11 @@ version is imported from there).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -117,13 +117,25 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None, clock
 
 def main(argv=None):
     """The command line (see the module docstring); returns the exit status 0."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments import cli               # one line for a bad option, no abbreviations
+    parser = cli.Parser(prog="python -m experiments.compare_versions",
+                        description=__doc__.splitlines()[0])
     parser.add_argument("old", help="path of the other bilinear_numpy.py")
     parser.add_argument("cells", nargs="+", help="formulation:activation:dtype")
-    parser.add_argument("--pairs", type=int, default=9, help="timed pairs per cell")
+    parser.add_argument("--pairs", type=cli.integer_at_least(1), default=9,
+                        help="timed pairs per cell, an integer >= 1")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time (default) or the process's CPU time")
     args = parser.parse_args(argv)
+    for cell in args.cells:                   # every cell checked before the first is timed
+        parts = cell.split(":")
+        if (len(parts) != 3 or parts[0] not in bn.FORMULATIONS or parts[1] not in bn.ACTIVATIONS
+                or parts[2] not in ("float32", "float64")):
+            parser.error(f"cells: expected formulation:activation:dtype with names from "
+                         f"{list(bn.FORMULATIONS)}, {list(bn.ACTIVATIONS)} and float32/float64, "
+                         f"got {cell!r}")
+    if not Path(args.old).is_file():
+        parser.error(f"old: expected the path of a bilinear_numpy.py, got {args.old!r}")
     old = load_module(args.old)
     print(f"old: {args.old}; new: {bn.__file__}; N = {FULL['tokens']}; pairs: {args.pairs}; "
           f"clock: {args.clock}; load average {load_average():.2f}")
@@ -140,4 +152,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:                 # the cells finished are printed above
+        print("stopped (Ctrl-C); the cells printed above finished", file=sys.stderr)
+        sys.exit(130)

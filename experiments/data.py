@@ -1,12 +1,15 @@
-"""Real data that ships with the project's own dependencies: nothing is downloaded.
+"""Real data that ships with the project or its own dependencies: nothing is downloaded.
 
-Text: the English text of Python's documentation topics, `pydoc_data.topics` (part of
-CPython's standard library; it backs `help("topics")`).
+Text: the English text of Python's documentation topics (`pydoc_data.topics` of CPython
+3.11.7), a copy in data/python_doc_topics.txt.gz, so that every Python reads the same
+characters (data/README.md: where it comes from, its licence).
 Image: the photograph `grace_hopper.jpg` in matplotlib's sample data.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,21 +21,32 @@ import bilinear_numpy as bn
 
 # ----- text -------------------------------------------------------------------
 
+CORPUS_PATH = Path(__file__).resolve().parent.parent / "data" / "python_doc_topics.txt.gz"
+CORPUS_CHARACTERS = 465_048            # len() of the text
+CORPUS_SHA256 = "2a95af4ac93f5b719944030ce3769070ddf827d847cba42192afa8da989e5dc4"   # of its UTF-8
 
-def load_text_corpus() -> str:
-    """The documentation topics of this Python, joined in sorted key order.
 
-    Returns: str (about 465,000 characters on CPython 3.11).
-    Raises: RuntimeError naming the module if this Python build lacks pydoc_data.
+def load_text_corpus(path=None) -> str:
+    """The text task's corpus: Python 3.11.7's documentation topics, the same on every Python.
+
+    Args: path: the gzip file (default CORPUS_PATH, data/python_doc_topics.txt.gz).
+    Returns: str of CORPUS_CHARACTERS characters (103 distinct) whose UTF-8 has the SHA-256
+        CORPUS_SHA256 (data/README.md).
+    Raises: RuntimeError naming the file if it is missing, unreadable, or not that text (its
+        length or checksum differs).
     """
+    path = CORPUS_PATH if path is None else Path(path)
     try:
-        from pydoc_data import topics
-    except ImportError as exc:
-        raise RuntimeError(
-            "the text task reads the module pydoc_data (pydoc_data.topics, Python's "
-            "documentation topics, normally part of the standard library), but this "
-            f"Python build lacks it ({exc}); use a full CPython build") from exc
-    return "\n".join(topics.topics[key] for key in sorted(topics.topics))
+        raw = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError) as exc:        # missing, unreadable or not gzip
+        raise RuntimeError(f"cannot read the text corpus {path}: {exc}") from exc
+    text = raw.decode("utf-8", errors="replace")
+    digest = hashlib.sha256(raw).hexdigest()
+    if len(text) != CORPUS_CHARACTERS or digest != CORPUS_SHA256:
+        raise RuntimeError(f"the text corpus {path} is not the recorded one: {len(text):,} "
+                           f"characters, SHA-256 {digest[:12]}..., expected "
+                           f"{CORPUS_CHARACTERS:,} and {CORPUS_SHA256[:12]}... (data/README.md)")
+    return text
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,13 @@ def fourier_features(coords: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 def psnr_db(pred: np.ndarray, target: np.ndarray) -> float:
-    """Peak signal-to-noise ratio for values in [0, 1]: 10 log10(1 / mean((pred - target)^2))."""
-    mse = float(np.mean((np.asarray(pred, dtype=np.float64) - target) ** 2))
+    """Peak signal-to-noise ratio for values in [0, 1]: 10 log10(1 / mean((pred - target)^2)).
+
+    Returns: float in dB; 200.0 for a mean squared error at or below 1e-20 (an exact fit);
+        nan when the error is not finite (a prediction with NaN or inf: a diverged run).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):     # a diverged prediction: inf or nan
+        mse = float(np.mean((np.asarray(pred, dtype=np.float64) - target) ** 2))
+    if not math.isfinite(mse):
+        return math.nan
     return 10 * math.log10(1.0 / max(mse, 1e-20))

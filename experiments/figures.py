@@ -1033,11 +1033,16 @@ def make_figures(out_dir="figures", quick=False, names=None, out=print, panels=F
         names: iterable of keys of FIGURES (default: all); out: function printing one line;
         panels: bool, also draw each panel of a figure alone, as out_dir/panels/NAME_KEY.png
         (draw_panels: one panel per slide).
+    Each figure's CSV and PNG replace the old pair together when that figure is done
+    (outputs.Staged), so a CSV never sits beside the PNG of another run; Ctrl-C keeps the
+    figures finished so far (outputs.Stopped says which).
+
     Returns:
         list of the Paths written (PNG and CSV of each figure, then its panels).
     Raises:
-        ValueError for an unknown figure name.
+        ValueError for an unknown figure name; outputs.Stopped on Ctrl-C.
     """
+    from experiments import outputs
     names = list(FIGURES) if names is None else list(names)
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
@@ -1048,11 +1053,18 @@ def make_figures(out_dir="figures", quick=False, names=None, out=print, panels=F
     for name in names:
         start = time.perf_counter()
         compute, draw = FIGURES[name]
-        rows = compute(**(QUICK[name] if quick else {}))
-        write_csv(rows, out_dir / f"{name}.csv")
-        draw(rows, out_dir / f"{name}.png")
-        written += [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
-        if panels:
-            written += draw_panels(name, rows, out_dir / "panels")
+        try:
+            rows = compute(**(QUICK[name] if quick else {}))
+            with outputs.Staged() as files:
+                write_csv(rows, files.path(out_dir / f"{name}.csv"))
+                draw(rows, files.path(out_dir / f"{name}.png"))
+            finished = [out_dir / f"{name}.png", out_dir / f"{name}.csv"]
+            if panels:
+                finished += draw_panels(name, rows, out_dir / "panels")
+        except KeyboardInterrupt:
+            done = sorted({p.stem for p in written if p.suffix == ".csv"})
+            done = f"{', '.join(done)} finished, in {out_dir}" if done else "no figure finished"
+            raise outputs.Stopped(f"{done}; {name} and the rest as they were") from None
+        written += finished
         out(f"wrote {out_dir / name}.png and .csv ({time.perf_counter() - start:.1f} s)")
     return written

@@ -416,6 +416,9 @@ def inspect_checkpoint(path, layers=None, n_tokens=DEFAULT_TOKENS, seed=0, init_
     init_std, n_layers, init_note = read_init(path, init_std, n_layers)
     available = find_layers(ckpt)
     layers = available if layers is None else list(layers)
+    twice = sorted({i for i in layers if layers.count(i) > 1})
+    if twice:
+        raise ValueError(f"layers {twice} given twice; expected each layer once")
     absent = [i for i in layers if i not in available]
     if absent:
         raise ValueError(f"layers {absent} not in the checkpoint, which has layers "
@@ -559,7 +562,11 @@ def print_gaps(layer_rows, info, out=print):
 
 
 def parse_layers(text):
-    """'0,10,20-22' -> [0, 10, 20, 21, 22]; None -> None (every layer)."""
+    """'0,10,20-22' -> [0, 10, 20, 21, 22]; None -> None (every layer).
+
+    Raises: ValueError for anything else: a layer given twice (it would be measured, and
+        its units counted, twice), a range whose end is below its start, an empty part.
+    """
     if text is None:
         return None
     layers = []
@@ -568,6 +575,12 @@ def parse_layers(text):
         if not match:
             raise ValueError(f"--layers: expected numbers and ranges like 0,10,20-22, got {text!r}")
         first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise ValueError(f"--layers: the range {part.strip()!r} ends before it starts, in {text!r}")
+        twice = sorted(set(layers) & set(range(first, last + 1)))
+        if twice:
+            raise ValueError(f"--layers: layer {twice[0]} is given twice in {text!r}; expected "
+                             "each layer once")
         layers.extend(range(first, last + 1))
     return layers
 

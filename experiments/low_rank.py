@@ -50,7 +50,7 @@ def best_rank_r_unit(A, r):
     Eckart-Young truncation of eigen_factors whenever S_j has eigenvalues of both signs.
     It is the best *score matrix*, not the best function (best_rank_r_function).
 
-    Args: A (m, d, d) float; r, an int >= 1.
+    Args: A (m, d, d) float; r, an int >= 1 (any r: for r >= d every eigenvalue is kept).
     Returns: Q, K (m, d, r) float64, for rank_r_bilinear_forward (unused columns are zero).
     Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
     Source: derivations.md, section 6.4.
@@ -60,8 +60,10 @@ def best_rank_r_unit(A, r):
     Q, K = np.zeros(A.shape[:2] + (r,)), np.zeros(A.shape[:2] + (r,))
     for j in range(A.shape[0]):
         beta = np.zeros_like(lam[j])
-        beta[-r:] = np.maximum(lam[j][-r:], 0)            # the r largest, if positive
-        beta[:r] = np.minimum(lam[j][:r], 0)              # the r smallest, if negative
+        # Each sign by itself, so that for 2r > d the two choices never overlap.
+        negative = np.flatnonzero(lam[j] < 0)[:r]         # the r most negative (lam ascending)
+        positive = np.flatnonzero(lam[j] > 0)[-r:]        # the r largest positive
+        beta[negative], beta[positive] = lam[j][negative], lam[j][positive]
         Q[j], K[j] = _unit_from_spectrum(beta, U[j], r)
     return Q, K
 

@@ -131,14 +131,16 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
     Args: formulation: key of FORMULATIONS; budget: int > 0; d: model width; r: rank;
         tol: a real number, the relative mismatch allowed.
     Returns: int m >= 1 with |n_params(d, m) - budget| <= tol * budget.
-    Raises: ValueError for an unknown formulation, a non-positive budget or size, or a budget
-        that no m meets within tol (too small for this d and r); TypeError for a tol that is
-        not a real number.
+    Raises: ValueError for an unknown formulation, a non-positive budget or size, a tol
+        outside [0, 1), or a budget that no m meets within tol (too small for this d and r);
+        TypeError for a tol that is not a real number.
     Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
     """
     form = bn.get_formulation(formulation)
     bn._check_positive(budget=budget, d=d, r=r)
     tol = bn._real("tol", tol)
+    if not 0 <= tol < 1:       # NaN or inf would accept any m, a negative tol none
+        raise ValueError(f"tol: expected a relative mismatch with 0 <= tol < 1, got {tol!r}")
     n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)
     per_unit, fixed = n2 - n1, n1 - (n2 - n1)
     m = max(1, round((budget - fixed) / per_unit))

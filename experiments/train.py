@@ -9,6 +9,12 @@ of mean +- standard deviation over seeds beside the task's baseline, and saves t
 learning curves (and, for the image, the reconstructions) under figures/
 (experiments/train_figures.py).
 
+A run whose loss becomes NaN or infinite stops there and is recorded as diverged: its metric
+is nan in the CSV, "diverged" in the table (ranked last), a gap in the figures. Each finished
+run's rows are on disk as it finishes (results/<task>.partial.csv); the CSV, the figures and
+results/<task>_run.json (what produced them) replace the old ones together at the end, so a
+stopped run (Ctrl-C) keeps its finished runs and leaves the old files as they were.
+
 Tasks (TASKS): "text", next-character prediction on Python's documentation topics,
 scored in bits per character; "image", grace_hopper.jpg as a function (row, col) -> RGB
 of Fourier features, scored in PSNR (dB). Another task is a class with the same methods
@@ -26,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments import data, model
+from experiments import data, model, outputs
 
 # name -> (formulation, activation, r). Every FFN gets the same parameter budget.
 VARIANTS = {
@@ -84,7 +90,8 @@ def resolve_variant(name: str):
 
 
 class TextTask:
-    """Next-character prediction on Python's documentation topics (pydoc_data.topics).
+    """Next-character prediction on Python's documentation topics (data.load_text_corpus: the
+    same characters on every Python).
 
     The k previous characters, embedded and concatenated, predict the next one. Fixed
     split: the first 90% of the characters train, the last 10% validate.
@@ -234,77 +241,108 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         parameters keep the task's dtype); n_evals: points on the curve.
     Returns:
         dict with "row" (the CSV row), "curve" ((n_evals + 1,) steps and metric values),
-        "m", "params".
+        "m", "params", "seconds", and "diverged_at": None, or the step whose loss was NaN or
+        infinite (training stops there; the metric and the rest of the curve are nan).
     Raises:
-        ValueError for an unknown variant or a non-positive steps or lr.
+        ValueError for an unknown variant, steps not a positive integer, or lr not a finite
+        number > 0.
     """
     formulation, act, r = resolve_variant(variant)
     lr = task.lr if lr is None else bn._real("lr", lr)      # a Python float (see bn._real)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
-    if not lr > 0:
-        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    if not 0 < lr < math.inf:
+        raise ValueError(f"lr: expected a finite learning rate > 0, got {lr!r}")
     m = model.match_units(formulation, task.budget, task.d, r)
     params = task.init(np.random.default_rng([seed, 0]), formulation, m, r)
     batch_rng = np.random.default_rng([seed, 1])
     state = bn.adam_init(params)
     eval_at = np.unique(np.linspace(0, steps, n_evals + 1).astype(int))
-    curve = [task.evaluate(params, formulation, act)]
-    run_start = time.perf_counter()
-    for step in range(1, steps + 1):
-        X, y = task.batch(batch_rng)
-        out, cache = model.model_forward(X, params, formulation, act)
-        loss, dout = task.loss(out, y)
-        grads = model.model_backward(dout, cache)
-        lr_t = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))   # cosine decay
-        params, state = bn.adam_step(params, grads, state, lr=lr_t)
-        if step in eval_at:
-            curve.append(task.evaluate(params, formulation, act))
-        if progress is not None:
-            label = variant if isinstance(variant, str) else f"{variant[0].name}:{act}"
-            progress.step(f"{task.name} {label} seed {seed}", step, steps, loss, run_start)
+    run_start, diverged_at = time.perf_counter(), None
+    # A diverging run overflows to inf, then NaN: found by its loss below and recorded, not
+    # warned about at every step.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        curve = [task.evaluate(params, formulation, act)]
+        for step in range(1, steps + 1):
+            X, y = task.batch(batch_rng)
+            out, cache = model.model_forward(X, params, formulation, act)
+            loss, dout = task.loss(out, y)
+            if not math.isfinite(loss):
+                diverged_at = step
+                break
+            grads = model.model_backward(dout, cache)
+            lr_t = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))   # cosine decay
+            params, state = bn.adam_step(params, grads, state, lr=lr_t)
+            if step in eval_at:
+                curve.append(task.evaluate(params, formulation, act))
+            if progress is not None:
+                label = variant if isinstance(variant, str) else f"{variant[0].name}:{act}"
+                progress.step(f"{task.name} {label} seed {seed}", step, steps, loss, run_start)
+        metric = math.nan if diverged_at else task.evaluate(params, formulation, act, final=True)
+    if diverged_at and progress is not None:
+        progress.done += steps - (diverged_at - 1)          # the steps it will not take
+    if not math.isfinite(metric):              # a prediction with NaN or inf in it
+        metric, diverged_at = math.nan, diverged_at or steps
+    curve += [math.nan] * (len(eval_at) - len(curve))       # a diverged run: a gap from there
     row = {"variant": variant, "formulation": formulation, "activation": act, "r": r,
            "params": bn.get_formulation(formulation).n_params(task.d, m, task.d, r),
-           "seed": seed, "steps": steps,
-           task.metric: task.evaluate(params, formulation, act, final=True),
+           "seed": seed, "steps": steps, task.metric: metric,
            task.baseline_column: task.baseline}
     return {"row": row, "curve": (eval_at, np.array(curve)), "m": m, "params": params,
-            "seconds": time.perf_counter() - run_start}
+            "seconds": time.perf_counter() - run_start, "diverged_at": diverged_at}
 
 
 def summarize(task, rows):
-    """Per variant (in order of first appearance): n, mean and std (ddof 1) of the metric."""
-    summary = {}
+    """Per variant (in order of first appearance): (n, mean, std (ddof 1), diverged) of the
+    metric over its runs that did not diverge (n of them; diverged, the number that did)."""
+    values = {}
     for row in rows:
-        summary.setdefault(row["variant"], []).append(row[task.metric])
-    return {v: (len(x), float(np.mean(x)), float(np.std(x, ddof=1)) if len(x) > 1 else 0.0)
-            for v, x in summary.items()}
+        values.setdefault(row["variant"], []).append(float(row[task.metric]))
+    summary = {}
+    for v, x in values.items():
+        kept = [value for value in x if math.isfinite(value)]
+        mean = float(np.mean(kept)) if kept else math.nan
+        std = float(np.std(kept, ddof=1)) if len(kept) > 1 else 0.0
+        summary[v] = (len(kept), mean, std, len(x) - len(kept))
+    return summary
+
+
+def rank(task, summary):
+    """The variants of summarize(), best mean first; a variant with a diverged run after every
+    variant without one, and one whose runs all diverged last (in their own order)."""
+    def key(v):
+        n, mean, _, diverged = summary[v]
+        return (diverged > 0, n == 0, 0.0 if n == 0 else (-mean if task.higher_is_better else mean))
+    return sorted(summary, key=key)
 
 
 def markdown_table(task, rows, m_of):
-    """The results as a Markdown table, best mean first, with the baseline as the last row."""
+    """The results as a Markdown table, best mean first, with the baseline as the last row.
+    A variant with diverged runs says so and comes after the others (rank)."""
     unit = "bits/char" if task.name == "text" else "dB"
     stats = summarize(task, rows)
-    order = sorted(stats, key=lambda v: stats[v][1], reverse=task.higher_is_better)
     first = {row["variant"]: row for row in reversed(rows)}
     lines = [f"| variant | formulation | activation | r | m | FFN params | {task.metric} ({unit}), mean ± std | seeds |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for v in order:
-        n, mean, std = stats[v]
+    for v in rank(task, stats):
+        n, mean, std, diverged = stats[v]
         row = first[v]
+        cell = f"{mean:.3f} ± {std:.3f}" if n else "diverged"
+        if diverged:
+            cell += f" ({diverged} of {n + diverged} diverged)" if n else f" ({diverged} of {diverged})"
         lines.append(f"| {v} | {row['formulation']} | {row['activation']} | {row['r']} | "
-                     f"{m_of[v]} | {row['params']:,} | {mean:.3f} ± {std:.3f} | {n} |")
+                     f"{m_of[v]} | {row['params']:,} | {cell} | {n + diverged} |")
     baseline = "unigram" if task.name == "text" else "mean colour"
     lines.append(f"| {baseline} baseline | | | | | | {task.baseline:.3f} | |")
     return "\n".join(lines)
 
 
 def write_csv(path, task, rows):
-    """Write the rows to path (creating its folder), floats with 4 decimals."""
+    """Write the rows to path (its folder exists), floats with 4 decimals; a diverged run's
+    metric as nan."""
     columns = ["variant", "formulation", "activation", "r", "params", "seed", "steps",
                task.metric, task.baseline_column]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="") as f:
+    with Path(path).open("w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
@@ -324,22 +362,73 @@ def default_out(mode):
     return Path.cwd() if mode == "full" else Path.cwd() / "runs" / mode
 
 
+def check_count(name, value, least=1):
+    """value as an int >= least (not a bool); ValueError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
+    return int(value)
+
+
+def check_lr(value):
+    """None, or the learning rate as a Python float, finite and > 0 (an infinite rate is
+    refused like NaN); ValueError otherwise, TypeError for a value that is not a number."""
+    if value is None:
+        return None
+    lr = bn._real("lr", value)               # a Python float (see bn._real)
+    if not 0 < lr < math.inf:
+        raise ValueError(f"lr: expected a finite learning rate > 0, got {lr!r}")
+    return lr
+
+
+def check_names(what, names, known=None):
+    """names as a list, none empty or repeated (each would run twice), each in known if
+    given; ValueError naming the first that is not."""
+    names = list(names)
+    if not names:
+        raise ValueError(f"{what}: expected at least one name, got none")
+    for i, name in enumerate(names):
+        if isinstance(name, str) and not name.strip():
+            raise ValueError(f"{what}: got an empty name in {names}")
+        if name in names[:i]:
+            raise ValueError(f"{what}: {name!r} is given twice (it would run twice); got {names}")
+        if known is not None and name not in known:
+            raise ValueError(f"{what}: unknown name {name!r}; expected some of {list(known)}")
+    return names
+
+
+def stopped_note(rows, total, partial, kept):
+    """What a stopped or failed run kept: its finished runs' rows, and the untouched old files."""
+    if not rows:
+        return f"no run had finished, nothing was written; {kept} as they were"
+    return f"{len(rows)} of {total} runs finished, their rows are in {partial}; {kept} as they were"
+
+
 def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, lr=None,
              out=None, image=None, log=print, progress_stream=None):
     """Train every variant with every seed on one task; write the CSV and the figures.
 
+    Every argument and the output folders are checked before any work. Each finished run's
+    rows are written at once to out/results/<task>.partial.csv; at the end the CSV, the
+    figures and out/results/<task>_run.json (the command, commit, Python and package versions)
+    replace the old files together and the partial file goes.
+
     Args:
         task_name: a key of TASKS; mode: "quick", "default" or "full" (MODES);
         seeds: number of seeds (0, 1, ...), default the mode's; steps: steps per run,
-        default the mode's; variants: list of variant names, default the mode's;
-        lr: Adam's rate, default the task's; out: output folder (default_out(mode));
-        image: image file for the image task (default grace_hopper.jpg);
-        log: function printing one line; progress_stream: stream of the progress line.
+        default the mode's; variants: list of variant names, default the mode's (none empty
+        or repeated); lr: Adam's rate, finite > 0, default the task's; out: output folder
+        (default_out(mode)); image: image file for the image task (default
+        grace_hopper.jpg; the text task takes none); log: function printing one line;
+        progress_stream: stream of the progress line.
     Returns:
-        list of the CSV rows (dicts).
+        list of the CSV rows (dicts); a diverged run's metric is nan.
     Raises:
-        ValueError for an unknown task, mode, variant, formulation or activation, or a
-        non-positive seeds, steps or lr; RuntimeError for a missing corpus or unreadable image.
+        ValueError for an unknown task, mode, variant, formulation or activation, seeds or
+        steps not an integer >= 1, lr not finite > 0, an image for the text task;
+        outputs.UsageError (a ValueError) for an output folder that is a file, cannot be made
+        or written, or has another run of this task going; RuntimeError for an unreadable
+        corpus or image; outputs.Stopped on Ctrl-C, outputs.Failed for an OSError while
+        writing (a full disk), each saying what was kept.
     """
     if task_name not in TASKS:
         raise ValueError(f"unknown task {task_name!r}; expected one of {list(TASKS)} "
@@ -347,19 +436,25 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
     settings = MODES[mode]
-    seeds = settings["seeds"] if seeds is None else seeds
-    steps = settings["steps"][task_name] if steps is None else steps
-    variants = list(settings["variants"] if variants is None else variants)
-    for name, value in (("seeds", seeds), ("steps", steps)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    lr = None if lr is None else bn._real("lr", lr)          # a Python float (see bn._real)
-    if lr is not None and not lr > 0:
-        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    seeds = check_count("seeds", settings["seeds"] if seeds is None else seeds)
+    steps = check_count("steps", settings["steps"][task_name] if steps is None else steps)
+    variants = check_names("variants", settings["variants"] if variants is None else variants)
+    lr = check_lr(lr)
     for v in variants:
         resolve_variant(v)                    # fail before any training
+    if image is not None and task_name != "image":
+        raise ValueError(f"image: the {task_name} task reads no image, got {str(image)!r}")
     out = Path(out) if out is not None else default_out(mode)
+    results = outputs.output_folder("--out", out / "results")
+    figures = outputs.output_folder("--out", out / "figures")
+    with outputs.one_run_at_a_time(out, f"train-{task_name}"):
+        return _train_and_write(task_name, mode, seeds, steps, variants, lr, image, results,
+                                figures, log, progress_stream)
 
+
+def _train_and_write(task_name, mode, seeds, steps, variants, lr, image, results, figures,
+                     log, progress_stream):
+    # run_task's work, once its arguments are checked and its folders held.
     task = TASKS[task_name](path=image) if task_name == "image" else TASKS[task_name]()
     log(f"\n== {task_name}: {len(variants)} variants x {seeds} seeds x {steps} steps ({mode}) ==")
     log(f"FFN parameter budget {task.budget:,} (d = {task.d}); matched counts:")
@@ -370,36 +465,54 @@ def run_task(task_name, mode="default", seeds=None, steps=None, variants=None, l
         n = bn.FORMULATIONS[formulation].n_params(task.d, m_of[v], task.d, r)
         log(f"   {v:<18} m = {m_of[v]:>4}  params = {n:>7,}  ({(n - task.budget) / task.budget:+.1%})")
 
+    csv_path, partial = results / f"{task_name}.csv", results / f"{task_name}.partial.csv"
+    pictures = [figures / f"{task_name}_curves.png"]
+    if task_name == "image":
+        pictures.append(figures / "image_reconstructions.png")
+    kept = f"{csv_path} and {', '.join(p.name for p in pictures)}"
+    command = (f"train {task_name}" + {"quick": " --quick", "full": " --full"}.get(mode, "")
+               + f" (seeds {seeds}, steps {steps}, variants {','.join(map(str, variants))}"
+               + (f", lr {lr}" if lr is not None else "") + ")")
+    info = outputs.provenance(command)
     progress = Progress(len(variants) * seeds * steps, stream=progress_stream)
     rows, curves, recon = [], {}, {}
     start = time.perf_counter()
-    for v in variants:
-        for seed in range(seeds):
-            result = train_run(task, v, seed, steps, lr, progress=progress)
-            rows.append(result["row"])
-            curves.setdefault(v, []).append(result["curve"])
-            if task_name == "image" and seed == 0:
-                recon[v] = task.predict(result["params"], *resolve_variant(v)[:2])
-            progress.message(f"   {v:<18} seed {seed}: {task.metric} = "
-                             f"{result['row'][task.metric]:.3f}  ({result['seconds']:.1f} s)")
-    seconds = time.perf_counter() - start
-
-    # Results go to disk before anything is printed about them: a console that cannot
-    # print a character (PYTHONIOENCODING=ascii, a cp1252 console) must not lose them.
-    from experiments import train_figures
-    write_csv(out / "results" / f"{task_name}.csv", task, rows)
-    title = f"{task_name}: {task.label} during training, mean ± std over {seeds} seeds"
-    families = {v: resolve_variant(v)[0] for v in curves}
-    written = [out / "results" / f"{task_name}.csv",
-               train_figures.learning_curves(curves, families, task.baseline, task.label, title,
-                                             out / "figures" / f"{task_name}_curves.png")]
-    if task_name == "image":
-        psnr = {row["variant"]: row[task.metric] for row in rows if row["seed"] == 0}
-        written.append(train_figures.reconstruction_grid(
-            task.image, recon, psnr, out / "figures" / "image_reconstructions.png"))
+    try:
+        for v in variants:
+            for seed in range(seeds):
+                result = train_run(task, v, seed, steps, lr, progress=progress)
+                rows.append(result["row"])
+                outputs.write_whole(partial, lambda path: write_csv(path, task, rows))
+                curves.setdefault(v, []).append(result["curve"])
+                if task_name == "image" and seed == 0:     # a diverged run: no picture
+                    recon[v] = None if result["diverged_at"] else task.predict(
+                        result["params"], *resolve_variant(v)[:2])
+                what = (f"diverged at step {result['diverged_at']}" if result["diverged_at"]
+                        else f"{task.metric} = {result['row'][task.metric]:.3f}")
+                progress.message(f"   {v:<18} seed {seed}: {what}  ({result['seconds']:.1f} s)")
+        seconds = time.perf_counter() - start
+        # Results go to disk before anything is printed about them: a console that cannot
+        # print a character (PYTHONIOENCODING=ascii, a cp1252 console) must not lose them.
+        from experiments import train_figures
+        title = f"{task_name}: {task.label} during training, mean ± std over {seeds} seeds"
+        families = {v: resolve_variant(v)[0] for v in curves}
+        with outputs.Staged(remove_after=[partial]) as files:
+            write_csv(files.path(csv_path), task, rows)
+            train_figures.learning_curves(curves, families, task.baseline, task.label, title,
+                                          files.path(pictures[0]))
+            if task_name == "image":
+                psnr = {row["variant"]: row[task.metric] for row in rows if row["seed"] == 0}
+                train_figures.reconstruction_grid(task.image, recon, psnr, files.path(pictures[1]))
+            outputs.write_json(files.path(results / f"{task_name}_run.json"), info | {
+                "seconds": round(seconds, 1), "files": [str(csv_path.name)] + [p.name for p in pictures]})
+    except KeyboardInterrupt:
+        raise outputs.Stopped(stopped_note(rows, len(variants) * seeds, partial, kept)) from None
+    except OSError as exc:                      # a full disk, a folder removed during the run
+        raise outputs.Failed(f"{exc.strerror or exc} ({exc.filename}); "
+                             + stopped_note(rows, len(variants) * seeds, partial, kept)) from exc
     log(f"{task_name}: {seconds:.1f} s of training\n")
     log(markdown_table(task, rows, m_of))
     if mode != "full":
         log(early_training_note(mode, f"results/{task_name}.csv"))
-    log("wrote " + ", ".join(str(p) for p in written))
+    log("wrote " + ", ".join(str(p) for p in [csv_path, *pictures, results / f"{task_name}_run.json"]))
     return rows

@@ -29,6 +29,10 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     evaluation after step 0 (the untrained model would flatten the plot); right: the second
     half of training, zoomed, where the variants separate.
 
+    A run with a NaN or infinite value (a diverged run) is left out of its variant's mean and
+    band, and the legend says how many were; a variant whose runs all diverged is a gap (no
+    line) with "diverged" in the legend.
+
     Args:
         curves: dict variant -> list (one per seed) of (steps (n,), values (n,));
         families: dict variant -> formulation name (sets the line style);
@@ -40,7 +44,11 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     axes = fig.subplots(1, 2)
     tab20 = matplotlib.colormaps["tab20"].colors
     colours = tab20[::2] + tab20[1::2]                         # 10 distinct, then lighter
-    means = {v: np.array([vals for _, vals in runs]).mean(axis=0) for v, runs in curves.items()}
+    finite = {}                                                # variant -> (seeds kept, n)
+    for v, runs in curves.items():
+        values = np.array([vals for _, vals in runs], dtype=np.float64)
+        finite[v] = values[np.isfinite(values).all(axis=1)]   # diverged runs left out
+    means = {v: x.mean(axis=0) for v, x in finite.items() if len(x)}
     # A variant whose mean curve is exactly an earlier one's (rank1-identity and Bilinear are
     # one function) would be hidden under it: it is drawn as hollow markers on top instead.
     twin = {}
@@ -53,24 +61,33 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
         shown = [] if zoom else [baseline]
         for i, (variant, runs) in enumerate(curves.items()):
             steps = runs[0][0]
-            values = np.array([v for _, v in runs])            # (seeds, n)
-            mean, std = values.mean(axis=0), values.std(axis=0)
+            values = finite[variant]                           # (seeds kept, n)
+            diverged = len(runs) - len(values)
+            label = variant if not diverged else (
+                f"{variant} ({diverged} of {len(runs)} diverged)" if len(values)
+                else f"{variant} (diverged)")
             keep = steps >= steps[-1] / 2 if zoom else steps > 0
             colour = colours[i % len(colours)]
+            style = _STYLE.get(families[variant], ":")
+            if not len(values):                                # a gap: nothing to draw
+                ax.plot([], [], color=colour, label=label, linewidth=1.5, linestyle=style)
+                continue
+            mean, std = values.mean(axis=0), values.std(axis=0)
             if variant in twin:
                 ax.plot(steps[keep], mean[keep], "o", color=colour, mfc="none", ms=6, mew=1.5,
-                        zorder=3, label=f"{variant} (same curve as {twin[variant]})")
+                        zorder=3, label=f"{label} (same curve as {twin[variant]})")
             else:
-                ax.plot(steps[keep], mean[keep], color=colour, label=variant, linewidth=1.5,
-                        linestyle=_STYLE.get(families[variant], ":"))
+                ax.plot(steps[keep], mean[keep], color=colour, label=label, linewidth=1.5,
+                        linestyle=style)
                 ax.fill_between(steps[keep], (mean - std)[keep], (mean + std)[keep],
                                 color=colour, alpha=0.15, linewidth=0)
             shown.extend(mean[keep])
         if not zoom:
             ax.axhline(baseline, color="black", linestyle="-.", linewidth=1,
                        label=f"baseline ({baseline:.3f}), in (a)")
-        low, high = min(shown), max(shown)
-        ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+        low, high = (min(shown), max(shown)) if shown else (0.0, 0.0)
+        if high > low:                                         # else matplotlib's own limits
+            ax.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
         ax.set_xlabel("training step (Adam updates)")
         ax.set_ylabel(ylabel)
         ax.set_title("(b) second half, zoomed" if zoom else "(a) all steps after step 0",
@@ -90,12 +107,18 @@ def learning_curves(curves, families, baseline, ylabel, title, path):
     return path
 
 
+def _finite(value):
+    return value is not None and bool(np.all(np.isfinite(value)))
+
+
 def reconstruction_grid(original, reconstructions, psnr, path):
     """The original image beside each variant's reconstruction (seed 0), with its PSNR.
 
     Args:
         original: (H, W, 3) in [0, 1]; reconstructions: dict variant -> (H, W, 3);
         psnr: dict variant -> PSNR (dB) of that reconstruction; path: where to save the PNG.
+        A reconstruction or PSNR with NaN or inf in it (a diverged run) is an empty panel
+        marked "diverged".
     Returns: the Path written.
     """
     panels = [("original", original)] + list(reconstructions.items())
@@ -106,6 +129,10 @@ def reconstruction_grid(original, reconstructions, psnr, path):
     for ax in axes.ravel():
         ax.axis("off")
     for ax, (name, img) in zip(axes.ravel(), panels):
+        if name != "original" and not (_finite(img) and _finite(psnr[name])):
+            ax.text(0.5, 0.5, "diverged", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(f"{name}\ndiverged", fontsize=8)
+            continue
         ax.imshow(np.clip(img, 0, 1), interpolation="nearest")   # display only: clip to [0, 1]
         label = name if name == "original" else f"{name}\n{psnr[name]:.2f} dB"
         ax.set_title(label, fontsize=8)
@@ -133,7 +160,8 @@ def ablation_grid(rows, cells, tasks, title, path):
     """The 2 x 2 ablation, one grid per task: rows exchange kept / broken, columns inverse
     scaling kept / broken. In each cell, one column of points per variant (a point per
     seed, a bar at the mean, a line of +- one standard deviation); the four panels of a
-    task share their y axis.
+    task share their y axis. A diverged seed (metric NaN or inf) has no point; its cell
+    says how many diverged.
 
     Args:
         rows: CSV rows of experiments/ablation.py (keys task, formulation, activation,
@@ -162,6 +190,13 @@ def ablation_grid(rows, cells, tasks, title, path):
                     formulation, act = cells[name][:2]
                     values = np.array([float(r["metric"]) for r in rows if r["task"] == task
                                        and (r["formulation"], r["activation"]) == (formulation, act)])
+                    diverged = int(np.sum(~np.isfinite(values)))
+                    values = values[np.isfinite(values)]      # a diverged seed: no point
+                    if diverged:
+                        ax.annotate(f"{diverged} diverged", (x, 0.02), xycoords=("data", "axes fraction"),
+                                    ha="center", fontsize=7, color="tab:red")
+                    if not len(values):
+                        continue
                     offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
                     colour = _ACT_COLOURS.get(act, "tab:gray")
                     ax.scatter(x + np.asarray(offsets), values, s=16, color=colour, alpha=0.7,

@@ -69,13 +69,13 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(handout):
     assert (out / "bilinear_numpy.py").is_file() and (out / "tests" / "test_exercises.py").is_file()
     assert (out / "README.md").is_file() and (out / "exercises" / "checks.py").is_file()
     assert not (out / "exercises" / "solutions").exists()
-    assert status == 1 and f"0 of {len(COURSE)} done" in text, text
-    assert text.count("not started") == len(COURSE), text
-    for number, _ in NUMBERED:
-        stub = (out / "exercises" / name(number)).read_text(encoding="utf-8")
-        assert "raise NotImplementedError" in stub and "BEGIN SOLUTION" not in stub
-        if SOLVED:
+    if SOLVED:   # stubs made afresh; in a student's handout the exercise files are theirs
+        assert status == 1 and f"0 of {len(COURSE)} done" in text, text
+        assert text.count("not started") == len(COURSE), text
+        for number, _ in NUMBERED:
+            stub = (out / "exercises" / name(number)).read_text(encoding="utf-8")
             solution = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+            assert "raise NotImplementedError" in stub and "BEGIN SOLUTION" not in stub
             assert stub == make_stub(solution)
     assert run_cli("handout", str(out))[0] == 2                     # never over a folder
 
@@ -571,6 +571,17 @@ def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_p
     grad = [row for row in result.rows if row.check.startswith("bn.gradcheck")]
     assert len(grad) == 4 and all(row.verdict == "ok" for row in grad), rows_of(result)
     assert all(row.verdict == "ok" for row in result.rows if "Adam" in row.check)
+
+
+@needs_solutions
+def test_the_capstone_refuses_a_module_unit_with_q_and_k_relabelled(tmp_path):
+    # The gated MLP with its two projections swapped is the gated MLP, not a new design.
+    swapped = ('\n\ndef forward(x, Q, K, V, act="silu"):\n'
+               '    y, cache = bn.gated_mlp_forward(x, K, Q, V, act=act)\n'
+               '    return y, {"cache": cache}\n')
+    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, swapped))
+    row = next(r for r in result.rows if r.check == "forward differs from gated_mlp")
+    assert row.verdict == "WRONG", rows_of(result)
 
 
 @needs_solutions

@@ -154,7 +154,7 @@ def test_cli_layers_option_and_default_out(tiny, tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="--layers: expected"):
         im.parse_layers("0,a")
     assert bn.main(["inspect", str(folder), "--tokens", "0", "--out", str(tmp_path)]) == 2
-    assert "n_tokens: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert "--tokens: expected an integer >= 1, got '0'" in capsys.readouterr().err
     assert bn.main(["inspect", str(folder), "--layers", "7", "--out", str(tmp_path)]) == 2
     assert "layers [7] not in the checkpoint, which has layers 0..1" in capsys.readouterr().err
 

@@ -106,13 +106,6 @@ def test_what_gradcheck_and_the_claims_use_is_defined_before_them():
     assert defined["FORMULATIONS"] < FUNCTIONS["gradcheck"].lineno < sections[4][0]
 
 
-def test_one_name_per_meaning():
-    # h is the hidden layer; the finite-difference step is `step` (tau in derivations.md).
-    for function in (bn.numerical_gradient, bn.gradcheck):
-        parameters = function.__code__.co_varnames[:function.__code__.co_argcount]
-        assert "step" in parameters and "h" not in parameters, function.__name__
-
-
 def test_no_reference_to_files_or_issues_outside_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
     if tracked.returncode != 0:

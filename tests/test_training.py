@@ -1,6 +1,8 @@
 """Training substrate (section 5) and the experiments: gradients, stability, Adam,
 parameter matching, bad input, reproducibility, and tiny end-to-end runs of both tasks."""
 import csv
+import gzip
+import hashlib
 import io
 import math
 import re
@@ -234,9 +236,12 @@ def test_non_positive_steps_and_lr_raise(text_task, tmp_path):
 
 
 def test_missing_corpus_and_unreadable_image_are_named(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "pydoc_data", None)      # import now fails
-    with pytest.raises(RuntimeError, match="pydoc_data"):
-        data.load_text_corpus()
+    with pytest.raises(RuntimeError, match="missing.txt.gz"):
+        data.load_text_corpus(tmp_path / "missing.txt.gz")
+    changed = tmp_path / "changed.txt.gz"
+    changed.write_bytes(gzip.compress(data.load_text_corpus().encode("utf-8")[:-1]))
+    with pytest.raises(RuntimeError, match="not the recorded one: 465,047 characters"):
+        data.load_text_corpus(changed)
     bad = tmp_path / "not_an_image.jpg"
     bad.write_text("plain text", encoding="utf-8")
     with pytest.raises(RuntimeError, match="not_an_image.jpg"):
@@ -255,6 +260,20 @@ def test_command_line_reports_bad_input(capsys):
 
 
 # ----- data -----------------------------------------------------------------------------
+
+def test_the_corpus_is_the_recorded_one_on_every_python():
+    # Read from data/, not from this Python's pydoc_data (458,995 characters on 3.10, 510,664
+    # on 3.13): the same characters, so the same numbers, on every supported Python.
+    text = data.load_text_corpus()
+    assert len(text) == data.CORPUS_CHARACTERS == 465_048
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == data.CORPUS_SHA256
+    assert len(set(text)) == 103
+    corpus = data.text_dataset(text)
+    assert data.unigram_bpc(corpus.train, corpus.val, len(corpus.vocab)) == pytest.approx(
+        4.67077, abs=1e-5)                    # the baseline_bpc of results/text.csv
+    licence = (data.CORPUS_PATH.parent / "LICENSE-Python.txt").read_text(encoding="utf-8")
+    assert "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2" in licence
+
 
 def test_text_data_and_baseline():
     ids = np.array([0, 1, 2, 3, 4, 5])
@@ -326,8 +345,9 @@ def test_default_run_is_verify_then_both_quick_experiments(monkeypatch):
     assert calls == ["verify", ("text", "quick"), ("image", "quick")]
 
 
-def test_default_run_stops_with_a_message_without_pydoc_data(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "pydoc_data", None)      # as in a build without it
+def test_default_run_stops_with_a_message_without_the_corpus(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(data, "CORPUS_PATH", tmp_path / "python_doc_topics.txt.gz")  # missing
     monkeypatch.setattr(cli, "verification_report", lambda seed: 0)
 
     def unreadable_image(path=None):
@@ -336,4 +356,17 @@ def test_default_run_stops_with_a_message_without_pydoc_data(monkeypatch, capsys
     monkeypatch.setitem(train.TASKS, "image", unreadable_image)
     assert bn.main([]) == 2
     err = capsys.readouterr().err
-    assert "pydoc_data" in err and "test.jpg" in err
+    assert "python_doc_topics.txt.gz" in err and "test.jpg" in err
+
+
+def test_the_results_page_names_the_python_and_versions_of_each_training_file():
+    # The text data once depended on the Python that ran it: each committed training result
+    # says which Python and which NumPy (and SciPy or none) made it.
+    root = data.CORPUS_PATH.parent.parent
+    rows = {line.split("|")[1].strip(): line for line in
+            (root / "results" / "README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")}
+    for name in ("text.csv", "image.csv", "ablation.csv", "ablation_full.csv"):
+        row = next(line for key, line in rows.items() if f"`{name}`" in key)
+        assert re.search(r"Python 3\.\d+", row) and re.search(r"NumPy \d", row), name
+        assert "SciPy" in row, name

@@ -153,9 +153,6 @@ def null_direction(J):
 # and compares.
 
 # %%
-HOMOGENEOUS = {"relu", "relu²", "relu³", "z²", "z³"}      # noqa: used by the solution below
-
-
 def predict_count(variant):
     """The number of continuous symmetries of the unit `variant` (an int), by reasoning."""
     # BEGIN SOLUTION: an int, from the form, φ and m of the variant
@@ -163,8 +160,9 @@ def predict_count(variant):
     # ((α q, k / α) in the rank-1 score; (α k, v / α) in the gated unit's linear branch),
     # the key-value MLP has none; a homogeneous φ absorbs one more (its argument scaled by
     # λ, the value by λ^-p). A nonlinear φ keeps the units apart: no mixing.
+    homogeneous = {"relu", "relu²", "relu³", "z²", "z³"}   # phi(l z) = l^p phi(z)
     base = {"mlp": 0, "gated": 1, "rank1": 1, "rank1 with biases": 1}[variant["form"]]
-    return variant["m"] * (base + (variant["phi"] in HOMOGENEOUS))
+    return variant["m"] * (base + (variant["phi"] in homogeneous))
     # END SOLUTION
 
 
