@@ -5,20 +5,18 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
 
 1. Activations          sigma and sigma' (act.f, act.df), one or two lines each, accurate
                         in both tails.
-2. Formulations         the plain pairs NAME_forward / NAME_backward (CS231n style), the
-                        ones to read and call: each line one step of derivations.md
+2. Formulations         one pair NAME_forward / NAME_backward each (CS231n style), the
+                        one to read, call and run: each line one step of derivations.md
                         sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
-                        project, not by the paper.
+                        project, not by the paper. Then FORMULATIONS, the pairs by name
+                        (training, figures, ablation, benchmark and gradcheck use it).
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. The paper's claims   equivalences, the symmetry table, input parity, the number of
                         continuous symmetries, the conservation identity.
 5. Training substrate   losses, embedding, RMSNorm, Adam (experiments/model.py builds
                         the one-block model that `train` fits from them).
-6. Fast paths           the same pairs written for speed, and FORMULATIONS, which runs
-                        them (training, figures, ablation, benchmark); a cache goes back
-                        to its own path's backward. tests/test_fast_paths.py: equal numbers.
-7. Plumbing             input checks, cache freezing, cache checks.
-8. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
+6. Plumbing             input checks, cache freezing, cache checks.
+7. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
                         [verify | figures | train | bench | inspect]`.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
@@ -28,12 +26,13 @@ s the score of a bilinear unit, h the hidden layer, y the output. A name that st
 d is a gradient, dT = dL/dT (dx, dQ, ...); the slope of sigma is sigma' (cache keys
 sigma_prime, sigma_prime_a).
 
-Input checks, one set of rules for every pair (section 7): x, the parameters and dy are
+Input checks, one set of rules for every pair (section 6): x, the parameters and dy are
 float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
 agree, or a ValueError names the tensor that disagrees ("Q: expected shape (m, d) =
 (3, 4), got (4, 3)"); nothing is broadcast; act is a name in ACTIVATIONS or an Activation
 (ValueError / TypeError). A cache holds private read-only copies (later edits of x or the
-parameters change no gradient); a backward refuses another forward's cache. Inputs are
+parameters change no gradient) and nothing else than its docstring lists; a backward
+refuses another forward's cache. Inputs are
 never modified. Parameter gradients are summed over every leading axis of x.
 """
 
@@ -206,50 +205,88 @@ def get_activation(act: str | Activation) -> Activation:
 
 
 # =============================================================================
-# 2. Formulations: plain forward/backward pairs
+# 2. Formulations: one forward/backward pair each
 # =============================================================================
-# Each forward starts with _checked_copies (section 7): shapes checked, the wrong tensor
-# named, one float dtype; X a private (N, d) copy of x's rows, params private copies of the
-# parameters; it ends with _output_and_frozen_cache: y as (..., d_out), the cache made
-# read-only. Each backward starts with _checked_dy_and_cache: dy like y, the cache from
-# the right forward, dY = dy as (N, d_out) rows.
+# Each pair is the one FORMULATIONS (end of this section) runs, for training, figures,
+# benchmark and gradcheck alike. Its checks sit at its two ends, nowhere in between (the
+# helpers are in section 6):
+# - a forward starts with `x, act, Q, K, V = _checked_inputs(x, act, AXES, Q=Q, K=K, V=V)`:
+#   act looked up, shapes checked against AXES (a wrong tensor is named), one float dtype, and
+#   private copies (nothing the caller holds is kept or modified); X is x as (N, d) rows;
+# - it ends with `_frozen_cache("NAME_forward", act, x=x, Q=Q, ...)`: the cache is those
+#   tensors, every one read-only, with the name of the forward and act, and nothing else;
+# - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
+#   that forward (another one is refused, and named), dy has y's shape and dtype; dY is dy as
+#   (N, d_out) rows. The next line unpacks what the backward reads from the cache.
+# The cache also keeps sigma's arguments (z, s or a), which a backward need not read:
+# gradcheck (section 3) reads them to keep its probes away from a kink (relu at 0).
+# Speed shows where it is bought, with what it saves: sigma and sigma' block by block
+# (_sigma_and_slope), the full bilinear form's outer products block by block, rank r as
+# one matrix product (_as_columns). A step marked * writes in place (`*=`, `out=`) into an
+# array the pair has just made and reads no more: one new (N, m) array fewer, and at these
+# sizes a new one costs its memory pages anew (glibc returns arrays above 32 MiB to the
+# system). The numbers are those of the plain expression.
+
+_ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
+_OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of outer products
+
+
+def _blocks(n, width, size):
+    # Slices covering range(n), each of about size / width rows (a row has width elements).
+    rows = max(1, size // max(1, width))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def _sigma_and_slope(act, z):
+    # (sigma(z), sigma'(z)), new arrays of z's shape, dtype and layout. A deliberate loop over
+    # blocks of rows (first axis) of _ACT_BLOCK elements: each of act.f's and act.df's
+    # temporaries (about ten) then stays in the CPU cache instead of making its own pass
+    # through memory (float64, N m = 5.6 M: about half the time of act.f(z), act.df(z)).
+    # Blocks change no number: sigma acts element by element.
+    f, df = np.empty_like(z), np.empty_like(z)
+    for rows in _blocks(len(z), z.size // max(1, len(z)), _ACT_BLOCK):
+        f[rows], df[rows] = act.f(z[rows]), act.df(z[rows])
+    return f, df
 
 
 # ----- (1) key-value memory MLP ---------------------------------------------
+_MLP_AXES = {"K": "m d", "V": "m d_out"}                       # the axes, for the checks
+
+
 def mlp_forward(x, K, V, act="relu"):
     """Key-value memory MLP: y = sigma(x K^T) V = sum_j sigma(x . k_j) v_j.
 
     Args: x (..., d); K (m, d), the static keys (W1); V (m, d_out), the values (W2); one dtype.
-    Returns: y (..., d_out); cache {X (N, d), K, V, z, h, sigma_prime = sigma'(z) (each
-        (N, m)), act}.
+    Returns: y (..., d_out); cache {forward, act, x, K, V, z, h, sigma_prime = sigma'(z)
+        (each (N, m))}.
     Source: Geva et al., Transformer Feed-Forward Layers Are Key-Value Memories
         (arXiv 2012.14913); derivations.md, section 2.1.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ params["K"].T                         # (N, m)       z = x K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
-    sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("mlp_forward", y, x, act, X=X, **params, z=z, h=h,
-                                    sigma_prime=sigma_prime)
+    x, act, K, V = _checked_inputs(x, act, _MLP_AXES, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)       the tokens as rows
+    z = X @ K.T                                   # (N, m)       z = x K^T
+    h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("mlp_forward", act, x=x, K=K, V=V, z=z, h=h, sigma_prime=sigma_prime)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def mlp_backward(dy, cache):
     """Backward of mlp_forward (derivations.md, section 3.1): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, K, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                        "X", "K", "V", "h", "sigma_prime")
+    dY = _checked_dy(dy, cache, "mlp_forward")    # (N, d_out)
+    x, K, V, h, sigma_prime = cache["x"], cache["K"], cache["V"], cache["h"], cache["sigma_prime"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
+    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    dz *= sigma_prime                             # (N, m)       R2 on h = sigma(z), in place *
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
-    return {"x": dX.reshape(cache["x_shape"]), "K": dK, "V": dV}
+    return {"x": dX.reshape(x.shape), "K": dK, "V": dV}
 
 
 # ----- (2) static global query ----------------------------------------------
-_STATIC_QUERY_AXES = {"Q": "d d", "K": "m d", "V": "m d_out"}   # the axes, for the checks
+_STATIC_QUERY_AXES = {"Q": "d d", "K": "m d", "V": "m d_out"}
 
 
 def static_query_mlp_forward(x, Q, K, V, act="relu"):
@@ -258,35 +295,42 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, xQ (N, d), z, h, sigma_prime (N, m), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, xQ (N, d), z, h, sigma_prime
+        (N, m)}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
-    xQ = X @ params["Q"]                          # (N, d)       the query x Q
-    z = xQ @ params["K"].T                        # (N, m)       z = x Q K^T
-    h = act.f(z)                                  # (N, m)       h = sigma(z)
-    sigma_prime = act.df(z)                       # (N, m)       sigma'(z), for the backward
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("static_query_mlp_forward", y, x, act, X=X, **params,
-                                    xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
+    x, act, Q, K, V = _checked_inputs(x, act, _STATIC_QUERY_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    xQ = X @ Q                                    # (N, d)       the query x Q
+    z = xQ @ K.T                                  # (N, m)       z = x Q K^T
+    h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, xQ=xQ, z=z, h=h,
+                          sigma_prime=sigma_prime)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def static_query_mlp_backward(dy, cache):
     """Backward of static_query_mlp_forward (derivations.md, section 3.2): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, xQ, h, sigma_prime = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "sigma_prime")
+    dY = _checked_dy(dy, cache, "static_query_mlp_forward")   # (N, d_out)
+    x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
+    xQ, h, sigma_prime = cache["xQ"], cache["h"], cache["sigma_prime"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    dz *= sigma_prime                             # (N, m)       R2, in place *
     dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
     dxQ = dz @ K                                  # (N, d)
     dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
     dX = dxQ @ Q.T                                # (N, d)
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (3) full bilinear attention ------------------------------------------
+_BILINEAR_AXES = {"A": "m d d", "V": "m d_out"}
+
+
 def bilinear_forward(x, A, V, act="identity"):
     """Full bilinear attention: y = sum_j sigma(s_j) v_j, s_j = x A_j x^T.
 
@@ -294,40 +338,73 @@ def bilinear_forward(x, A, V, act="identity"):
     product of the flattened outer products x^T x with the flattened A_j.
 
     Args: x (..., d); A (m, d, d), one interaction matrix per unit; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), A, V, s, h, sigma_prime = sigma'(s) (each
-        (N, m)), act}.
+    Returns: y (..., d_out); cache {forward, act, x, A, V, s, h, sigma_prime = sigma'(s)
+        (each (N, m))}.
     Source: Breslow (arXiv 2606.22172), full bilinear attention; derivations.md, section 2.3.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    (N, d), m = X.shape, params["A"].shape[0]
-    xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   vec(x^T x)
-    s = xx @ params["A"].reshape(m, d * d).T      # (N, m)       s_j = <x^T x, A_j> = x A_j x^T
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
-    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("bilinear_forward", y, x, act, X=X, **params, s=s, h=h,
-                                    sigma_prime=sigma_prime)
+    x, act, A, V = _checked_inputs(x, act, _BILINEAR_AXES, A=A, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    (N, d), m = X.shape, A.shape[0]
+    s = np.empty((N, m), X.dtype)                 # (N, m)
+    # A deliberate loop over blocks of tokens, each about as big as s: the outer products of
+    # all N tokens at once, N d^2 numbers, would outweigh every other array (N = 4096, d = 64:
+    # 128 MiB in float64, against 8 MiB for s).
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
+        xx = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d)   # (B, d^2)  vec(x^T x)
+        s[rows] = xx @ A.reshape(m, d * d).T      # (B, m)       s_j = <x^T x, A_j> = x A_j x^T
+    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(s); sigma'(s)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("bilinear_forward", act, x=x, A=A, V=V, s=s, h=h,
+                          sigma_prime=sigma_prime)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def bilinear_backward(dy, cache):
     """Backward of bilinear_forward (derivations.md, section 3.3): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "A": dA (m, d, d), "V": dV (m, d_out)}."""
-    dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                        "X", "A", "V", "h", "sigma_prime")
+    dY = _checked_dy(dy, cache, "bilinear_forward")   # (N, d_out)
+    x, A, V, h, sigma_prime = cache["x"], cache["A"], cache["V"], cache["h"], cache["sigma_prime"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
-    xx = (X[:, :, None] * X[:, None, :]).reshape(N, d * d)   # (N, d^2)   rebuilt, not cached
-    dA = (ds.T @ xx).reshape(m, d, d)             # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
+    dA = np.empty_like(A)                         # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
+    # Outer products rebuilt, not cached, in blocks as in the forward: here blocks of rows i
+    # of every dA_j, each one product over all tokens (no partial sums over blocks of tokens).
+    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
+        xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # (N, |i| d)
+        dA[:, i, :] = (ds.T @ xx_i).reshape(m, -1, d)
     A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
-    M = (ds @ A_sym).reshape(N, d, d)             # (N, d, d)    M_n = sum_j ds_nj (A_j + A_j^T)
-    dX = np.einsum("ni,nik->nk", X, M)            # (N, d)       dx_n = x_n M_n
-    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": dV}
+    dX = np.empty_like(X)                         # (N, d)       dx_n = x_n M_n
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):  # blocks of tokens, as the forward
+        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)    M_n = sum_j ds_nj (A_j + A_j^T)
+        dX[rows] = (X[rows, None, :] @ M)[:, 0, :]
+    return {"x": dX.reshape(x.shape), "A": dA, "V": dV}
 
 
 # ----- (4) rank-r bilinear ----------------------------------------------------
-_RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}   # the axes, for the checks
+_RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}
+
+
+def _as_columns(W):
+    # W (m, d, r) as one (d, r m) matrix, column rho m + j = W[j, :, rho]: the m r projections
+    # x . W[j, :, rho] of every token are then one matrix product X @ W_cols (einsum over
+    # (m, d, r) takes about 3.6 times as long at N = 2048, d = 128, m = 512).
+    m, d, r = W.shape
+    return W.transpose(1, 2, 0).reshape(d, r * m)
+
+
+def _from_columns(W_cols, m, r):
+    # The inverse of _as_columns: a (d, r m) matrix back to a new (m, d, r) array.
+    return np.ascontiguousarray(W_cols.reshape(-1, r, m).transpose(2, 0, 1))
+
+
+def _as_units(P, m, r):
+    # The (N, r m) product X @ W_cols as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]. The
+    # unit index j is fastest in memory, so sums over rho run along rows of length m (several
+    # times faster than along rows of length r); .transpose(0, 2, 1) is the (N, r, m) array.
+    return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
@@ -337,41 +414,46 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
 
     Args: x (..., d); Q, K (m, d, r), the query and key factors of each unit; V (m, d_out);
         one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b (N, m, r), s, h, sigma_prime
-        (N, m), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b (N, m, r), s, h,
+        sigma_prime (N, m)}.
     Source: Breslow (arXiv 2606.22172), the outlook (the exact form is this project's);
         derivations.md, sections 2.4 and 6.1.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  queries x Q_j
-    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  keys    x K_j
+    x, act, Q, K, V = _checked_inputs(x, act, _RANK_R_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    m, d, r = Q.shape
+    a = _as_units(X @ _as_columns(Q), m, r)       # (N, m, r)    queries a_j = x Q_j
+    b = _as_units(X @ _as_columns(K), m, r)       # (N, m, r)    keys    b_j = x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
-    h = act.f(s)                                  # (N, m)       h = sigma(s)
-    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("rank_r_bilinear_forward", y, x, act, X=X, **params,
-                                    a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
+    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(s); sigma'(s)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("rank_r_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s,
+                          h=h, sigma_prime=sigma_prime)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def rank_r_bilinear_backward(dy, cache):
     """Backward of rank_r_bilinear_forward (derivations.md, section 3.4): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
+    dY = _checked_dy(dy, cache, "rank_r_bilinear_forward")   # (N, d_out)
+    x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
+    a, b, h, sigma_prime = cache["a"], cache["b"], cache["h"], cache["sigma_prime"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
-    da = ds[:, :, None] * b                       # (N, m, r)    R4 (broadcast over rho), R3
-    db = ds[:, :, None] * a                       # (N, m, r)
-    dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
-    dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
-    dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
-          + np.einsum("nmr,mdr->nd", db, K, optimize=True))
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
+    # R3 and R4 (ds_j to every rho), laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
+    da = (ds[:, None, :] * b.transpose(0, 2, 1)).reshape(N, r * m)   # da_jrho = ds_j b_jrho
+    db = (ds[:, None, :] * a.transpose(0, 2, 1)).reshape(N, r * m)   # db_jrho = ds_j a_jrho
+    dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j
+    dK = _from_columns(X.T @ db, m, r)            # (m, d, r)    R1 on b = x K_j
+    dX = da @ _as_columns(Q).T + db @ _as_columns(K).T   # (N, d)  R1 twice, R4
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (5) rank-1 (symmetric) bilinear ---------------------------------------
-_RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}        # the axes, for the checks
+_RANK1_AXES = {"Q": "m d", "K": "m d", "V": "m d_out"}
 
 
 def rank1_bilinear_forward(x, Q, K, V, act="identity"):
@@ -382,34 +464,38 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     2410.08417). Exchanging Q and K changes nothing, for every sigma.
 
     Args: x (..., d); Q, K (m, d), the query and key rows q_j, k_j; V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, s, h, sigma_prime (each (N, m)), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, s, h, sigma_prime (each
+        (N, m))}.
     Source: Breslow (arXiv 2606.22172), the rank-1 bilinear unit; derivations.md, section 2.5.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (queries)
-    b = X @ params["K"].T                         # (N, m)       b = x K^T  (keys)
+    x, act, Q, K, V = _checked_inputs(x, act, _RANK1_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    a = X @ Q.T                                   # (N, m)       a = x Q^T  (queries)
+    b = X @ K.T                                   # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
-    h = act.f(s)                                  # (N, m)       h = sigma(a * b)
-    sigma_prime = act.df(s)                       # (N, m)       sigma'(s), for the backward
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("rank1_bilinear_forward", y, x, act, X=X, **params,
-                                    a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
+    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(a * b); sigma'(s)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("rank1_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s, h=h,
+                          sigma_prime=sigma_prime)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def rank1_bilinear_backward(dy, cache):
     """Backward of rank1_bilinear_forward (derivations.md, section 3.5): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
+    dY = _checked_dy(dy, cache, "rank1_bilinear_forward")   # (N, d_out)
+    x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
+    a, b, h, sigma_prime = cache["a"], cache["b"], cache["h"], cache["sigma_prime"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       R1, then R2
+    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
+    ds *= sigma_prime                             # (N, m)       R2, in place *
     da = ds * b                                   # (N, m)       R3 on s = a * b
-    db = ds * a                                   # (N, m)       R3
+    db = np.multiply(ds, a, out=ds)               # (N, m)       R3, over ds *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (6) gated MLP: the GLU family -----------------------------------------
@@ -423,36 +509,39 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
         V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a, h (each
-        (N, m)), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, sigma_a, sigma_prime_a, h
+        (each (N, m))}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                         # (N, m)       a = x Q^T  (gate)
-    b = X @ params["K"].T                         # (N, m)       b = x K^T  (linear)
-    sigma_a = act.f(a)                            # (N, m)       sigma(a)
-    sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
+    x, act, Q, K, V = _checked_inputs(x, act, _RANK1_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    a = X @ Q.T                                   # (N, m)       a = x Q^T  (gate)
+    b = X @ K.T                                   # (N, m)       b = x K^T  (linear)
+    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m) sigma(a); sigma'(a)
     h = sigma_a * b                               # (N, m)       h = sigma(a) * b
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
-                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
+                          sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def gated_mlp_backward(dy, cache):
     """Backward of gated_mlp_forward (derivations.md, section 3.6): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, b, sigma_a, sigma_prime_a, h = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
+    dY = _checked_dy(dy, cache, "gated_mlp_forward")   # (N, d_out)
+    x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
+    b, sigma_a, sigma_prime_a, h = cache["b"], cache["sigma_a"], cache["sigma_prime_a"], cache["h"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = dh * b * sigma_prime_a                   # (N, m)       R3, then R2
-    db = dh * sigma_a                             # (N, m)       R3
+    da = b * sigma_prime_a                        # (N, m)       b sigma'(a)
+    da *= dh                                      # (N, m)       da = dh b sigma'(a): R3, then R2 *
+    db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       db = dh sigma(a): R3, over dh *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (6b) double-gated MLP (this project's ablation form) --------------------
@@ -466,40 +555,43 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     MLP breaks.
 
     Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a, sigma_b,
-        sigma_prime_b, h (each (N, m)), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, sigma_a, sigma_prime_a,
+        sigma_b, sigma_prime_b, h (each (N, m))}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a = X @ params["Q"].T                         # (N, m)       a = x Q^T
-    b = X @ params["K"].T                         # (N, m)       b = x K^T
-    sigma_a = act.f(a)                            # (N, m)       sigma(a)
-    sigma_prime_a = act.df(a)                     # (N, m)       sigma'(a), for the backward
-    sigma_b = act.f(b)                            # (N, m)       sigma(b)
-    sigma_prime_b = act.df(b)                     # (N, m)       sigma'(b), for the backward
+    x, act, Q, K, V = _checked_inputs(x, act, _RANK1_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    a = X @ Q.T                                   # (N, m)       a = x Q^T
+    b = X @ K.T                                   # (N, m)       b = x K^T
+    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m) sigma(a); sigma'(a)
+    sigma_b, sigma_prime_b = _sigma_and_slope(act, b)   # (N, m) sigma(b); sigma'(b)
     h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("double_gated_mlp_forward", y, x, act, X=X, **params, a=a, b=b,
-                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
-                                    sigma_prime_b=sigma_prime_b, h=h)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
+                          sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
+                          sigma_prime_b=sigma_prime_b, h=h)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def double_gated_mlp_backward(dy, cache):
     """Backward of double_gated_mlp_forward (derivations.md, section 3.8): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, sigma_a, sigma_prime_a, sigma_b, sigma_prime_b, h = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "sigma_prime_a",
-        "sigma_b", "sigma_prime_b", "h")
+    dY = _checked_dy(dy, cache, "double_gated_mlp_forward")   # (N, d_out)
+    x, Q, K, V, h = cache["x"], cache["Q"], cache["K"], cache["V"], cache["h"]
+    sigma_a, sigma_prime_a = cache["sigma_a"], cache["sigma_prime_a"]
+    sigma_b, sigma_prime_b = cache["sigma_b"], cache["sigma_prime_b"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * sigma_prime_a * sigma_b             # (N, m)       R3, then R2
-    db = dh * sigma_a * sigma_prime_b             # (N, m)       R3, then R2
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    da = sigma_prime_a * sigma_b                  # (N, m)       sigma'(a) sigma(b)
+    da *= dh                                      # (N, m)       da = dh sigma'(a) sigma(b) *
+    db = sigma_a * sigma_prime_b                  # (N, m)       sigma(a) sigma'(b)
+    db *= dh                                      # (N, m)       db = dh sigma(a) sigma'(b) *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
 # ----- (7) gated rank-r (this project's generalization) -----------------------
@@ -509,37 +601,177 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     sigma acts on the r-vector x Q_j; r = 1 gives the gated MLP.
 
     Args: x (..., d); Q, K (m, d, r); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {X (N, d), Q, K, V, a, b, sigma_a, sigma_prime_a (N, m, r),
-        h (N, m), act}.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, sigma_a, sigma_prime_a
+        (N, m, r), h (N, m)}.
     Source: this project's generalization (not the paper's); derivations.md, sections
         2.7 and 6.5.
     """
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    a = np.einsum("nd,mdr->nmr", X, params["Q"], optimize=True)  # (N, m, r)  gates x Q_j
-    b = np.einsum("nd,mdr->nmr", X, params["K"], optimize=True)  # (N, m, r)  linear parts x K_j
-    sigma_a = act.f(a)                            # (N, m, r)    sigma(a)
-    sigma_prime_a = act.df(a)                     # (N, m, r)    sigma'(a), for the backward
+    x, act, Q, K, V = _checked_inputs(x, act, _RANK_R_AXES, Q=Q, K=K, V=V)
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    m, d, r = Q.shape
+    a = _as_units(X @ _as_columns(Q), m, r)       # (N, m, r)    gates        a_j = x Q_j
+    b = _as_units(X @ _as_columns(K), m, r)       # (N, m, r)    linear parts b_j = x K_j
+    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m, r) sigma(a); sigma'(a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
-    y = h @ params["V"]                           # (N, d_out)   y = h V
-    return _output_and_frozen_cache("gated_rank_r_forward", y, x, act, X=X, **params, a=a, b=b,
-                                    sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
+    y = h @ V                                     # (N, d_out)   y = h V
+    cache = _frozen_cache("gated_rank_r_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
+                          sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, h=h)
+    return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
 def gated_rank_r_backward(dy, cache):
     """Backward of gated_rank_r_forward (derivations.md, section 3.7): dy (..., d_out),
     in y's dtype, -> {"x": dx (..., d), "Q": dQ, "K": dK (m, d, r), "V": dV (m, d_out)}."""
-    dY, X, Q, K, V, b, sigma_a, sigma_prime_a, h = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "Q", "K", "V", "b", "sigma_a", "sigma_prime_a", "h")
+    dY = _checked_dy(dy, cache, "gated_rank_r_forward")   # (N, d_out)
+    x, Q, K, V, h = cache["x"], cache["Q"], cache["K"], cache["V"], cache["h"]
+    b, sigma_a, sigma_prime_a = cache["b"], cache["sigma_a"], cache["sigma_prime_a"]
+    X = x.reshape(-1, x.shape[-1])                # (N, d)
+    N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    R4: every rho gets dh_j
-    da = dh * b * sigma_prime_a                   # (N, m, r)    R3, then R2
-    db = dh * sigma_a                             # (N, m, r)    R3
-    dQ = np.einsum("nmr,nd->mdr", da, X, optimize=True)      # (m, d, r)  R1 on a = x Q_j
-    dK = np.einsum("nmr,nd->mdr", db, X, optimize=True)      # (m, d, r)  R1 on b = x K_j
-    dX = (np.einsum("nmr,mdr->nd", da, Q, optimize=True)     # (N, d)     R1 twice, R4
-          + np.einsum("nmr,mdr->nd", db, K, optimize=True))
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": dV}
+    dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R4: every rho gets dh_j
+    # R3, then R2, laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
+    da = (dh * (b * sigma_prime_a).transpose(0, 2, 1)).reshape(N, r * m)
+    db = (dh * sigma_a.transpose(0, 2, 1)).reshape(N, r * m)
+    dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j
+    dK = _from_columns(X.T @ db, m, r)            # (m, d, r)    R1 on b = x K_j
+    dX = da @ _as_columns(Q).T + db @ _as_columns(K).T   # (N, d)  R1 twice, R4
+    return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- The registry: every formulation by name -----------------------------------
+# Sections 3 to 5 reach a formulation through its Formulation: the pair above
+# (form.forward is NAME_forward), fresh parameters (form.init), the cache keys that hold
+# sigma's arguments (form.sigma_args, where gradcheck keeps a kink away) and its family, a
+# word for the place of sigma that the symmetry code of section 4 branches on.
+@dataclass(frozen=True)
+class Formulation:
+    """One formulation: its equation, its forward/backward pair, its parameters, and what
+    the symmetry code needs to know.
+
+    Attributes: name (key in FORMULATIONS); equation (text); forward: (x, **params, act)
+    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; param_names, e.g.
+    ("Q", "K", "V"); shapes: (d, m, d_out, r) -> name -> shape; cost: multiply-adds per token
+    of the forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
+    family: "key-value" (sigma(x K^T) V), "static-query" (sigma(x Q K^T) V),
+    "full-bilinear" (A_j), "symmetric" (sigma of a query times a key), "gated" (sigma on
+    the query factor only), "double-gated" (sigma on both), or "" (another form: the
+    symmetry code does not know it); sigma_args: the cache keys that hold sigma's
+    arguments (gradcheck keeps them away from a kink; none: not checked).
+    Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
+    """
+
+    name: str
+    equation: str
+    forward: Callable
+    backward: Callable
+    param_names: tuple
+    shapes: Callable = field(repr=False)
+    cost: str
+    init_scales: Callable = field(repr=False)
+    family: str = ""
+    sigma_args: tuple = ()
+
+    def param_shapes(self, d, m, d_out=None, r=1):
+        """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
+
+        Raises ValueError if a size is not a positive integer.
+        """
+        d_out = d if d_out is None else d_out
+        _check_positive(d=d, m=m, d_out=d_out, r=r)
+        return self.shapes(int(d), int(m), int(d_out), int(r))
+
+    def n_params(self, d, m, d_out=None, r=1):
+        """Number of parameters for these sizes (see param_shapes)."""
+        return sum(math.prod(s) for s in self.param_shapes(d, m, d_out, r).values())
+
+    def init(self, rng, d, m, d_out=None, r=1, dtype=np.float64):
+        """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
+        pre-activations and the output are O(1).
+
+        Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
+        Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
+        Raises: ValueError for a non-positive size; TypeError for another dtype or rng.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
+        if np.dtype(dtype) not in FLOAT_DTYPES:
+            raise TypeError(f"dtype: expected float32 or float64, got {np.dtype(dtype)}")
+        shapes = self.param_shapes(d, m, d_out, r)
+        scales = self.init_scales(d, m, r)
+        return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
+
+
+def _shapes_from(axes):
+    # (d, m, d_out, r) -> {name: shape}, for axes such as {"K": "m d", "V": "m d_out"}.
+    return lambda d, m, d_out, r: {name: tuple({"d": d, "m": m, "d_out": d_out, "r": r}[s]
+                                               for s in names.split())
+                                   for name, names in axes.items()}
+
+
+def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I)
+    return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
+
+
+# Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
+# is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
+FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
+    Formulation("mlp", "y = sigma(x K^T) V", mlp_forward, mlp_backward, ("K", "V"),
+                _shapes_from(_MLP_AXES), "m d + m d_out",
+                lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
+    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", static_query_mlp_forward,
+                static_query_mlp_backward, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
+                "d^2 + m d + m d_out", _rank1_scales, "static-query", ("z",)),
+    Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", bilinear_forward,
+                bilinear_backward, ("A", "V"), _shapes_from(_BILINEAR_AXES),
+                "m d^2 + d^2 + m d_out",
+                lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
+    Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
+                rank_r_bilinear_forward, rank_r_bilinear_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
+                                 "V": m ** -0.5}, "symmetric", ("s",)),
+    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
+                rank1_bilinear_forward, rank1_bilinear_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "symmetric",
+                ("s",)),
+    Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", gated_mlp_forward,
+                gated_mlp_backward, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
+                "2 m d + m + m d_out", _rank1_scales, "gated", ("a",)),
+    Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
+                double_gated_mlp_forward, double_gated_mlp_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "double-gated",
+                ("a", "b")),
+    Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
+                gated_rank_r_forward, gated_rank_r_backward, ("Q", "K", "V"),
+                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
+                lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
+                "gated", ("a",)),
+]}
+
+# The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
+GLU_VARIANTS: dict[str, tuple[str, str]] = {
+    "GLU": ("gated_mlp", "sigmoid"), "Bilinear": ("gated_mlp", "identity"),
+    "ReGLU": ("gated_mlp", "relu"), "GEGLU": ("gated_mlp", "gelu"), "SwiGLU": ("gated_mlp", "silu")}
+
+
+def get_formulation(name: str) -> Formulation:
+    """The registry entry of a formulation.
+
+    Args: name: a key of FORMULATIONS (str), or a Formulation, returned as it is (an
+        experiment's own variant, such as the rank-1 form with a constant input coordinate
+        of experiments/ablation.py).
+    Returns: the Formulation (its forward, backward, parameter shapes, family).
+    Raises: ValueError for an unknown name (the message lists the valid names); TypeError if
+        name is neither a str nor a Formulation.
+    Source: this module's registry; derivations.md, section 1 (the formulations).
+    """
+    if isinstance(name, Formulation):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
+    if name not in FORMULATIONS:
+        raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
+    return FORMULATIONS[name]
 
 
 # =============================================================================
@@ -1622,476 +1854,7 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 
 
 # =============================================================================
-# 6. Fast paths: the same pairs, written for speed
-# =============================================================================
-# No new mathematics: each function gives the numbers of a plain one (tests/test_fast_paths.py).
-# sigma and sigma' together, in place, block by block (temporaries stay in the CPU cache);
-# gated forms cache sigma' times what the backward needs; bilinear takes tokens in blocks;
-# rank-r lays Q, K out as (d, r m) matrices; backward passes overwrite their temporaries.
-
-_CACHE_BLOCK = 2 ** 15  # elements per block of an activation: 256 KiB of float64
-_OUTER_BLOCK = 2 ** 16  # bilinear: at least this many numbers per block of outer products
-
-
-def _blocks(n, width, size):
-    # Slices covering range(n), each of about size / width rows (a row has width elements).
-    step = max(1, size // max(1, width))
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
-
-
-# ----- activations: value and slope in one pass, accurate tails as in section 1 -----
-def _sigmoid_value_and_slope(z):
-    # The operations of _sigmoid and _sigmoid_grad (so the same roundings), in place;
-    # max(e, z >= 0) is where(z >= 0, 1, e) without a new mask of floats.
-    e = np.exp(-np.abs(z))                        # e^-|z|, never overflows
-    inv = e + 1
-    np.reciprocal(inv, out=inv)                   # 1 / (1 + e)
-    s = np.maximum(e, z >= 0, dtype=z.dtype)      # 1 for z >= 0, e below
-    s *= inv                                      # sigmoid(z)
-    inv *= inv
-    e *= inv                                      # e / (1 + e)^2 = sigmoid'(z)
-    return s, e
-
-
-def _silu_value_and_slope(z):
-    s, ds = _sigmoid_value_and_slope(z)
-    ds *= _finite(z)
-    ds += s                                       # (z s)' = s + z s'
-    s *= _finite(z, lower_only=True)              # z s
-    return s, ds
-
-
-def _gelu_value_and_slope(z):
-    z64 = np.asarray(z, dtype=np.float64)
-    cdf = _normal_cdf(z64)                        # Phi(z): the costly part, once
-    df = _finite(z64) * _normal_pdf(z64)
-    df += cdf                                     # Phi(z) + z phi(z)
-    cdf *= _finite(z64, lower_only=True)          # z Phi(z)
-    return cdf.astype(z.dtype, copy=False), df.astype(z.dtype, copy=False)
-
-
-def _gelu_tanh_value_and_slope(z):
-    # The operations of _gelu_tanh and _gelu_tanh_grad, in the same order, in place.
-    zc = np.clip(z, -50, 50)
-    two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
-    two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
-    s, ds = _sigmoid_value_and_slope(two_u)
-    two_du *= zc
-    two_du *= ds
-    two_du += s                                   # sigmoid(2u) + z 2u' sigmoid'(2u)
-    s *= _finite(z, lower_only=True)              # z sigmoid(2u)
-    return s, two_du
-
-
-_FAST_VALUE_AND_SLOPE = {                          # keyed by the plain (f, df) they equal
-    (_sigmoid, _sigmoid_grad): _sigmoid_value_and_slope,
-    (_silu, _silu_grad): _silu_value_and_slope,
-    (_gelu, _gelu_grad): _gelu_value_and_slope,
-    (_gelu_tanh, _gelu_tanh_grad): _gelu_tanh_value_and_slope,
-}
-
-
-def _value_and_slope_blocked(act, z):
-    # (act.f(z), act.df(z)) as new arrays of z's shape and dtype, a deliberate loop over
-    # blocks of rows (first axis); identity, relu and unknown activations: f and df.
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:                   # one step each: no blocks needed
-        return act.f(z), act.df(z)
-    z = np.asarray(z)
-    if z.ndim == 0:                               # one number: as a 1-element array
-        return tuple(v.reshape(()) for v in value_and_slope(z.reshape(1)))
-    f, df = np.empty_like(z), np.empty_like(z)
-    for rows in _blocks(z.shape[0], z.size // max(1, z.shape[0]), _CACHE_BLOCK):
-        f[rows], df[rows] = value_and_slope(z[rows])
-    return f, df
-
-
-def _gate_blocked(act, a, b):
-    # The gated step, block by block: (sigma(a), h = sigma(a) * b, b * sigma'(a)).
-    value_and_slope = _FAST_VALUE_AND_SLOPE.get((act.f, act.df))
-    if value_and_slope is None:                   # identity, relu: one step each, no blocks
-        sigma_a = act.f(a)
-        return sigma_a, sigma_a * b, act.df(a) * b
-    sigma_a, h, b_sigma_prime_a = (np.empty_like(a) for _ in range(3))
-    for rows in _blocks(a.shape[0], a.size // max(1, a.shape[0]), _CACHE_BLOCK):
-        sigma_a[rows], sigma_prime = value_and_slope(a[rows])
-        np.multiply(sigma_a[rows], b[rows], out=h[rows])        # h = sigma(a) * b
-        np.multiply(sigma_prime, b[rows], out=b_sigma_prime_a[rows])  # b * sigma'(a)
-    return sigma_a, h, b_sigma_prime_a
-
-
-# ----- the fast pairs -----------------------------------------------------------
-# mlp, static_query_mlp, rank1_bilinear: sigma and sigma' block by block; the backward
-# works in place (dz over dh, db over ds), with the plain pair's cache and operations.
-def _mlp_forward_fast(x, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"K": K, "V": V}, {"K": "m d", "V": "m d_out"})
-    z = X @ params["K"].T                         # (N, m)
-    h, sigma_prime = _value_and_slope_blocked(act, z)
-    return _output_and_frozen_cache("mlp_forward", h @ params["V"], x, act, X=X, **params,
-                                    z=z, h=h, sigma_prime=sigma_prime)
-
-
-def _mlp_backward_fast(dy, cache):
-    dY, X, K, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "mlp_forward",
-                                                        "X", "K", "V", "h", "sigma_prime")
-    dz = dY @ V.T                                 # (N, m)   dh
-    dz *= sigma_prime                             # dz = dh sigma'(z), over dh
-    return {"x": (dz @ K).reshape(cache["x_shape"]), "K": dz.T @ X, "V": h.T @ dY}
-
-
-def _static_query_mlp_forward_fast(x, Q, K, V, act="relu"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _STATIC_QUERY_AXES)
-    xQ = X @ params["Q"]                          # (N, d)
-    z = xQ @ params["K"].T                        # (N, m)
-    h, sigma_prime = _value_and_slope_blocked(act, z)
-    return _output_and_frozen_cache("static_query_mlp_forward", h @ params["V"], x, act, X=X,
-                                    **params, xQ=xQ, z=z, h=h, sigma_prime=sigma_prime)
-
-
-def _static_query_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, xQ, h, sigma_prime = _checked_dy_and_cache(
-        dy, cache, "static_query_mlp_forward", "X", "Q", "K", "V", "xQ", "h", "sigma_prime")
-    dz = dY @ V.T                                 # (N, m)   dh
-    dz *= sigma_prime                             # dz = dh sigma'(z), over dh
-    dxQ = dz @ K                                  # (N, d)
-    return {"x": (dxQ @ Q.T).reshape(cache["x_shape"]), "Q": X.T @ dxQ, "K": dz.T @ xQ,
-            "V": h.T @ dY}
-
-
-def _rank1_bilinear_forward_fast(x, Q, K, V, act="identity"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a, b = X @ params["Q"].T, X @ params["K"].T   # (N, m) each
-    s = a * b                                     # (N, m)
-    h, sigma_prime = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("rank1_bilinear_forward", h @ params["V"], x, act, X=X,
-                                    **params, a=a, b=b, s=s, h=h, sigma_prime=sigma_prime)
-
-
-def _project_both_back(X, Q, K, da, db):
-    # Gradients of a = x Q^T and b = x K^T: dx = da Q + db K, dQ = da^T X, dK = db^T X.
-    dX = da @ Q                                   # (N, d)
-    dX += db @ K
-    return dX, da.T @ X, db.T @ X
-
-
-def _rank1_bilinear_backward_fast(dy, cache):
-    dY, X, Q, K, V, a, b, h, sigma_prime = _checked_dy_and_cache(
-        dy, cache, "rank1_bilinear_forward", "X", "Q", "K", "V", "a", "b", "h", "sigma_prime")
-    ds = dY @ V.T                                 # (N, m)
-    ds *= sigma_prime                             # ds = dh sigma'(s), over dh
-    da = ds * b
-    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(ds, a, out=ds))   # db over ds
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-def _bilinear_forward_fast(x, A, V, act="identity"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"A": A, "V": V}, {"A": "m d d", "V": "m d_out"})
-    (N, d), m = X.shape, params["A"].shape[0]
-    A_flat = params["A"].reshape(m, d * d)        # (m, d^2)
-    s = np.empty((N, m), X.dtype)                 # (N, m)
-    # A deliberate loop over token blocks of about N m outer-product numbers each: never
-    # all N d^2 at once (at N = 4096, d = 64 they would outweigh everything else).
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        s[rows] = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d) @ A_flat.T
-    h, sigma_prime = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("bilinear_forward", h @ params["V"], x, act, X=X, **params, s=s,
-                                    h=h, sigma_prime=sigma_prime)
-
-
-def _bilinear_backward_fast(dy, cache):
-    dY, X, A, V, h, sigma_prime = _checked_dy_and_cache(dy, cache, "bilinear_forward",
-                                                        "X", "A", "V", "h", "sigma_prime")
-    (N, d), m = X.shape, A.shape[0]
-    ds = dY @ V.T                                 # (N, m)
-    ds *= sigma_prime
-    # Rows i of every dA_j, sum_n ds_nj x_ni x_n: a deliberate loop over blocks of rows i,
-    # each one matrix product over all tokens (no partial sums over token blocks).
-    dA = np.empty_like(A)                         # (m, d, d)
-    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
-        xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)
-        dA[:, i, :] = (ds.T @ xx_i).reshape(m, -1, d)
-    # dx_n = x_n M_n, M_n = sum_j ds_nj (A_j + A_j^T): token blocks as in the forward.
-    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)
-    dX = np.empty_like(X)                         # (N, d)
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)
-        dX[rows] = np.matmul(X[rows, None, :], M)[:, 0, :]
-    return {"x": dX.reshape(cache["x_shape"]), "A": dA, "V": h.T @ dY}
-
-
-def _as_columns(W):
-    # W (m, d, r) as a (d, r m) matrix, column rho m + j = W[j, :, rho]: all projections of
-    # x are one BLAS product, unit index j fastest.
-    m, d, r = W.shape
-    return W.transpose(1, 2, 0).reshape(d, r * m)
-
-
-def _columns_as_units(P, m, r):
-    # An (N, r m) array as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]: j fastest in
-    # memory, so sums over rho run along rows of length m (several times faster than r).
-    return P.reshape(-1, r, m).transpose(0, 2, 1)
-
-
-def _column_grads(X, W_cols, dP):
-    # For P = _columns_as_units(X W_cols) and dP (N, m, r) laid out like it:
-    # dx = dP W_cols^T, and X^T dP rearranged to dW of shape (m, d, r).
-    N, m, r = dP.shape
-    dP_flat = dP.transpose(0, 2, 1).reshape(N, r * m)          # the (N, r m) array behind dP
-    dW = (X.T @ dP_flat).reshape(-1, r, m).transpose(2, 0, 1)  # (m, d, r)
-    return dP_flat @ W_cols.T, np.ascontiguousarray(dW)
-
-
-def _new_units(N, m, r, dtype):
-    # A new (N, m, r) array laid out like _columns_as_units's views.
-    return _columns_as_units(np.empty((N, r * m), dtype), m, r)
-
-
-def _rank_r_projections_fast(x, Q, K, V, act):
-    # The projections of both rank-r forms: (act, x, X, params, Q_cols, K_cols, a, b).
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK_R_AXES)
-    m, d, r = params["Q"].shape
-    Q_cols, K_cols = _as_columns(params["Q"]), _as_columns(params["K"])  # (d, r m)
-    a = _columns_as_units(X @ Q_cols, m, r)       # (N, m, r)
-    b = _columns_as_units(X @ K_cols, m, r)       # (N, m, r)
-    return act, x, X, params, Q_cols, K_cols, a, b
-
-
-def _rank_r_bilinear_forward_fast(x, Q, K, V, act="identity"):
-    act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
-    s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)   one pass, no (N, m, r) temporary
-    h, sigma_prime = _value_and_slope_blocked(act, s)
-    return _output_and_frozen_cache("rank_r_bilinear_forward", h @ params["V"], x, act, X=X,
-                                    **params,
-                                    Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, s=s, h=h,
-                                    sigma_prime=sigma_prime)
-
-
-def _rank_r_bilinear_backward_fast(dy, cache):
-    dY, X, V, a, b, h, sigma_prime, Q_cols, K_cols = _checked_dy_and_cache(
-        dy, cache, "rank_r_bilinear_forward", "X", "V", "a", "b", "h", "sigma_prime", "Q_cols",
-        "K_cols")
-    ds = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    ds *= sigma_prime[:, :, None]
-    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(ds, b, out=_new_units(*b.shape, b.dtype))
-    dX, dQ = _column_grads(X, Q_cols, da)
-    dX_k, dK = _column_grads(X, K_cols, np.multiply(ds, a, out=da))   # db, over da
-    dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-def _gated_mlp_forward_fast(x, Q, K, V, act="silu"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    a, b = X @ params["Q"].T, X @ params["K"].T   # (N, m) each
-    sigma_a, h, b_sigma_prime_a = _gate_blocked(act, a, b)  # sigma(a), sigma(a) b, b sigma'(a)
-    return _output_and_frozen_cache("gated_mlp_forward", h @ params["V"], x, act, X=X, **params,
-                                    a=a, b=b, sigma_a=sigma_a, h=h, b_sigma_prime_a=b_sigma_prime_a)
-
-
-def _gated_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, sigma_a, h, b_sigma_prime_a = _checked_dy_and_cache(
-        dy, cache, "gated_mlp_forward", "X", "Q", "K", "V", "sigma_a", "h", "b_sigma_prime_a")
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * b_sigma_prime_a                     # dh b sigma'(a)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a, out=dh))
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-def _double_gated_mlp_forward_fast(x, Q, K, V, act="silu"):
-    act = get_activation(act)
-    x, X, params = _checked_copies(x, {"Q": Q, "K": K, "V": V}, _RANK1_AXES)
-    m = params["Q"].shape[0]
-    ab = X @ np.concatenate([params["Q"], params["K"]]).T  # (N, 2m)  [a | b]: one product
-    h = np.empty((ab.shape[0], m), ab.dtype)      # (N, m)   sigma(a) sigma(b)
-    h_slopes = np.empty_like(ab)                  # (N, 2m)  [sigma'(a)sigma(b) | sigma(a)sigma'(b)]
-    # A deliberate loop over token blocks: sigma and sigma' of a block are multiplied
-    # while still in the CPU cache, and never stored whole.
-    for rows in _blocks(ab.shape[0], 2 * m, _CACHE_BLOCK):
-        sig, sig_prime = _value_and_slope_blocked(act, ab[rows])
-        np.multiply(sig[:, :m], sig[:, m:], out=h[rows])
-        np.multiply(sig_prime[:, :m], sig[:, m:], out=h_slopes[rows, :m])
-        np.multiply(sig[:, :m], sig_prime[:, m:], out=h_slopes[rows, m:])
-    return _output_and_frozen_cache("double_gated_mlp_forward", h @ params["V"], x, act, X=X,
-                                    **params, a=ab[:, :m], b=ab[:, m:], h=h,
-                                    sigma_prime_a_sigma_b=h_slopes[:, :m],
-                                    sigma_a_sigma_prime_b=h_slopes[:, m:])
-
-
-def _double_gated_mlp_backward_fast(dy, cache):
-    dY, X, Q, K, V, h, sigma_prime_a_sigma_b, sigma_a_sigma_prime_b = _checked_dy_and_cache(
-        dy, cache, "double_gated_mlp_forward", "X", "Q", "K", "V", "h", "sigma_prime_a_sigma_b",
-        "sigma_a_sigma_prime_b")
-    dh = dY @ V.T                                 # (N, m)
-    da = dh * sigma_prime_a_sigma_b               # dh sigma'(a) sigma(b)
-    dX, dQ, dK = _project_both_back(X, Q, K, da, np.multiply(dh, sigma_a_sigma_prime_b, out=dh))
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-def _gated_rank_r_forward_fast(x, Q, K, V, act="silu"):
-    act, x, X, params, Q_cols, K_cols, a, b = _rank_r_projections_fast(x, Q, K, V, act)
-    sigma_a, b_sigma_prime_a = _value_and_slope_blocked(act, a)
-    h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)   one pass
-    b_sigma_prime_a *= b                          # b sigma'(a)
-    return _output_and_frozen_cache("gated_rank_r_forward", h @ params["V"], x, act, X=X, **params,
-                                    Q_cols=Q_cols, K_cols=K_cols, a=a, b=b, sigma_a=sigma_a,
-                                    h=h, b_sigma_prime_a=b_sigma_prime_a)
-
-
-def _gated_rank_r_backward_fast(dy, cache):
-    dY, X, V, sigma_a, h, b_sigma_prime_a, Q_cols, K_cols = _checked_dy_and_cache(
-        dy, cache, "gated_rank_r_forward", "X", "V", "sigma_a", "h", "b_sigma_prime_a", "Q_cols",
-        "K_cols")
-    dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)
-    # da and db take turns in one (N, m, r) buffer: one large new array instead of two.
-    da = np.multiply(dh, b_sigma_prime_a, out=_new_units(*sigma_a.shape, sigma_a.dtype))
-    dX, dQ = _column_grads(X, Q_cols, da)
-    dX_k, dK = _column_grads(X, K_cols, np.multiply(dh, sigma_a, out=da))   # db, over da
-    dX += dX_k
-    return {"x": dX.reshape(cache["x_shape"]), "Q": dQ, "K": dK, "V": h.T @ dY}
-
-
-# ----- The registry: every formulation, run by its fast pair ----------------------
-@dataclass(frozen=True)
-class Formulation:
-    """One formulation: its equation, the forward/backward pair that FORMULATIONS runs,
-    its parameters, and what the symmetry code needs to know.
-
-    Attributes: name (key in FORMULATIONS); equation (text); forward: (x, **params, act)
-    -> (y, cache); backward: (dy, cache) -> {"x": dx, name: d(name)}; param_names, e.g.
-    ("Q", "K", "V"); shapes: (d, m, d_out, r) -> name -> shape; cost: multiply-adds per token
-    of the forward pass (text); init_scales: (d, m, r) -> name -> standard deviation for init;
-    family: "key-value" (sigma(x K^T) V), "static-query" (sigma(x Q K^T) V),
-    "full-bilinear" (A_j), "symmetric" (sigma of a query times a key), "gated" (sigma on
-    the query factor only), "double-gated" (sigma on both), or "" (another form: the
-    symmetry code does not know it); sigma_args: the cache keys that hold sigma's
-    arguments (gradcheck keeps them away from a kink; none: not checked).
-    Source: Breslow (arXiv 2606.22172), the formulations; derivations.md, section 2.
-    """
-
-    name: str
-    equation: str
-    forward: Callable
-    backward: Callable
-    param_names: tuple
-    shapes: Callable = field(repr=False)
-    cost: str
-    init_scales: Callable = field(repr=False)
-    family: str = ""
-    sigma_args: tuple = ()
-
-    def param_shapes(self, d, m, d_out=None, r=1):
-        """Return {name: shape} for width d, m units, output width d_out (default d), rank r.
-
-        Raises ValueError if a size is not a positive integer.
-        """
-        d_out = d if d_out is None else d_out
-        _check_positive(d=d, m=m, d_out=d_out, r=r)
-        return self.shapes(int(d), int(m), int(d_out), int(r))
-
-    def n_params(self, d, m, d_out=None, r=1):
-        """Number of parameters for these sizes (see param_shapes)."""
-        return sum(math.prod(s) for s in self.param_shapes(d, m, d_out, r).values())
-
-    def init(self, rng, d, m, d_out=None, r=1, dtype=np.float64):
-        """Fresh, independent Gaussian parameters, scaled so that for x ~ N(0, I) the
-        pre-activations and the output are O(1).
-
-        Args: rng, an np.random.Generator; d, m, d_out, r: sizes; dtype: float32 or float64.
-        Returns: dict name -> array of param_shapes(...)[name] in `dtype`; no two share memory.
-        Raises: ValueError for a non-positive size; TypeError for another dtype or rng.
-        """
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng: expected np.random.Generator, got {type(rng).__name__}")
-        if np.dtype(dtype) not in FLOAT_DTYPES:
-            raise TypeError(f"dtype: expected float32 or float64, got {np.dtype(dtype)}")
-        shapes = self.param_shapes(d, m, d_out, r)
-        scales = self.init_scales(d, m, r)
-        return {n: (scales[n] * rng.standard_normal(s)).astype(dtype) for n, s in shapes.items()}
-
-
-def _shapes_from(axes):
-    # (d, m, d_out, r) -> {name: shape}, for axes such as {"K": "m d", "V": "m d_out"}.
-    return lambda d, m, d_out, r: {name: tuple({"d": d, "m": m, "d_out": d_out, "r": r}[s]
-                                               for s in names.split())
-                                   for name, names in axes.items()}
-
-
-def _rank1_scales(d, m, r):                        # x.q_j, x.k_j ~ N(0, 1) for x ~ N(0, I)
-    return {"Q": d ** -0.5, "K": d ** -0.5, "V": m ** -0.5}
-
-
-# Standard deviations: a product of two N(0, 1) projections is O(1); a sum of r products
-# is scaled down by r^(1/4) per factor; values by 1/sqrt(m).
-FORMULATIONS: dict[str, Formulation] = {f.name: f for f in [
-    Formulation("mlp", "y = sigma(x K^T) V", _mlp_forward_fast, _mlp_backward_fast, ("K", "V"),
-                _shapes_from({"K": "m d", "V": "m d_out"}), "m d + m d_out",
-                lambda d, m, r: {"K": d ** -0.5, "V": m ** -0.5}, "key-value", ("z",)),
-    Formulation("static_query_mlp", "y = sigma(x Q K^T) V", _static_query_mlp_forward_fast,
-                _static_query_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_STATIC_QUERY_AXES),
-                "d^2 + m d + m d_out",
-                _rank1_scales, "static-query", ("z",)),
-    Formulation("bilinear", "y = sum_j sigma(x A_j x^T) v_j", _bilinear_forward_fast,
-                _bilinear_backward_fast, ("A", "V"), _shapes_from({"A": "m d d", "V": "m d_out"}),
-                "m d^2 + d^2 + m d_out",
-                lambda d, m, r: {"A": 1.0 / d, "V": m ** -0.5}, "full-bilinear", ("s",)),
-    Formulation("rank_r_bilinear", "y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j",
-                _rank_r_bilinear_forward_fast, _rank_r_bilinear_backward_fast, ("Q", "K", "V"),
-                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
-                lambda d, m, r: {"Q": d ** -0.5 * r ** -0.25, "K": d ** -0.5 * r ** -0.25,
-                                 "V": m ** -0.5}, "symmetric", ("s",)),
-    Formulation("rank1_bilinear", "y = sigma((x Q^T) * (x K^T)) V",
-                _rank1_bilinear_forward_fast, _rank1_bilinear_backward_fast, ("Q", "K", "V"),
-                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "symmetric",
-                ("s",)),
-    Formulation("gated_mlp", "y = (sigma(x Q^T) * (x K^T)) V", _gated_mlp_forward_fast,
-                _gated_mlp_backward_fast, ("Q", "K", "V"), _shapes_from(_RANK1_AXES),
-                "2 m d + m + m d_out", _rank1_scales,
-                "gated", ("a",)),
-    Formulation("double_gated_mlp", "y = (sigma(x Q^T) * sigma(x K^T)) V",
-                _double_gated_mlp_forward_fast, _double_gated_mlp_backward_fast, ("Q", "K", "V"),
-                _shapes_from(_RANK1_AXES), "2 m d + m + m d_out", _rank1_scales, "double-gated",
-                ("a", "b")),
-    Formulation("gated_rank_r", "y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j",
-                _gated_rank_r_forward_fast, _gated_rank_r_backward_fast, ("Q", "K", "V"),
-                _shapes_from(_RANK_R_AXES), "2 m d r + m r + m d_out",
-                lambda d, m, r: {"Q": d ** -0.5, "K": (d * r) ** -0.5, "V": m ** -0.5},
-                "gated", ("a",)),
-]}
-
-# The GLU family (Shazeer, arXiv 2002.05202) as (formulation, activation).
-GLU_VARIANTS: dict[str, tuple[str, str]] = {
-    "GLU": ("gated_mlp", "sigmoid"), "Bilinear": ("gated_mlp", "identity"),
-    "ReGLU": ("gated_mlp", "relu"), "GEGLU": ("gated_mlp", "gelu"), "SwiGLU": ("gated_mlp", "silu")}
-
-
-def get_formulation(name: str) -> Formulation:
-    """The registry entry of a formulation.
-
-    Args: name: a key of FORMULATIONS (str), or a Formulation, returned as it is (an
-        experiment's own variant, such as the rank-1 form with a constant input coordinate
-        of experiments/ablation.py).
-    Returns: the Formulation (its forward, backward, parameter shapes, family).
-    Raises: ValueError for an unknown name (the message lists the valid names); TypeError if
-        name is neither a str nor a Formulation.
-    Source: this module's registry; derivations.md, section 1 (the formulations).
-    """
-    if isinstance(name, Formulation):
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"formulation: expected a name in FORMULATIONS, got {type(name).__name__}")
-    if name not in FORMULATIONS:
-        raise ValueError(f"unknown formulation {name!r}; expected one of {sorted(FORMULATIONS)}")
-    return FORMULATIONS[name]
-
-
-# =============================================================================
-# 7. Plumbing: input checks, cache freezing, cache checks
+# 6. Plumbing: input checks, cache freezing, cache checks
 # =============================================================================
 # The rules are stated once, in the module docstring; every error names the tensor, the
 # expected and what came.
@@ -2137,7 +1900,7 @@ def _real(name, value):
     # A real number (Python or NumPy scalar) as a Python float: an array here would broadcast,
     # and a NumPy float64 scalar would promote float32 arrays to float64 under NumPy 2's
     # rules (NEP 50), where a Python float takes the array's dtype. Every public function
-    # that takes a number (eps, lr, betas, h, tol, ...) passes it through here first.
+    # that takes a number (eps, lr, betas, step, tol, ...) passes it through here first.
     if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     return float(value)
@@ -2196,31 +1959,50 @@ def _check_sizes(x, params, axes):
         raise ValueError(f"{', '.join(names)}: expected sizes d, m, d_out, r >= 1, got {empty}")
 
 
-def _checked_copies(x, params, axes):
-    # Check x and the parameters (float, one dtype, shapes by _check_sizes); return x as an
-    # array, X = a private copy of x as (N, d) rows, and private copies of the parameters.
+def _checked_inputs(x, act, axes, **params):
+    # A forward's entry (section 2): the Activation for act; x and the parameters checked
+    # (float, one dtype, shapes by _check_sizes against axes, e.g. {"K": "m d", ...}).
+    # Returns act, then private copies of x and of each parameter, in the order given: the
+    # pair computes with them and caches them, so later edits of the caller's arrays change
+    # nothing, and freezing the cache freezes none of the caller's arrays.
+    act = get_activation(act)
     x = _as_float("x", x)
     params = {name: _as_float(name, value) for name, value in params.items()}
     _check_sizes(x, params, axes)
     for name, value in params.items():
         if value.dtype != x.dtype:
             raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {value.dtype}")
-    X = x.reshape(-1, x.shape[-1]).copy()
-    return x, X, {name: value.copy() for name, value in params.items()}
+    return x.copy(), act, *(value.copy() for value in params.values())
 
 
-def _output_and_frozen_cache(forward, y, x, act, **cache):
-    # y (N, d_out) as (..., d_out); the cache, read-only (an edit by hand is refused), plus
-    # what every backward checks: which forward made it, x's shape, d_out, dtype, act.
-    d_out = y.shape[1]
-    for value in cache.values():
+def _frozen_cache(forward, act, **tensors):
+    # A forward's cache: {"forward": its name, "act": act, name: tensor, ...}, every tensor
+    # made read-only (an edit by hand is refused; the gradients stay those of the forward).
+    for value in tensors.values():
         value.flags.writeable = False
-    return y.reshape(x.shape[:-1] + (d_out,)), cache | {
-        "forward": forward, "x_shape": x.shape, "d_out": d_out, "dtype": x.dtype, "act": act}
+    return {"forward": forward, "act": act, **tensors}
+
+
+def _checked_dy(dy, cache, forward):
+    # A backward's entry (section 2): the cache is a dict from `forward` (another forward's is
+    # refused, named), and dy has the shape (..., d_out) and dtype of that forward's y, read
+    # off the cache's x and V. Returns dy as (N, d_out) rows.
+    if not isinstance(cache, dict):
+        raise TypeError(f"cache: expected the dict returned by {forward}, "
+                        f"got {type(cache).__name__}")
+    if "forward" not in cache:
+        raise ValueError(f"cache: expected the cache returned by {forward}, got a dict "
+                         "without the key 'forward'")
+    if cache["forward"] != forward:
+        raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
+    x, d_out = cache["x"], cache["V"].shape[1]
+    dy = _check_grad("dy", dy, x.shape[:-1] + (d_out,), "(..., d_out)", x.dtype)
+    return dy.reshape(-1, d_out)
 
 
 def _checked_cache(cache, forward, *keys):
-    # cache[key] for each key, once it is clear that `forward` made the cache.
+    # Section 5's caches (and experiments/model.py's): cache[key] for each key, once it is
+    # clear that `forward` made the cache.
     if not isinstance(cache, dict):
         raise TypeError(f"cache: expected the dict returned by {forward}, "
                         f"got {type(cache).__name__}")
@@ -2232,17 +2014,8 @@ def _checked_cache(cache, forward, *keys):
     return [cache[key] for key in keys]
 
 
-def _checked_dy_and_cache(dy, cache, forward, *keys):
-    # Check the cache (see _checked_cache) and dy against it (y's shape and dtype); return
-    # dy as (N, d_out) rows, then cache[key] for each key.
-    x_shape, d_out, dtype, *values = _checked_cache(cache, forward, "x_shape", "d_out", "dtype",
-                                                    *keys)
-    dy = _check_grad("dy", dy, x_shape[:-1] + (d_out,), "(..., d_out)", dtype)
-    return [dy.reshape(-1, d_out), *values]
-
-
 # =============================================================================
-# 8. The command line
+# 7. The command line
 # =============================================================================
 def main(argv=None):
     """Run `python bilinear_numpy.py [verify | figures | train | bench | inspect]` with argv

@@ -11,7 +11,12 @@ benchmark's full sizes, so that a slow moment of the machine hits both:
         rank1_bilinear:identity:float32 double_gated_mlp:sigmoid:float64 --pairs 9
 
 It prints, per cell, the median time of each version and the median and range of new / old
-over the pairs. Run from the repository's root (the current version is imported from there).
+over the pairs, and each version's median time over the cell's GEMM floor (bench.FLOOR, timed
+in the same alternation). `--clock cpu` times with the process's CPU time instead of the wall
+clock: on a machine whose other work keeps the cores busy (load well above the core count),
+wall times measure the scheduler more than the code, and CPU time of one BLAS thread does not
+(cache and memory bandwidth are still shared). Run from the repository's root (the current
+version is imported from there).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments.bench import FULL, load_average
+from experiments.bench import FULL, _products, _sizes, floor_operands, load_average
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def load_module(path, name="old_bilinear_numpy"):
@@ -43,29 +50,33 @@ def load_module(path, name="old_bilinear_numpy"):
     return module
 
 
-def forward_backward_seconds(module, name, act, x, params, dy):
+def forward_backward_seconds(module, name, act, x, params, dy, clock=time.perf_counter):
     """Wall time of one forward + backward pass through module.FORMULATIONS[name].
 
     Args: module: a version of bilinear_numpy; name, act: formulation and activation names;
-        x (N, d), params (the formulation's shapes), dy (N, d_out): one float dtype.
-    Returns: float, seconds (time.perf_counter).
+        x (N, d), params (the formulation's shapes), dy (N, d_out): one float dtype;
+        clock: a function of no argument giving seconds (a value of CLOCKS).
+    Returns: float, seconds of that clock.
     Raises: what the module's forward or backward raises for bad input.
     Source: the same pass that bench.measure times.
     """
     form = module.FORMULATIONS[name]
-    start = time.perf_counter()
+    start = clock()
     form.backward(dy, form.forward(x, **params, act=act)[1])
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None):
+def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None, clock="wall"):
     """Time `old` and this bilinear_numpy in alternation, `pairs` times, after one warm-up each.
 
     Args: old: a module with FORMULATIONS (load_module); name, act: a formulation and an
         activation both versions know; dtype: "float32" or "float64"; pairs: int >= 1;
-        sizes (d, m, r) and tokens: the benchmark's full sizes unless given.
-    Returns: dict with old_ms, new_ms (medians), ratios (sorted new / old of each pair) and
-        equal (whether the two versions gave the same y, bit for bit).
+        sizes (d, m, r) and tokens: the benchmark's full sizes unless given; clock: "wall"
+        or "cpu" (CLOCKS).
+    Returns: dict with old_ms, new_ms, floor_ms (medians; floor: the formulation's GEMM
+        floor of bench.FLOOR, timed in the same alternation), ratios (sorted new / old of
+        each pair), old_floor and new_floor (median time / floor of each version) and equal
+        (whether the two versions gave the same y, bit for bit).
     Raises: KeyError for a formulation without full sizes (and no `sizes`); what either
         version raises for an unknown activation.
     Source: docs/speed.md, "Back to back" (why alternation: run-to-run noise).
@@ -78,14 +89,29 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None):
     dy = rng.standard_normal((tokens, d)).astype(dtype)
     y_old = old.FORMULATIONS[name].forward(x, **params, act=act)[0]
     y_new = bn.FORMULATIONS[name].forward(x, **params, act=act)[0]
+    floor_fwd, floor_bwd = floor_operands(name, _sizes(d, m, r, tokens), dtype, rng)
+    tick = CLOCKS[clock]
+
+    def floor_seconds():
+        start = tick()
+        _products(floor_fwd + floor_bwd)
+        return tick() - start
+
     for module in (old, bn):                      # warm-up: first-touch costs out of the way
-        forward_backward_seconds(module, name, act, x, params, dy)
-    old_s, new_s = [], []
-    for _ in range(pairs):
-        old_s.append(forward_backward_seconds(old, name, act, x, params, dy))
-        new_s.append(forward_backward_seconds(bn, name, act, x, params, dy))
+        forward_backward_seconds(module, name, act, x, params, dy, tick)
+    floor_seconds()
+    old_s, new_s, floor_s = [], [], []
+    for i in range(pairs):
+        # Old first in even pairs, new first in odd ones: what one run leaves behind (freed
+        # memory kept by the allocator, or returned to the system) then favours neither.
+        for module, times in ((old, old_s), (bn, new_s))[::1 if i % 2 == 0 else -1]:
+            times.append(forward_backward_seconds(module, name, act, x, params, dy, tick))
+        floor_s.append(floor_seconds())
+    floor = statistics.median(floor_s)
     return {"old_ms": 1e3 * statistics.median(old_s), "new_ms": 1e3 * statistics.median(new_s),
-            "ratios": sorted(n / o for n, o in zip(new_s, old_s)),
+            "floor_ms": 1e3 * floor, "ratios": sorted(n / o for n, o in zip(new_s, old_s)),
+            "old_floor": statistics.median(old_s) / floor,
+            "new_floor": statistics.median(new_s) / floor,
             "equal": bool(np.array_equal(y_old, y_new))}
 
 
@@ -98,6 +124,8 @@ def main(argv=None):
     parser.add_argument("cells", nargs="+", help="formulation:activation:dtype")
     parser.add_argument("--pairs", type=cli.integer_at_least(1), default=9,
                         help="timed pairs per cell, an integer >= 1")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time (default) or the process's CPU time")
     args = parser.parse_args(argv)
     for cell in args.cells:                   # every cell checked before the first is timed
         parts = cell.split(":")
@@ -110,14 +138,16 @@ def main(argv=None):
         parser.error(f"old: expected the path of a bilinear_numpy.py, got {args.old!r}")
     old = load_module(args.old)
     print(f"old: {args.old}; new: {bn.__file__}; N = {FULL['tokens']}; pairs: {args.pairs}; "
-          f"load average {load_average():.2f}")
+          f"clock: {args.clock}; load average {load_average():.2f}")
     for cell in args.cells:
         name, act, dtype = cell.split(":")
-        res = compare(old, name, act, dtype, args.pairs)
+        res = compare(old, name, act, dtype, args.pairs, clock=args.clock)
         ratios = res["ratios"]
         print(f"{name:<17} {act:<10} {dtype:<8} old {res['old_ms']:7.1f} ms  new "
               f"{res['new_ms']:7.1f} ms  new/old median {statistics.median(ratios):.3f} "
-              f"(pairs {ratios[0]:.3f} to {ratios[-1]:.3f}); same y: {res['equal']}", flush=True)
+              f"(pairs {ratios[0]:.3f} to {ratios[-1]:.3f}); / floor {res['floor_ms']:.1f} ms: "
+              f"old {res['old_floor']:.2f}, new {res['new_floor']:.2f}; same y: {res['equal']}; "
+              f"load {load_average():.1f}", flush=True)
     return 0
 
 

@@ -1,9 +1,10 @@
 """bilinear_numpy.py reads as a textbook: the math first, speed and plumbing after it.
 
 What a student reading top to bottom must find: the first formulation within 300 lines, each
-plain pair short and written as derivations.md writes it (no `out=`, no loop, no speed code),
-the sections in the reading order, a module short enough for one sitting, and citations that
-mean something outside this repository.
+pair short and written as derivations.md writes it (the equation's names, its checks at its two
+ends, a loop only with its reason), every name defined before it is used, the sections in the
+reading order, a module short enough for one sitting, and citations that mean something
+outside this repository.
 """
 import ast
 import re
@@ -30,9 +31,9 @@ def _code_lines(node):
 
 
 def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
-    # 2,159 lines before issue 22 added the law theory, AdamW's weight decay and the relu token
-    # rule (+100); the fast copies' removal (issue 20) takes about 230 lines away again.
-    assert len(SOURCE.splitlines()) < 2260
+    # 2,159 lines before the law theory, AdamW's weight decay and the relu token rule came
+    # (+100); the fast copies' removal took about 230 away (2,258 -> 2,031).
+    assert len(SOURCE.splitlines()) < 2100
     first = min(FUNCTIONS[f"{name}_forward"].lineno for name in bn.FORMULATIONS)
     assert first <= 300, first
 
@@ -40,25 +41,69 @@ def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
 def test_sections_come_in_the_reading_order():
     headers = re.findall(r"^# (\d)\. (\w+)", SOURCE, re.M)
     assert [title for _, title in headers] == ["Activations", "Formulations", "Gradient", "The",
-                                               "Training", "Fast", "Plumbing", "The"]
-    assert [int(n) for n, _ in headers] == list(range(1, 9))
+                                               "Training", "Plumbing", "The"]
+    assert [int(n) for n, _ in headers] == list(range(1, 8))
+
+
+def _section_lines():
+    # {section number: (first line, last line)} of the module, 1-based.
+    starts = [(int(m.group(1)), SOURCE[:m.start()].count("\n") + 1)
+              for m in re.finditer(r"^# (\d)\. ", SOURCE, re.M)]
+    ends = [line - 2 for _, line in starts[1:]] + [len(SOURCE.splitlines())]
+    return {n: (start, end) for (n, start), end in zip(starts, ends)}
 
 
 @pytest.mark.parametrize("name", list(bn.FORMULATIONS))
-def test_each_plain_pair_is_short_plain_and_before_the_fast_paths(name):
-    fast_section = SOURCE.splitlines().index("# 6. Fast paths: the same pairs, written for speed") + 1
+def test_each_pair_is_short_written_as_the_equations_and_checked_at_its_ends(name):
+    sections = _section_lines()
     forward, backward = FUNCTIONS[f"{name}_forward"], FUNCTIONS[f"{name}_backward"]
-    assert len(_code_lines(forward)) + len(_code_lines(backward)) <= 30
+    assert len(_code_lines(forward)) + len(_code_lines(backward)) <= 36
+    lines = SOURCE.splitlines()
     for node in (forward, backward):
-        assert node.end_lineno < fast_section
+        assert sections[2][0] < node.lineno and node.end_lineno < sections[3][0]
         for inner in ast.walk(node):
-            assert not isinstance(inner, (ast.For, ast.While, ast.comprehension)), node.name
-            if isinstance(inner, ast.Call):
-                assert all(k.arg != "out" for k in inner.keywords), node.name
-                callee = inner.func.attr if isinstance(inner.func, ast.Attribute) else getattr(
-                    inner.func, "id", "")
-                assert not callee.endswith(("_fast", "_blocked")), (node.name, callee)
-    assert bn.FORMULATIONS[name].forward is not getattr(bn, f"{name}_forward")   # fast runs
+            if isinstance(inner, (ast.For, ast.While)):      # a loop says why, above it
+                above = " ".join(lines[inner.lineno - 5:inner.lineno])
+                assert "loop" in above or "blocks" in above, (node.name, inner.lineno)
+            if isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Name):
+                assert inner.value.id != "params", node.name         # K, not params["K"]
+    # The boundary: the checks at the entry, the frozen cache at the exit, nowhere between.
+    forward_code, backward_code = _code_lines(forward)[1:], _code_lines(backward)[1:]  # no def
+    assert "= _checked_inputs(x, act, " in forward_code[0]
+    assert f'cache = _frozen_cache("{name}_forward", act, x=x, ' in " ".join(forward_code)
+    assert backward_code[0].strip().startswith(f'dY = _checked_dy(dy, cache, "{name}_forward")')
+    assert backward_code[1].strip().startswith("x, ") and 'cache["x"]' in backward_code[1]
+    for node, code in ((forward, forward_code[1:]), (backward, backward_code[1:])):
+        assert not any("_check" in line for line in code), node.name
+
+
+def test_what_gradcheck_and_the_claims_use_is_defined_before_them():
+    # Reading top to bottom, no section uses a name that a later section defines, but the
+    # plumbing of section 6, which section 2's header introduces.
+    sections = _section_lines()
+    defined = {}
+    for node in TREE.body:
+        targets = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                   [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)] +
+                   ([node.target.id] if isinstance(node, ast.AnnAssign) else []))
+        for target in targets:
+            defined.setdefault(target, node.lineno)
+    plumbing = {n for n, line in defined.items() if line >= sections[6][0]}
+
+    def section_of(line):
+        return max([0] + [n for n, (start, _) in sections.items() if start <= line])
+
+    late = []
+    for node in TREE.body:
+        if not sections[1][0] <= node.lineno < sections[6][0]:
+            continue
+        for inner in ast.walk(node):
+            if (isinstance(inner, ast.Name) and inner.id in defined and inner.id not in plumbing
+                    and section_of(defined[inner.id]) > section_of(node.lineno)):
+                late.append((getattr(node, "name", node.lineno), inner.id))
+    assert late == []
+    assert defined["Formulation"] < FUNCTIONS["gradcheck"].lineno
+    assert defined["FORMULATIONS"] < FUNCTIONS["gradcheck"].lineno < sections[4][0]
 
 
 def test_no_reference_to_files_or_issues_outside_the_repository():
