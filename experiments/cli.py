@@ -112,13 +112,12 @@ def conservation_law_report(seed=0, out=print):
     Returns: int, the number of cells that disagree (0 when all agree).
     Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, sections 4.9, 5.10.
     """
-    from experiments import conservation_laws     # NumPy and the module only
-    rows = conservation_laws.conservation_law_table(seed)
+    rows = bn.conservation_law_table(seed)
     acts = list(bn.ACTIVATIONS)
     out("\n6. Flat directions / conservation laws of gradient flow, measured (laws: n_params - dim of")
     out("   the Lie algebra of the loss gradients; '!' = disagrees; derivations.md, 5.10)")
     out(f"   {'formulation':<17}{'(d,m,d_out,r)':>14}" + "".join(f"{a:>10}" for a in acts))
-    for size in conservation_laws.LAW_SIZES:
+    for size in bn.LAW_SIZES:
         for formulation in bn.FORMULATIONS:
             cells = {r["activation"]: r for r in rows
                      if r["formulation"] == formulation and r["sizes"] == tuple(size)}

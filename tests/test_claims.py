@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import conservation_laws as cl
 from experiments.hessian import hessian_at_minimum
 
 SEEDS = [0, 1, 2]
@@ -259,14 +258,14 @@ def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
     assert np.all(size[:zeros] < 1e-9 * size[-1]) and size[zeros] > 1e-6 * size[-1]
 
 
-@pytest.mark.parametrize("sizes", cl.LAW_SIZES)       # (d, m, d_out, r): a rank-2 unit, a layer of 2
+@pytest.mark.parametrize("sizes", bn.LAW_SIZES)       # (d, m, d_out, r): a rank-2 unit, a layer of 2
 def test_conservation_law_count_equals_theory(sizes):
     # 5.10: every formulation x activation, at two sizes: the laws counted from the Lie
     # algebra of the loss gradients (the module's backward passes and their differences)
     # equal conservation_law_count_expected, with a clear gap between zero and not.
     for formulation in bn.FORMULATIONS:
         for act in bn.ACTIVATIONS:
-            result = cl.lie_algebra_dimensions(formulation, act, *sizes)
+            result = bn.lie_algebra_dimensions(formulation, act, *sizes)
             expected = bn.conservation_law_count_expected(formulation, act, *sizes)
             assert result["laws"] == expected, (formulation, act, sizes, result)
             assert result["largest_zero"] < 1e-9 and result["smallest_nonzero"] > 1e-4
@@ -284,7 +283,7 @@ def test_laws_and_flat_directions_counted_apart():
              (("rank_r_bilinear", "silu", 5, 1, 3, 2), 6, 4), (("mlp", "identity", 5, 2, 3, 2), 4, 3)]
     for args, flat, laws in cases:
         assert bn.symmetry_dimension(*args) == bn.symmetry_dimension_expected(*args) == flat, args
-        assert cl.conservation_law_count(*args) == bn.conservation_law_count_expected(*args) == laws
+        assert bn.conservation_law_count(*args) == bn.conservation_law_count_expected(*args) == laws
 
 
 def test_conservation_law_count_refuses_where_no_count_is_derived():
@@ -302,7 +301,7 @@ def test_lie_algebra_dimensions_refuses_an_ambiguous_rank():
     nearly = bn.Activation("nearly_linear", lambda z: z + 1e-6 * z * z,
                            lambda z: 1 + 2e-6 * z, linear=False, positively_homogeneous=False)
     with pytest.raises(RuntimeError, match="neither clearly zero nor not"):
-        cl.lie_algebra_dimensions("mlp", nearly, d=3, m=2, d_out=2)
+        bn.lie_algebra_dimensions("mlp", nearly, d=3, m=2, d_out=2)
 
 
 def test_relu_units_always_on_act_as_the_identity_and_mix():
@@ -322,8 +321,8 @@ def test_relu_units_always_on_act_as_the_identity_and_mix():
 
 
 def test_conservation_law_table_agrees_with_theory():
-    rows = cl.conservation_law_table()
-    assert len(rows) == len(cl.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
+    rows = bn.conservation_law_table()
+    assert len(rows) == len(bn.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
     assert [r for r in rows if not r["holds"]] == []
     assert any(r["laws"] < r["flat"] for r in rows) and any(r["laws"] == r["flat"] > 0 for r in rows)
 

@@ -32,8 +32,9 @@ def _code_lines(node):
 
 def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
     # 2,159 lines before the law theory, AdamW's weight decay and the relu token rule came
-    # (+100); the fast copies' removal took about 230 away (2,258 -> 2,031).
-    assert len(SOURCE.splitlines()) < 2100
+    # (+100); the fast copies' removal took about 230 away (2,258 -> 2,031); the measured
+    # count of conservation laws (derivations 5.10) moved in beside symmetry_dimension (+211).
+    assert len(SOURCE.splitlines()) < 2260
     first = min(FUNCTIONS[f"{name}_forward"].lineno for name in bn.FORMULATIONS)
     assert first <= 300, first
 
