@@ -212,8 +212,10 @@ def get_activation(act: str | Activation) -> Activation:
 # benchmark and gradcheck alike. Its checks sit at its two ends, nowhere in between (the
 # helpers are in section 6):
 # - a forward starts with `x, act, Q, K, V = _checked_inputs(x, act, AXES, Q=Q, K=K, V=V)`:
-#   act looked up, shapes checked against AXES (a wrong tensor is named), one float dtype, and
-#   private copies (nothing the caller holds is kept or modified); X is x as (N, d) rows;
+#   act looked up (an Activation: act.f is sigma, act.df is sigma'), the shapes of x and the
+#   parameters checked against AXES and each other (x's last axis is d; a wrong tensor is
+#   named), one float dtype for all (a mix is refused, never cast), and private copies
+#   (nothing the caller holds is kept or modified); the next line makes X, x as (N, d) rows;
 # - it ends with `_frozen_cache("NAME_forward", act, x=x, Q=Q, ...)`: the cache is those
 #   tensors, every one read-only, with the name of the forward and act, and nothing else;
 # - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
@@ -226,7 +228,8 @@ def get_activation(act: str | Activation) -> Activation:
 # one matrix product (_as_columns). A step marked * writes in place (`*=`, `out=`) into an
 # array the pair has just made and reads no more: one new (N, m) array fewer, and at these
 # sizes a new one costs its memory pages anew (glibc returns arrays above 32 MiB to the
-# system). The numbers are those of the plain expression.
+# system). Each such step multiplies in the order its comment writes, so the numbers are
+# those of that plain expression (tests/test_one_pair.py checks it bit for bit).
 
 _ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of outer products
@@ -500,18 +503,19 @@ def rank1_bilinear_backward(dy, cache):
 
 
 # ----- (6) gated MLP: the GLU family -----------------------------------------
+# Shapes as the rank-1 unit's (_RANK1_AXES, above): Q, K (m, d), V (m, d_out).
 def gated_mlp_forward(x, Q, K, V, act="silu"):
     """Gated MLP (GLU family): y = (sigma(x Q^T) * (x K^T)) V  (* elementwise).
 
     The rank-1 bilinear form with sigma moved onto the query factor. sigmoid: GLU;
     identity: Bilinear; relu: ReGLU; gelu: GEGLU; silu: SwiGLU. In common code Q is the
-    gate projection (w1, gate_proj), K the up projection (w3, up_proj), V the down
-    projection (w2, down_proj).
+    gate projection (w1, gate_proj.weight), K the up projection (w3, up_proj.weight), V the
+    down projection transposed (down_proj.weight is (d_out, m): V = down_proj.weight^T).
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
         V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, sigma_a, sigma_prime_a, h
-        (each (N, m))}.
+    Returns: y (..., d_out); cache, a dict with the keys forward (the name) and act, the
+        private copies x, Q, K, V, and a, b, sigma_a, sigma_prime_a, h (each (N, m)).
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
@@ -537,7 +541,7 @@ def gated_mlp_backward(dy, cache):
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
     da = b * sigma_prime_a                        # (N, m)       b sigma'(a)
-    da *= dh                                      # (N, m)       da = dh b sigma'(a): R3, then R2 *
+    da *= dh                                      # (N, m)       da = (b sigma'(a)) dh: R3, R2 *
     db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       db = dh sigma(a): R3, over dh *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
