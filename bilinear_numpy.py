@@ -514,8 +514,8 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 
     Args: x (..., d); Q (m, d), the gate rows q_j; K (m, d), the linear rows k_j;
         V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache, a dict with the keys forward (the name) and act, the
-        private copies x, Q, K, V, and a, b, sigma_a, sigma_prime_a, h (each (N, m)).
+    Returns: y (..., d_out); cache {forward (the name), act, x, Q, K, V (private copies), a,
+        b, sigma_a, sigma_prime_a, h (these five (N, m))}.
     Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); Dauphin et al.
         2017; derivations.md, section 2.6.
     """
