@@ -493,8 +493,10 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert len(csv_rows(partial)) >= 1 and not (tmp_path / "results" / "text.csv").exists()
 
 
-def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, small_tasks):
+def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, monkeypatch, small_tasks):
     from experiments import outputs
+    for name in ("learning_curves", "reconstruction_grid"):    # the locks, not the pictures
+        monkeypatch.setattr(train_figures, name, lambda *args: args[-1])
     with outputs.one_run_at_a_time(tmp_path, "train-text") as lock:
         assert lock.exists()
         assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 2
