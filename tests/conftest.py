@@ -14,8 +14,7 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 @pytest.fixture(scope="session")
 def verify_report():
     """`verify`'s report, measured once in this process for every test that reads it
-    (test_cli.py, test_figures.py): (the number of disagreements it returned, its lines).
-    A real process runs it too: the main job in test_console.py, under an ASCII console."""
+    (test_cli.py, test_figures.py): (the number of disagreements it returned, its lines)."""
     from experiments import cli
     lines = []
     failures = cli.verification_report(out=lines.append)

@@ -96,8 +96,9 @@ def small_tasks(monkeypatch):
 def test_main_job_runs_and_agrees(verify_report, monkeypatch):
     # `verify` is the first part of the no-argument run (which then trains for about 30 s:
     # see test_training.py::test_default_run_is_verify_then_both_quick_experiments). Its
-    # report, measured once in this process (conftest.py); a real process runs it in the
-    # main job under an ASCII console (test_console.py), and with a bad value below.
+    # report, measured once in this process (conftest.py). Real processes run verify with a
+    # bad value (below) and its report in the main job under an ASCII console (test_console.py,
+    # where the two slowest counts give their theory's value: that test is about printing).
     failures, lines = verify_report
     out = "\n".join(lines)
     assert failures == 0, out

@@ -49,11 +49,27 @@ def csv_rows(path):
         return list(csv.DictReader(f))
 
 
+# verify's report, all of it printed, with its two slowest measurements (section 5's Jacobian
+# ranks, section 6's Lie algebras: 2.5 s of a fresh process) giving their theory's count: what
+# a console does to the report lies in its printing. They are measured in the tests' own process
+# (conftest.py's verify_report, test_claims.py).
+COUNTS_FROM_THEORY = """
+import bilinear_numpy as bn
+
+def _theory(expected):
+    return lambda formulation, act, *sizes, seed=0, **named: expected(formulation, act, *sizes,
+                                                                     **named)
+
+bn.symmetry_dimension = _theory(bn.symmetry_dimension_expected)
+bn.conservation_law_count = _theory(bn.conservation_law_count_expected)
+"""
+
+
 def test_main_job_and_train_under_an_ascii_console(tmp_path):
     # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
     # in their --quick form, here one variant, one seed, two steps of the small tasks),
     # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
-    code = SMALL_TASKS + (
+    code = SMALL_TASKS + COUNTS_FROM_THEORY + (
         'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
         '                        "steps": {"text": 2, "image": 2}}\n'
         "import sys, bilinear_numpy\n"
