@@ -111,6 +111,14 @@ def test_main_job_runs_and_agrees(verify_report, monkeypatch):
     assert bn.main(["verify"]) == cli.EXIT_OK == 0
 
 
+def theory_of(expected):
+    """A measurement that gives its theory's value: symmetry_dimension and
+    conservation_law_count (with any seed) as symmetry_dimension_expected and
+    conservation_law_count_expected."""
+    return lambda formulation, act, *sizes, seed=0, **named: expected(formulation, act, *sizes,
+                                                                     **named)
+
+
 def test_report_counts_disagreements(monkeypatch):
     # Make theory wrong on purpose: the report must count it, and main must exit with the
     # status of a disagreement, which no other ending shares (a traceback exits 1).
@@ -126,8 +134,15 @@ def test_report_counts_disagreements(monkeypatch):
 
     monkeypatch.setattr(bn, "symmetry_expected", wrong_theory)
     monkeypatch.setattr(cli, "verification_report", report)
+    # Sections 5 and 6 (the slowest) count as they measure; here they give their theory.
+    monkeypatch.setattr(bn, "symmetry_dimension", theory_of(bn.symmetry_dimension_expected))
+    monkeypatch.setattr(bn, "conservation_law_count",
+                        theory_of(bn.conservation_law_count_expected))
     assert bn.main(["verify"]) == cli.EXIT_DISAGREES == 3
-    assert len(counted) == 1 and counted[0] > 0
+    # Every permutation cell of the symmetry table now disagrees, once each.
+    cells = sum(original(f, a, "permutation") is not None
+                for f in bn.FORMULATIONS for a in bn.ACTIVATIONS)
+    assert cells > 0 and counted == [cells]
 
 
 def test_exit_statuses_are_distinct_and_documented():
