@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, inspect_model, train
+from experiments import ablation, inspect_model, train, train_figures
 from safetensors_files import write_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,10 +116,24 @@ class SmallImageTask(train.ImageTask):
         super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
 
 
+def placeholder_pictures(monkeypatch, module, names, path_at=-1):
+    """Each drawing function of `names` writes a placeholder where its PNG goes (its argument
+    number path_at), when it is called: the tests below are about when the files are written,
+    not about the pictures (drawn in test_training.py, test_ablation.py, test_inspect.py)."""
+    def placeholder(*args):
+        Path(args[path_at]).write_bytes(b"placeholder")
+        return args[path_at]
+
+    for name in names:
+        monkeypatch.setattr(module, name, placeholder)
+
+
 def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
     # Library use, where nothing replaces unprintable characters: printing the table fails,
     # but the CSV files and figures were written before it.
     monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
+    placeholder_pictures(monkeypatch, train_figures,
+                         ["learning_curves", "reconstruction_grid", "ablation_grid"])
     quiet = {"log": raise_on_non_ascii, "progress_stream": io.StringIO()}
     with pytest.raises(UnicodeEncodeError):
         train.run_task("image", mode="quick", seeds=1, steps=2, variants=["SwiGLU"],
@@ -133,7 +147,8 @@ def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
     assert (tmp_path / "ablation" / "figures" / "ablation_grid.png").is_file()
 
 
-def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path):
+def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
+    placeholder_pictures(monkeypatch, inspect_model, ["draw_figure"], path_at=0)
     rng = np.random.default_rng(0)
     p = "model.layers.0."
     weights = {p + "mlp.gate_proj.weight": rng.standard_normal((3, 4)),
