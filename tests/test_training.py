@@ -297,10 +297,11 @@ def test_image_data(image_task):
 
 # ----- reproducibility and end-to-end -----------------------------------------------------
 
-def test_same_seed_same_numbers(image_task):
-    a = train.train_run(image_task, "SwiGLU", 3, 6, n_evals=2)
-    b = train.train_run(image_task, "SwiGLU", 3, 6, n_evals=2)
-    c = train.train_run(image_task, "SwiGLU", 4, 6, n_evals=2)
+def test_same_seed_same_numbers():
+    task = train.ImageTask(stride=8)            # 75 x 64 pixels: the same code, a quarter of the work
+    a = train.train_run(task, "SwiGLU", 3, 6, n_evals=2)
+    b = train.train_run(task, "SwiGLU", 3, 6, n_evals=2)
+    c = train.train_run(task, "SwiGLU", 4, 6, n_evals=2)
     assert a["row"] == b["row"]
     assert np.array_equal(a["curve"][1], b["curve"][1])
     assert all(np.array_equal(a["params"][k], b["params"][k]) for k in a["params"])
