@@ -65,11 +65,27 @@ bn.conservation_law_count = _theory(bn.conservation_law_count_expected)
 """
 
 
+# The training commands' pictures: a placeholder file where each PNG goes (the drawing
+# functions' last argument), written when it would be drawn. A console prints no picture;
+# the pictures are drawn and checked in test_training.py and test_ablation.py.
+PLACEHOLDER_PICTURES = """
+from pathlib import Path
+from experiments import train_figures
+
+def _placeholder(*args):
+    Path(args[-1]).write_bytes(b"placeholder")
+    return args[-1]
+
+for _name in ("learning_curves", "reconstruction_grid", "ablation_grid"):
+    setattr(train_figures, _name, _placeholder)
+"""
+
+
 def test_main_job_and_train_under_an_ascii_console(tmp_path):
     # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
     # in their --quick form, here one variant, one seed, two steps of the small tasks),
     # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
-    code = SMALL_TASKS + COUNTS_FROM_THEORY + (
+    code = SMALL_TASKS + COUNTS_FROM_THEORY + PLACEHOLDER_PICTURES + (
         'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
         '                        "steps": {"text": 2, "image": 2}}\n'
         "import sys, bilinear_numpy\n"
