@@ -982,6 +982,24 @@ def read_a_checkpoint(c):
 CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 
+# What a reason must be about: one of these words (or signs) of the change it explains.
+# This is all a checker can honestly read in a sentence: that it is on the subject, not
+# that its reasoning is right (the KEEPS rows measure that).
+WHY_WORDS = {"exchange": ("swap", "exchang", "q and k", "a and b", "↔"),
+             "inverse_scaling_pos": ("scal", "α", "alpha", "homogeneous"),
+             "inverse_scaling_neg": ("negative", "α < 0", "alpha < 0", "sign", "linear"),
+             "key_value_rescaling": ("k_j", "v_j", "key", "value", "scal"),
+             "permutation": ("unit", "order", "permut", "sum"),
+             "parity": ("-x", "−x", "sign", "odd", "even", "parity")}
+
+
+def why_ok(why, symmetry):
+    """WHY[symmetry]: 8 words or more, a word of its change, no other key's sentence."""
+    text = str(why[symmetry])
+    return (len(text.split()) >= 8 and any(w in text.lower() for w in WHY_WORDS[symmetry])
+            and [str(s).strip() for s in why.values()].count(text.strip()) == 1)
+
+
 def transformed(Q, K, V, symmetry, alpha):
     """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
     col = alpha[:, None]                                   # (m, 1): scales whole rows
@@ -1086,17 +1104,22 @@ def design_a_variant(c):
             c.holds(f"bn.gradcheck: d{tensor}", "backward", "rel error <= 1e-7",
                     lambda t=tensor: gradcheck_error(t), lambda e: e <= 1e-7,
                     "your backward disagrees with finite differences of your forward")
+        agrees = {}
         for symmetry in CAPSTONE_SYMMETRIES:
             def claim_and_measure(symmetry=symmetry):
                 claim = c.answer("KEEPS")[symmetry]
-                return claim, capstone_deviation(student, act(), symmetry)
+                dev = capstone_deviation(student, act(), symmetry)
+                agrees[symmetry] = isinstance(claim, (bool, np.bool_)) and claim == (dev <= CLAIM_TOL)
+                return f"{claim}, dev {dev:.1e}"             # both, whole, in the got column
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
-                    claim_and_measure,
-                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= CLAIM_TOL),
+                    claim_and_measure, lambda _, s=symmetry: agrees[s],
                     "your claim (a bool) and the measured deviation disagree (kept when the "
                     "deviation is at most 1e-10)")
-            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
-                    lambda s=symmetry: len(str(c.answer("WHY")[s]).split()), lambda n: n >= 8)
+            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "8+ words, names the change",
+                    lambda s=symmetry: c.answer("WHY")[s],
+                    lambda _, s=symmetry: why_ok(c.answer("WHY"), s),
+                    f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
+                    f" ...), not the sentence of another key")
         variants = {"your variant": lambda: short_training(
                         student, lambda *args: c.call("backward", *args), act()),
                     "SwiGLU": lambda: named_training("gated_mlp"),

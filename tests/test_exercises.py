@@ -585,6 +585,23 @@ def test_the_capstone_refuses_a_module_unit_with_q_and_k_relabelled(tmp_path):
 
 
 @needs_solutions
+def test_the_capstone_shows_each_deviation_whole_and_reads_each_why_for_its_subject(tmp_path):
+    # A reason on no subject, or one sentence for every key, is WRONG; the got column
+    # shows the claim and the deviation with its exponent.
+    off = '\nWHY = {k: "This sentence of nine words says nothing at all." for k in WHY}\n'
+    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, off))
+    why = [row for row in result.rows if row.check.startswith("WHY[")]
+    assert len(why) == 6 and all(row.verdict == "WRONG" for row in why), rows_of(result)
+    keeps = [row.got for row in result.rows if row.check.startswith("KEEPS[")]
+    assert len(keeps) == 6 and all(re.fullmatch(r"(True|False), dev \d\.\de[+-]\d\d", g)
+                                   for g in keeps), keeps
+    same = f"\nWHY = dict(WHY, parity=WHY['exchange'])\n"
+    rows = checker.check_file(19, COURSE[18], solved(tmp_path, 19, same)).rows
+    assert {r.check for r in rows if r.verdict != "ok"} == {"WHY[exchange]: a reason",
+                                                            "WHY[parity]: a reason"}
+
+
+@needs_solutions
 def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tmp_path):
     # The table's check column is 48 wide: a longer name would push its row out of line.
     for number, exercise in NUMBERED:
