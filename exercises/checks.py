@@ -523,18 +523,22 @@ def fd_truth(forward, inputs, dy):
                                         value, dy) for name, value in inputs.items()}
 
 
-def gradient_rows(c, fn, args, truth):
+def gradient_rows(c, fn, args, truth, slips=()):
     """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
     computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
-    (checker.gradient_diagnosis reads which of them fail together)."""
+    (checker.gradient_diagnosis reads which of them fail together); slips: [((point, slip),
+    the gradients that slip gives)], recognised in a wrong gradient (see slip_truths)."""
     for name, expected in truth.items():
+        mistakes = {key: wrong[name] for key, wrong in slips
+                    if bn.rel_error(wrong[name], expected) > 1e-8}
         def got(name=name):
             grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
                 raise KeyError(f"expected a dict with the key {name!r}; got "
                                f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7)
+        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7,
+                mistakes=mistakes)
 
 
 # ----- Units of one's own: exercises 9, 14, 15 -------------------------------------------
@@ -576,8 +580,8 @@ def unit_text(v):
     return f"y = ({g} ⊙ {u}) V" + (" + f" if "bias" in v else "")
 
 
-def own_unit(x, p, v):
-    """The forward of the variant v (see unit_text) with parameters p."""
+def unit_inputs(x, p, v):
+    """What the variant v applies its two activations to: (a, b), each (N, m)."""
     gate, other = (p["Q"], p["K"]) if v["gate"] == "Q" else (p["K"], p["Q"])
     a, b = x @ gate.T, x @ other.T                                    # (N, m) each
     if "c" in p:
@@ -585,9 +589,43 @@ def own_unit(x, p, v):
     if "beta" in p:
         scale = (lambda z: p["beta"] * z) if v["beta_as"] == "times" else (lambda z: z / p["beta"])
         a, b = (scale(a), b) if v["beta_on"] == "gate" else (a, scale(b))
-    g = sigma(v["sigma"], a) ** v["power"]
+    return a, b
+
+
+def own_unit(x, p, v, acts=None):
+    """The forward of the variant v (see unit_text) with parameters p; acts: the two
+    activations {"sigma": f, "branch": f} in place of the variant's (see slipped)."""
+    acts = acts or {k: functools.partial(sigma, v[k]) for k in ("sigma", "branch")}
+    a, b = unit_inputs(x, p, v)
+    g = acts["sigma"](a) ** v["power"]
     g = g + p["c"] if v.get("bias") == "outside" else g
-    return (g * sigma(v["branch"], b)) @ p["V"] + p.get("f", 0.0)
+    return (g * acts["branch"](b)) @ p["V"] + p.get("f", 0.0)
+
+
+def slipped(act, z0):
+    """The slip σ for σ′, as a forward: near z0, the line through σ(z0) of slope σ(z0).
+    Its values at z0 are σ's, its slope is σ itself, so the finite differences of a
+    forward that uses it are the gradients of a backward pass that took σ for σ′."""
+    s0 = sigma(act, z0)
+    return lambda z: s0 + s0 * (z - z0)
+
+
+def slip_truths(forward, inputs, dy, z0s, names):
+    """[((point, slip), gradients)]: fd_truth of `forward(acts, **inputs)` with one
+    activation at a time (of names {key: σ's name}, applied at z0s[key]) slipped."""
+    found = []
+    for key, act in names.items():
+        if act == "identity":
+            continue
+        acts = {k: functools.partial(sigma, n) for k, n in names.items()} | \
+            {key: slipped(act, z0s[key])}
+        where = "the gate's activation" if key == "sigma" else "the other factor's activation"
+        found.append(((f"look at the step back through {where}: what multiplies the "
+                       f"gradient there",
+                       f"the step back through {act} ({where}) multiplies by the value "
+                       f"of {act} itself where the chain rule needs its slope"),
+                      fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)))
+    return found
 
 
 def unit_problem(c, extra=()):
@@ -609,7 +647,10 @@ def unit_rows(c, v, forward, backward, extra=()):
     c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
             lambda: c.call(forward, x, *p.values(), v))
     truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
-    gradient_rows(c, backward, (dy, x, *p.values(), v), truth)
+    a, b = unit_inputs(x, p, v)
+    slips = slip_truths(lambda acts, x, **kw: own_unit(x, kw, v, acts), {"x": x} | p, dy,
+                        {"sigma": a, "branch": b}, {k: v[k] for k in ("sigma", "branch")})
+    gradient_rows(c, backward, (dy, x, *p.values(), v), truth, slips)
     return x, p, dy, truth
 
 
@@ -668,10 +709,14 @@ def backprop_rank_r(c):
     c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
 
-    def forward(x, Q, K, V):
-        return sigma(v["sigma"], rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    def forward(acts, x, Q, K, V):
+        return acts["sigma"](rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    names = {"sigma": v["sigma"]}
     gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
-                  fd_truth(forward, {"x": x} | p, dy))
+                  fd_truth(lambda **kw: forward({"sigma": functools.partial(sigma, v["sigma"])},
+                                                **kw), {"x": x} | p, dy),
+                  slip_truths(forward, {"x": x} | p, dy,
+                              {"sigma": rank_r_scores_of(x, p["Q"], p["K"], v)}, names))
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------

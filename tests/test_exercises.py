@@ -430,7 +430,7 @@ def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, name
 # Three slips planted in the solution of exercise 9: the gradients they break, and what the
 # one rule (checker.gradient_diagnosis) must say about them.
 SLIPS = {
-    "σ for σ′ in the gate": ("sigma.df(a)", "sigma.f(a)", "look at the step that leads to"),
+    "σ for σ′ in the gate": ("sigma.df(a)", "sigma.f(a)", "the step back through the gate's"),
     "dV without the sum over tokens": ("dV = (g * u).T @ dy", "dV = np.einsum('nm,nd->nmd', g * u, dy)",
                                        "only dV is wrong"),
     "dx with one branch": ('"x": da @ G + db @ L', '"x": da @ G', "only dx is wrong"),
@@ -455,6 +455,27 @@ def test_a_backprop_slip_is_pointed_at_then_named_without_the_fix(slip, tmp_path
     if "sum over tokens" in slip:
         row = next(r for r in result.rows if r.check.startswith("dV"))
         assert "one value per token" in row.message
+
+
+@needs_solutions
+@pytest.mark.parametrize("number, old, seed", [(9, "tau.df(b)", 1), (9, "sigma.df(a)", 4),
+                                               (10, "sigma.df(s)", 2), (14, "sigma.df(a)", 5),
+                                               (15, "tau.df(b)", 6)])
+def test_the_slip_sigma_for_its_slope_is_named_in_words_in_every_variant(number, old, seed,
+                                                                          tmp_path):
+    # Level 2 names the slip (σ's value where its slope belongs) with the variant's own
+    # activation, measured as a wrong value (checks.slipped), with no call and no fix.
+    text = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    assert old in text
+    (tmp_path / name(number)).write_text(text.replace(old, old.replace(".df(", ".f(")),
+                                         encoding="utf-8")
+    result = checker.check_file(number, COURSE[number - 1], tmp_path / name(number), seed=seed)
+    v = checker.own_variant(COURSE[number - 1], number, seed)
+    act = v["branch" if old.startswith("tau") else "sigma"]
+    levels = checker.advice(result)
+    assert levels[0].startswith("look at the step back through"), levels
+    assert f"through {act} (" in levels[1] and "slope" in levels[1], levels
+    assert ".df" not in " ".join(levels) and "σ′" not in levels[1]
 
 
 def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
