@@ -49,7 +49,7 @@ COURSE = [
                                        "symmetry_dimension_expected", "symmetry_dimension_table"),
              checks.diagnose_count_symmetries, variant=checks.variant_17),
     Exercise("adam_and_ties", "Adam, weight decay and tied factors",
-             checks.adam_and_ties, (), checks.diagnose_adam_and_ties),
+             checks.adam_and_ties, (), checks.diagnose_adam_and_ties, variant=checks.variant_18),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
 ]
