@@ -380,7 +380,7 @@ def draws(number, seeds=range(1, 11)):
     return [checker.own_variant(COURSE[number - 1], number, s)["y"] for s in seeds]
 
 
-@pytest.mark.parametrize("number", [6, 7, 9, 10, 11, 12, 13, 14, 15, 17, 18])
+@pytest.mark.parametrize("number", [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18])
 def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
     assert len(set(draws(number))) >= 8, draws(number)             # of ten
     drawn = [checker.own_variant(COURSE[number - 1], number, s) for s in range(300)]
@@ -396,6 +396,8 @@ def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
             assert v["square"] != "none" or v["power"] > 1, v
         elif number == 18:                      # never a pair derivations.md 5.9 works out
             assert (v["optimizer"], v["decay"]) not in checks.STATED, v
+        elif number == 8:                       # never a comparison docs/results.md reads
+            assert (v["keeps"], v["breaks"]) not in checks.STATED_COMPARISONS, v
 
 
 FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
@@ -428,6 +430,28 @@ def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, name
         assert mine.status == "done", rows_of(mine)
     other = checker.check_file(number, COURSE[number - 1], path, seed=seed_b)
     assert other.status == "failing" and other.first_failure.verdict == "WRONG"
+
+
+@needs_solutions
+def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
+    # Seed A's predictions and measurements written in as constants, and its verdicts: A's
+    # rows pass; B's cells (other ones) are not answered.
+    from experiments.ablation import CELLS
+    a, b = (checker.own_variant(COURSE[7], 8, s) for s in (1, 2))
+    assert set(map(tuple, a["cells"])) != set(map(tuple, b["cells"])) and a["breaks"] != b["breaks"]
+    truths = {tuple(cell): checks.cell_truth(*cell) for cell in a["cells"]}
+    mine = (CELLS[a["keeps"]][:2], CELLS[a["breaks"]][:2])
+    fixed = (f"\n_T = {truths!r}\n_effect = effect\n"
+             "def predict_cell(f, a):\n    return _T[(f, a)]\nmeasured_cell = predict_cell\n"
+             "_rows = list(__import__('csv').DictReader(RESULTS.read_text('utf-8').splitlines()))\n"
+             f"_V = _effect(_rows, *{mine!r})\n"
+             f"def effect(rows, keeps, breaks):\n    return _V if (keeps, breaks) == {mine!r} "
+             "else _effect(rows, keeps, breaks)\n")
+    path = solved(tmp_path, 8, fixed)
+    assert checker.check_file(8, COURSE[7], path, seed=1).status == "done"
+    other = checker.check_file(8, COURSE[7], path, seed=2)
+    assert other.status == "failing" and {r.verdict for r in other.rows} - {"ok"}, rows_of(other)
+    assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
 
 
 # ----- What a failing row tells the student ------------------------------------------------
