@@ -958,14 +958,35 @@ def diagnose_read_a_checkpoint(rows):
     return [found] if found and "read_f32_tensor" not in failing else []
 
 
+DECAY_FORMS = ("gated_mlp", "rank1_bilinear", "double_gated_mlp")
+PAIRS = {"qk": "inverse_scaling_pos", "kv": "key_value_rescaling"}  # pair: its rescaling
+
+
+def variant_16(rng):
+    v = {"file": int(rng.integers(1, 10 ** 6)), "form": "gated_mlp", "act": "silu"}
+    while (v["form"], v["act"]) == ("gated_mlp", "silu"):      # SwiGLU: derivations.md 9.2
+        v |= {"form": pick(rng, DECAY_FORMS),
+              "act": pick(rng, tuple(a for a in bn.ACTIVATIONS if a != "identity"))}
+    return v | {"y": f"your file: write_tiny_checkpoint(folder, seed={v['file']}); your unit "
+                     f"for the decay question: {v['form']} with {v['act']}"}
+
+
+def balanced_truth(form, act):
+    """The pairs weight decay balances: those whose rescaling (α > 0) leaves the unit's
+    output unchanged, measured by bn.symmetry_deviation."""
+    return {pair for pair, sym in PAIRS.items()
+            if bn.symmetry_deviation(form, act, sym) <= bn.CLAIM_TOL}
+
+
 def read_a_checkpoint(c):
     import shutil
     import tempfile
     from exercises.tiny_checkpoint import (odd_unit, tiny_weights, write_safetensors,
                                            write_tiny_checkpoint)
     folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
+    mine = c.variant()
     try:
-        for file, seed in ((1, 0), (2, 6)):                   # the course's file, and another
+        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):    # your file, and another
             (folder / f"file{file}").mkdir()
             path = write_tiny_checkpoint(folder / f"file{file}", seed)
             weights = tiny_weights(seed)
@@ -1012,6 +1033,10 @@ def read_a_checkpoint(c):
         path = folder / "file1" / "tiny_model.safetensors"
         c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
                 raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
+        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
+            c.predicted(f"unbalanced, file {file}", "unbalanced", odd_unit(seed),
+                        lambda file=file: tuple(c.call(
+                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors")))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
         c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor",
@@ -1034,8 +1059,12 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    c.answer_is("UNBALANCED", odd_unit(0), tuple)
-    c.answer_is("DECAY_BALANCES", "kv")
+    others = [variant_16(c.rng(1, i)) for i in range(3)]
+    for i, u in enumerate([mine] + others, 1):
+        label = ", your unit" if i == 1 else f" {i}: {u['form']}, {u['act']}"
+        c.predicted(f"decay_balances{label}", "decay_balances",
+                    balanced_truth(u["form"], u["act"]),
+                    lambda u=u: set(c.call("decay_balances", u["form"], u["act"])))
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),
             lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",

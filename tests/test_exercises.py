@@ -380,7 +380,7 @@ def draws(number, seeds=range(1, 11)):
     return [checker.own_variant(COURSE[number - 1], number, s)["y"] for s in seeds]
 
 
-@pytest.mark.parametrize("number", [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18])
+@pytest.mark.parametrize("number", [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18])
 def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
     assert len(set(draws(number))) >= 8, draws(number)             # of ten
     drawn = [checker.own_variant(COURSE[number - 1], number, s) for s in range(300)]
@@ -452,6 +452,25 @@ def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
     other = checker.check_file(8, COURSE[7], path, seed=2)
     assert other.status == "failing" and {r.verdict for r in other.rows} - {"ok"}, rows_of(other)
     assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
+
+
+@needs_solutions
+def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tmp_path):
+    from exercises.tiny_checkpoint import odd_unit
+    a = checker.own_variant(COURSE[15], 16, 1)
+    truth = checks.balanced_truth(a["form"], a["act"])
+    b = next(s for s in range(2, 50) for v in [checker.own_variant(COURSE[15], 16, s)]
+             if odd_unit(v["file"]) != odd_unit(a["file"])
+             and checks.balanced_truth(v["form"], v["act"]) != truth)
+    fixed = (f"\ndef unbalanced(path):\n    return {odd_unit(a['file'])!r}\n"
+             f"def decay_balances(formulation, act):\n    return {truth!r}\n")
+    path = solved(tmp_path, 16, fixed)
+    mine = checker.check_file(16, COURSE[15], path, seed=1)
+    assert all(r.verdict == "ok" for r in mine.rows
+               if r.check in ("unbalanced, file 1", "decay_balances, your unit")), rows_of(mine)
+    other = checker.check_file(16, COURSE[15], path, seed=b)
+    assert {r.verdict for r in other.rows if r.check in ("unbalanced, file 1",
+                                                         "decay_balances, your unit")} == {"WRONG"}
 
 
 # ----- What a failing row tells the student ------------------------------------------------
