@@ -70,6 +70,15 @@ def factor_gap(params):
     return np.max(np.abs(params["Q"] - params["K"]))
 
 
+def raised(call, error):
+    """error's name when call() raises it, "no error" when it returns: a row's value."""
+    try:
+        call()
+    except error:
+        return error.__name__
+    return "no error"
+
+
 def unchanged(c, check, topic, arrays, run):
     """Row: run() (a c.call with in_place=True) leaves every array of `arrays` as it was;
     they are put back afterwards, whatever it did."""
@@ -266,24 +275,33 @@ def pair_variant(rng, same_share):
             "y": f"y = Σ_j {shown(phi, 'x·q_j')} {shown(psi, 'x·k_j')} v_j"}
 
 
+def pair_unit(v, x, Q, K, V):
+    """y = Σ_j φ(x·q_j) ψ(x·k_j) v_j, the unit of the variant v."""
+    return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+
+
 def pair_deviation(v, change, seed_rng):
     """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
     x = seed_rng.standard_normal((12, D))
     Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
     V = seed_rng.standard_normal((M, D_OUT))
-    y = lambda Q, K: (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V  # noqa: E731
-    return bn.rel_error(y(Q, K), y(*change(Q, K)))
+    return bn.rel_error(pair_unit(v, x, Q, K, V), pair_unit(v, x, *change(Q, K), V))
+
+
+def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
+                   args=lambda v: (v,), mine=", your unit"):
+    """Rows: the prediction function(*args(v)) for the student's variant and three more of
+    its family (label(v) names them), against truth(v, rng), measured now; convert: the
+    student's answer as the truth is written (e.g. a float)."""
+    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([c.variant()] + others, 1):
+        c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function,
+                    truth(v, c.rng(2, i)), lambda v=v: convert(c.call(function, *args(v))))
 
 
 def pair_rows(c, function, truth, convert=lambda answer: answer):
-    """Rows: function(variant) for the student's unit and three more, against truth(v, rng)
-    (convert: the student's answer as the truth is written, e.g. a float)."""
-    own = c.variant()
-    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([own] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['phi']}, {v['psi']}"
-        c.predicted(f"{function}{label}", function, truth(v, c.rng(2, i)),
-                    lambda v=v: convert(c.call(function, v)))
+    """predicted_rows for a unit of exercises 6, 7, 11 and 12."""
+    predicted_rows(c, function, truth, lambda v: f"{v['phi']}, {v['psi']}", convert)
 
 
 def variant_6(rng):
@@ -323,12 +341,10 @@ def ratio_truth(v, rng):
     x = rng.standard_normal((40, D))                 # 40 tokens: no unit off on all of them
     Q, K = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D)) / np.sqrt(D)
     V = rng.standard_normal((M, D_OUT))
-
-    def y(Q, K):
-        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
     ratios = []
     for _ in range(2):
-        g = fd_truth(y, {"Q": Q, "K": K}, rng.standard_normal((40, D_OUT)))
+        g = fd_truth(lambda Q, K: pair_unit(v, x, Q, K, V), {"Q": Q, "K": K},
+                     rng.standard_normal((40, D_OUT)))
         top, bottom = np.sum(Q * g["Q"], axis=1), np.sum(K * g["K"], axis=1)
         alive = np.abs(bottom) > 1e-6 * np.max(np.abs(bottom))    # a unit off on every token
         ratios.append(top[alive] / bottom[alive])                  # tells nothing: left out
@@ -348,11 +364,8 @@ def tied_truth(v, rng):
     x, T = rng.standard_normal((40, D)), rng.standard_normal((40, D_OUT))
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 4
     p = {"Q": W.copy(), "K": W.copy(), "V": V}
-
-    def y(Q, K, V):
-        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
     for _ in range(10):
-        g = fd_truth(y, p, (y(**p) - T) / len(x))
+        g = fd_truth(lambda **q: pair_unit(v, x, **q), p, (pair_unit(v, x, **p) - T) / len(x))
         step = 0.02 / max(1.0, *(float(np.max(np.abs(a))) for a in g.values()))  # clipped:
         p = {k: p[k] - step * g[k] for k in p}             # one factor for all, ties kept
     assert np.all(np.isfinite(p["Q"])), "checks.py: the run diverged"
@@ -408,15 +421,8 @@ def inverse_scaling(c):
                           np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
-
-    def raises_on_zero():
-        try:
-            c.call("inverse_scale", Q, K, 0.0)
-        except ValueError:
-            return "ValueError"
-        return "no error"
-
-    c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError", raises_on_zero)
+    c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError",
+            lambda: raised(lambda: c.call("inverse_scale", Q, K, 0.0), ValueError))
     alphas = np.array([-2.0, -0.5, 0.5, 1.0, 3.0])
     for name, act in (("gated_mlp", "relu"), ("gated_mlp", "silu"), ("rank1_bilinear", "silu")):
         form = bn.FORMULATIONS[name]
@@ -870,12 +876,8 @@ def higher_rank(c):
                  for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
-    pair = c.variant()
-    others = [variant_13(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([pair] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['form']}, d {v['d']}, k {v['k']}"
-        c.predicted(f"own_rank_for_exact{label}", "own_rank_for_exact",
-                    exact_rank_truth(v, c.rng(2, i)), lambda v=v: c.call("own_rank_for_exact", v))
+    predicted_rows(c, "own_rank_for_exact", exact_rank_truth,
+                   lambda v: f"{v['form']}, d {v['d']}, k {v['k']}")
 
 
 # ----- Backprop III and IV: a unit of one's own with biases, with a temperature ------------
@@ -943,21 +945,6 @@ def read_raw_from_file_start(path, name):
     return np.frombuffer(raw[begin:end], dtype="<f4").reshape(entry["shape"])
 
 
-CHECKPOINT_PATTERNS = {
-    # (which topics fail together) -> (where to look, the idea)
-    frozenset(["load_layer"]): ("the reader is right but the layer is not: look at how each "
-                                "stored projection maps to Q, K and V",
-                                "gate_proj is Q, up_proj is K, and V is the down projection "
-                                "transposed, (d, m) to (m, d)"),
-}
-
-
-def diagnose_read_a_checkpoint(rows):
-    failing = frozenset(row.topic for row in rows if row.verdict in ("WRONG", "ERROR"))
-    found = CHECKPOINT_PATTERNS.get(failing & {"read_f32_tensor", "load_layer"})
-    return [found] if found and "read_f32_tensor" not in failing else []
-
-
 DECAY_FORMS = ("gated_mlp", "rank1_bilinear", "double_gated_mlp")
 PAIRS = {"qk": "inverse_scaling_pos", "kv": "key_value_rescaling"}  # pair: its rescaling
 
@@ -1020,27 +1007,18 @@ def read_a_checkpoint(c):
                     c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[name],
                             lambda path=path, i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
                             mistakes={swapped: {"Q": K, "K": Q}[name]} if name != "V" else None)
-
-        def raises(name, path, expected):
-            def got():
-                try:
-                    c.call("read_f32_tensor", path, name)
-                except expected:
-                    return expected.__name__
-                return "no error"
-            return got
-
         path = folder / "file1" / "tiny_model.safetensors"
         c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
-                raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
+                lambda: raised(lambda: c.call("read_f32_tensor", path,
+                                              "model.layers.9.mlp.up_proj.weight"), KeyError))
         for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
             c.predicted(f"unbalanced, file {file}", "unbalanced", odd_unit(seed),
                         lambda file=file: tuple(c.call(
                             "unbalanced", folder / f"file{file}" / "tiny_model.safetensors")))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
-        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor",
-                "ValueError", raises("b", half, ValueError))
+        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor", "ValueError",
+                lambda: raised(lambda: c.call("read_f32_tensor", half, "b"), ValueError))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     rng = np.random.default_rng(165)
@@ -1059,12 +1037,8 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    others = [variant_16(c.rng(1, i)) for i in range(3)]
-    for i, u in enumerate([mine] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {u['form']}, {u['act']}"
-        c.predicted(f"decay_balances{label}", "decay_balances",
-                    balanced_truth(u["form"], u["act"]),
-                    lambda u=u: set(c.call("decay_balances", u["form"], u["act"])))
+    predicted_rows(c, "decay_balances", lambda u, _: balanced_truth(u["form"], u["act"]),
+                   lambda u: f"{u['form']}, {u['act']}", set, lambda u: (u["form"], u["act"]))
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),
             lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",
@@ -1095,20 +1069,6 @@ def why_ok(why, symmetry):
             and [str(s).strip() for s in why.values()].count(text.strip()) == 1)
 
 
-def transformed(Q, K, V, symmetry, alpha):
-    """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
-    col = alpha[:, None]                                   # (m, 1): scales whole rows
-    if symmetry == "exchange":
-        return K, Q, V
-    if symmetry == "inverse_scaling_pos":
-        return col * Q, K / col, V
-    if symmetry == "inverse_scaling_neg":
-        return -col * Q, K / -col, V
-    if symmetry == "key_value_rescaling":
-        return Q, col * K, V / col
-    return Q[::-1], K[::-1], V[::-1]                       # permutation: reverse the units
-
-
 def capstone_problem(seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((7, 6))
@@ -1122,8 +1082,11 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     y = forward(x, Q, K, V, act)[0]
     if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
         return bn.rel_error(y, forward(-x, Q, K, V, act)[0])
-    return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
-                                   act)[0])
+    alpha = np.geomspace(0.5, 2, 5) * (-1 if symmetry == "inverse_scaling_neg" else 1)
+    # The change of Q, K and V alone, the same for every unit of these three parameters:
+    # bn's, named by a form that has them (your unit's own theory is not consulted).
+    p = bn.transform_params("gated_mlp", {"Q": Q, "K": K, "V": V}, symmetry, alpha)
+    return bn.rel_error(y, forward(x, p["Q"], p["K"], p["V"], act)[0])
 
 
 def short_training(forward, backward, act, steps=300, seed=161):
@@ -1253,23 +1216,27 @@ def jacobian_reference(formulation, act, x, params, order=None, rows="token"):
     return J
 
 
+def fd_jacobian(outputs, params, h, fourth=False):
+    """J (outputs, P) of outputs(params) -> a flat array, by central differences in each
+    entry of the parameters joined in the dict's order (fourth: fourth-order differences)."""
+    names, theta = list(params), np.concatenate([a.ravel() for a in params.values()])
+    splits = np.cumsum([a.size for a in params.values()])[:-1]
+
+    def y(t):
+        parts = dict(zip(names, np.split(t, splits)))
+        return outputs({k: parts[k].reshape(params[k].shape) for k in names})
+    columns = []
+    for e in np.eye(theta.size) * h:
+        d1 = y(theta + e) - y(theta - e)
+        columns.append((8 * d1 - (y(theta + 2 * e) - y(theta - 2 * e))) / (12 * h) if fourth
+                       else d1 / (2 * h))
+    return np.stack(columns, axis=1)
+
+
 def jacobian_by_differences(formulation, act, x, params, h=1e-6):
     """J by central differences of bn's forward pass: independent of every backward."""
     form = bn.FORMULATIONS[formulation]
-    names = list(params)
-    theta = np.concatenate([params[k].ravel() for k in names])
-    splits = np.cumsum([params[k].size for k in names])[:-1]
-
-    def outputs(t):
-        parts = dict(zip(names, np.split(t, splits)))
-        return form.forward(x, **{k: parts[k].reshape(params[k].shape) for k in names},
-                            act=act)[0].ravel()
-    columns = []
-    for i in range(theta.size):
-        e = np.zeros_like(theta)
-        e[i] = h
-        columns.append((outputs(theta + e) - outputs(theta - e)) / (2 * h))
-    return np.stack(columns, axis=1)
+    return fd_jacobian(lambda p: form.forward(x, **p, act=act)[0].ravel(), params, h)
 
 
 def rank_reference(J):
@@ -1358,23 +1325,12 @@ def count_draw(v, rng, n, h):
         p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
     x = rng.standard_normal((20 * n, d))
     x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
-    names, theta = list(p), np.concatenate([a.ravel() for a in p.values()])
-    splits = np.cumsum([a.size for a in p.values()])[:-1]
-
-    def y(t):
-        parts = dict(zip(names, np.split(t, splits)))
-        return count_unit(v, x, {k: parts[k].reshape(p[k].shape) for k in names})[0].ravel()
-    columns = []
-    for i in range(theta.size):
-        e = np.zeros_like(theta)
-        e[i] = h
-        columns.append((8 * (y(theta + e) - y(theta - e)) - (y(theta + 2 * e) - y(theta - 2 * e)))
-                       / (12 * h))
-    rel = np.linalg.svd(np.stack(columns, axis=1), compute_uv=False)
+    J = fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p, h, fourth=True)
+    rel = np.linalg.svd(J, compute_uv=False)
     rel = rel / rel[0]
     if np.any((rel > 1e-10) & (rel < 1e-5)):
         return None
-    return theta.size - int(np.sum(rel > 1e-7))
+    return J.shape[1] - int(np.sum(rel > 1e-7))
 
 
 def diagnose_count_symmetries(rows):
@@ -1443,15 +1399,8 @@ def count_symmetries(c):
                 lambda m=matrix: c.call("numerical_rank", m))
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
     s[3] = 1e-8 * s[0]                                   # a singular value in the gap
-
-    def raises_in_gap():
-        try:
-            c.call("numerical_rank", (U * s) @ Vt)
-        except ValueError:
-            return "ValueError"
-        return "no error"
-
-    c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError", raises_in_gap)
+    c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError",
+            lambda: raised(lambda: c.call("numerical_rank", (U * s) @ Vt), ValueError))
     for label, (name, act, xs, params) in problems.items():
         P = sum(v.size for v in params.values())
         count = P - rank_reference(jacobian_reference(name, act, xs, params))
@@ -1473,13 +1422,8 @@ def count_symmetries(c):
             "|cos| > 1 - 1e-9", alignment, lambda cos: cos > 1 - 1e-9,
             "J times your vector is not near zero: which singular value does your vector "
             "belong to?")
-    own = c.variant()
-    rng = c.rng(1)
-    others = [variant_17(rng) for _ in range(3)]             # three more units of the family
-    for i, v in enumerate([own] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['form']}, {v['phi']}, m {v['m']}"
-        c.predicted(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
-                lambda v=v: c.call("predict_count", v))
+    predicted_rows(c, "predict_count", count_reference,
+                   lambda v: f"{v['form']}, {v['phi']}, m {v['m']}")
 
 
 # ----- Optimizers, weight decay and tied factors: a pair of one's own -----------------------
@@ -1674,14 +1618,9 @@ def adam_and_ties(c):
             mistakes={("look at the norm you record", "max|Q − K| in place of the Frobenius "
                        "norm ‖Q − K‖"): untie_reference(v, x, T, Q, K, V0, 0.05, 300,
                                                          lambda a: np.max(np.abs(a)))})
-    others = [variant_18(c.rng(3, i)) for i in range(3)]
-    for i, pair in enumerate([v] + others, 1):
-        label = ", your pair" if i == 1 else f" {i}: {pair['optimizer']}, {pair['decay']}"
-        f, decay_factor = factor_truths(pair, c.rng(4, i))
-        c.predicted(f"key_lr_factor{label}", "key_lr_factor", f,
-                    lambda pair=pair: c.call("key_lr_factor", pair))
-        c.predicted(f"key_decay_factor{label}", "key_decay_factor", decay_factor,
-                    lambda pair=pair: c.call("key_decay_factor", pair))
+    for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
+        predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
+                       lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")
 
 
 def factor_truths(v, rng):
