@@ -1440,9 +1440,7 @@ TIE_FORMS = {"ReGLU": ("gated_mlp", "relu", "relu(z)²"),        # name: (formul
              "rank-1 gelu_tanh": ("rank1_bilinear", "gelu_tanh", "gelu_tanh(z²)")}
 OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
               "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
-DECAYS = {"L2": ("(λ/2)‖P‖² added to the loss", 0.3),                   # rule, its λ
-          "decoupled": ("P ← P − lr λ P beside the optimizer's step", 0.3),
-          "shrink": ("P ← P − λ P beside the optimizer's step, whatever the rate", 0.02)}
+DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
 STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
 
 
@@ -1451,10 +1449,10 @@ def variant_18(rng):
         v = {"form": pick(rng, tuple(TIE_FORMS)), "optimizer": pick(rng, tuple(OPTIMIZERS)),
              "decay": pick(rng, tuple(DECAYS))}
         if (v["optimizer"], v["decay"]) not in STATED:
-            return v | {"y": f"tied {v['form']}, Q = K = W, beside the one-key MLP "
-                             f"{TIE_FORMS[v['form']][2]} V; {v['optimizer']} at lr "
-                             f"{OPTIMIZERS[v['optimizer']]:g}; decay {v['decay']}: "
-                             f"{DECAYS[v['decay']][0]}, λ = {DECAYS[v['decay']][1]:g}"}
+            return v | {"y": f"tied {v['form']} (Q = K = W) vs the one-key MLP "
+                             f"{TIE_FORMS[v['form']][2]} V; optimizer {v['optimizer']}, lr "
+                             f"{OPTIMIZERS[v['optimizer']]:g}; decay {v['decay']}, λ = "
+                             f"{DECAYS[v['decay']]:g}"}
 
 
 def optimizer_step(optimizer, P, grad, state):
@@ -1479,7 +1477,8 @@ def optimizer_step(optimizer, P, grad, state):
 
 
 def update(v, P, grad, state, lr, lam):
-    """One step of the variant's optimizer and decay rule on one parameter: (P, state)."""
+    """One step of the variant's optimizer and decay rule on one parameter: (P, state).
+    L2: λ P joins the gradient; decoupled: P − lr λ P beside the step; shrink: P − λ P."""
     direction, state = optimizer_step(v["optimizer"], P, grad + (lam * P if v["decay"] == "L2"
                                                                  else 0.0), state)
     beside = {"L2": 0.0, "decoupled": lr * lam, "shrink": lam}[v["decay"]]
@@ -1577,7 +1576,7 @@ def adam_and_ties(c):
     rng = c.rng(1)
     x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
-    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]][1]
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
     P0, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
 
     def three_steps(step):                        # P after each of 3 steps, the state carried
@@ -1628,7 +1627,7 @@ def factor_truths(v, rng):
     whose one-key MLP ends nearest the tied unit after 30 steps."""
     x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
-    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]][1]
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
     tied = {}
     for decay in (0.0, lam):
         end = tied_reference(x, T, W, V, v, 30, decay)
