@@ -493,7 +493,9 @@ def ablation_rows():
 def symmetry_ablation(c):
     from experiments import ablation      # the reference of the paired difference, t_975
     v = c.variant()
-    for name, act in v["cells"]:
+    rest = [cell for cell in CELL_POOL if cell not in v["cells"]]
+    more = [rest[i] for i in c.rng(1).choice(len(rest), 4, replace=False)]   # not your four
+    for name, act in v["cells"] + more:
         c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
                     lambda name=name, act=act: tuple(c.call("predict_cell", name, act)))
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),

@@ -68,7 +68,7 @@ RESULTS = Path(bn.__file__).resolve().parent / "results" / "ablation.csv"
 # `predict_cell(formulation, act)` returns your prediction `(exchange kept, inverse scaling
 # kept for every α > 0)`, a pair of `True` / `False`, for any of the three forms and any
 # activation of `bn.ACTIVATIONS`, **before** you measure: from the conditions above, not from
-# a measurement. Exchange needs `σ(a)·b = σ(b)·a` in the gated form; scaling needs
+# a measurement (the checker asks about your four cells and four more). Exchange needs `σ(a)·b = σ(b)·a` in the gated form; scaling needs
 # `σ(αz) = α·σ(z)` in the gated form and `σ(αz) = c·σ(z)` in the double-gated form. SwiGLU,
 # which the text above already gave, is `("gated_mlp", "silu") → (False, False)`.
 

@@ -435,7 +435,7 @@ def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, name
 @needs_solutions
 def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
     # Seed A's predictions and measurements written in as constants, and its verdicts: A's
-    # rows pass; B's cells (other ones) are not answered.
+    # own rows pass (not the four more cells it is asked to predict); B's are not answered.
     from experiments.ablation import CELLS
     a, b = (checker.own_variant(COURSE[7], 8, s) for s in (1, 2))
     assert set(map(tuple, a["cells"])) != set(map(tuple, b["cells"])) and a["breaks"] != b["breaks"]
@@ -448,7 +448,10 @@ def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
              f"def effect(rows, keeps, breaks):\n    return _V if (keeps, breaks) == {mine!r} "
              "else _effect(rows, keeps, breaks)\n")
     path = solved(tmp_path, 8, fixed)
-    assert checker.check_file(8, COURSE[7], path, seed=1).status == "done"
+    own = [f"{t}, {f}, {act}" for t in ("predict_cell", "measured_cell") for f, act in a["cells"]]
+    mine = checker.check_file(8, COURSE[7], path, seed=1)
+    assert all(r.verdict == "ok" for r in mine.rows if r.check in own + ["effect, ablation.csv"])
+    assert mine.status == "failing"                 # the four more cells it is asked about
     other = checker.check_file(8, COURSE[7], path, seed=2)
     assert other.status == "failing" and {r.verdict for r in other.rows} - {"ok"}, rows_of(other)
     assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
