@@ -1557,16 +1557,6 @@ def closest(candidates, run, target):
     return candidates[int(np.argmin(np.nan_to_num(errors, nan=np.inf)))]
 
 
-def diagnose_adam_and_ties(rows):
-    """[(point, idea)] read from which training runs fail (without decay right, with not)."""
-    verdict = {row.check: row.verdict for row in rows}
-    if verdict.get("train_tied, no decay") == "ok" and verdict.get("train_tied, decay") == "WRONG":
-        return [("the run without decay is right, the one with decay is not: look at your "
-                 "decay rule, and which parameters it reaches",
-                 "the decay's step is not your variant's rule on each of Q, K and V")]
-    return []
-
-
 def untie_reference(v, x, T, Q, K, V, lr, steps, record=np.linalg.norm):
     name, act, _ = TIE_FORMS[v["form"]]
     return gd_reference(name, act, x, T, {"Q": Q, "K": K, "V": V}, lr, steps,

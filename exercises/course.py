@@ -49,8 +49,8 @@ COURSE = [
              checks.count_symmetries, ("symmetry_dimension", "output_jacobian",
                                        "symmetry_dimension_expected", "symmetry_dimension_table"),
              checks.diagnose_count_symmetries, variant=checks.variant_17),
-    Exercise("adam_and_ties", "Adam, weight decay and tied factors",
-             checks.adam_and_ties, (), checks.diagnose_adam_and_ties, variant=checks.variant_18),
+    Exercise("adam_and_ties", "Optimizers, weight decay and tied factors of your own",
+             checks.adam_and_ties, variant=checks.variant_18),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
 ]
