@@ -137,7 +137,7 @@ def unit_balances(Q, K, V):
 # %%
 def unbalanced(path):
     """(layer, unit) of the unit whose balances are unlike the others': two ints."""
-    # TODO: the pair (layer, unit), from the (k, v) balances of both layers
+    # TODO: the pair (layer, unit), from the balances of both layers
     raise NotImplementedError("unbalanced: not written yet (complete its TODO)")
 
 

@@ -158,7 +158,7 @@ def unit_balances(Q, K, V):
 # %%
 def unbalanced(path):
     """(layer, unit) of the unit whose balances are unlike the others': two ints."""
-    # BEGIN SOLUTION: the pair (layer, unit), from the (k, v) balances of both layers
+    # BEGIN SOLUTION: the pair (layer, unit), from the balances of both layers
     b_kv = np.stack([unit_balances(*load_layer(path, i))[1] for i in range(2)])   # (2, m)
     layer, unit = np.unravel_index(np.argmax(np.abs(b_kv)), b_kv.shape)
     return int(layer), int(unit)
