@@ -1218,7 +1218,7 @@ def jacobian_reference(formulation, act, x, params, order=None, rows="token"):
     return J
 
 
-def fd_jacobian(outputs, params, h, fourth=False):
+def fd_jacobian(outputs, params, step, fourth=False):
     """J (outputs, P) of outputs(params) -> a flat array, by central differences in each
     entry of the parameters joined in the dict's order (fourth: fourth-order differences)."""
     names, theta = list(params), np.concatenate([a.ravel() for a in params.values()])
@@ -1228,17 +1228,17 @@ def fd_jacobian(outputs, params, h, fourth=False):
         parts = dict(zip(names, np.split(t, splits)))
         return outputs({k: parts[k].reshape(params[k].shape) for k in names})
     columns = []
-    for e in np.eye(theta.size) * h:
+    for e in np.eye(theta.size) * step:
         d1 = y(theta + e) - y(theta - e)
-        columns.append((8 * d1 - (y(theta + 2 * e) - y(theta - 2 * e))) / (12 * h) if fourth
-                       else d1 / (2 * h))
+        columns.append((8 * d1 - (y(theta + 2 * e) - y(theta - 2 * e))) / (12 * step) if fourth
+                       else d1 / (2 * step))
     return np.stack(columns, axis=1)
 
 
-def jacobian_by_differences(formulation, act, x, params, h=1e-6):
+def jacobian_by_differences(formulation, act, x, params, step=1e-6):
     """J by central differences of bn's forward pass: independent of every backward."""
     form = bn.FORMULATIONS[formulation]
-    return fd_jacobian(lambda p: form.forward(x, **p, act=act)[0].ravel(), params, h)
+    return fd_jacobian(lambda p: form.forward(x, **p, act=act)[0].ravel(), params, step)
 
 
 def rank_reference(J):
@@ -1306,18 +1306,18 @@ def count_unit(v, x, p):
     return phi(z) @ p["V"], z
 
 
-def count_reference(v, rng, n=60, h=1e-3):
+def count_reference(v, rng, n=60, step=1e-3):
     """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
-    kink of φ (so that no difference of step 2h crosses one); a draw whose singular values
+    kink of φ (so that no difference of 2 steps crosses one); a draw whose singular values
     leave the rank unclear is drawn again."""
     for _ in range(10):
-        count = count_draw(v, rng, n, h)
+        count = count_draw(v, rng, n, step)
         if count is not None:
             return count
     raise AssertionError("checks.py: no draw with a clear rank")
 
 
-def count_draw(v, rng, n, h):
+def count_draw(v, rng, n, step):
     m, d = v["m"], v["d"]
     p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d), "K": rng.standard_normal((m, d)) / np.sqrt(d),
          "V": rng.standard_normal((m, v["d_out"]))}
@@ -1327,7 +1327,7 @@ def count_draw(v, rng, n, h):
         p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
     x = rng.standard_normal((20 * n, d))
     x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
-    J = fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p, h, fourth=True)
+    J = fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p, step, fourth=True)
     rel = np.linalg.svd(J, compute_uv=False)
     rel = rel / rel[0]
     if np.any((rel > 1e-10) & (rel < 1e-5)):
