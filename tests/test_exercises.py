@@ -363,6 +363,28 @@ def test_every_stub_runs_to_its_end_as_a_script(tmp_path, capsys):
 
 
 @needs_solutions
+def test_a_wrong_answer_ends_the_try_it_cell_in_one_line_not_a_traceback(tmp_path, capsys):
+    # Every file's Try-it cell, on a function that raises (a wrong answer's error), and the
+    # cold trial's exercise 9 with dV transposed: one line naming the error and `check N`.
+    import runpy
+    for number, path in enumerate(write_stubs(tmp_path), start=1):
+        text = re.sub(r'raise NotImplementedError\(".*"\)',
+                      'raise ValueError("planted: a wrong answer")', path.read_text("utf-8"))
+        path.write_text(text, encoding="utf-8")
+        runpy.run_path(str(path), run_name="__main__")
+        out = capsys.readouterr().out
+        assert "Try it stops here: ValueError: planted: a wrong answer. Run `python -m " \
+               f"exercises check {number}`" in out, (path.name, out)
+    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    assert '"V": dV}' in text
+    (tmp_path / name(9)).write_text(text.replace('"V": dV}', '"V": dV.T}'), encoding="utf-8")
+    runpy.run_path(str(tmp_path / name(9)), run_name="__main__")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("Try it stops here: ValueError: rel_error: expected two arrays"), last
+    assert last.endswith("Run `python -m exercises check 9` to see which step is wrong."), last
+
+
+@needs_solutions
 def test_the_seed_is_set_once_shown_and_draws_the_variant(tmp_path, capsys):
     solved(tmp_path, 9)
     assert main(["--folder", str(tmp_path), "start", "--name", "alice"]) == 0
