@@ -480,14 +480,33 @@ def cell_truth(name, act):
 
 
 def ablation_rows():
-    """A hand-made CSV table (strings, as csv.DictReader gives them): 3 seeds of two variants,
-    in shuffled order, with a third variant and another task that must be ignored."""
+    """A hand-made CSV table (strings, as csv.DictReader gives them, every column of
+    results/ablation.csv): 3 seeds of two variants, in shuffled order, with a third variant
+    and another task that must be ignored."""
+    from experiments import ablation, train
     values = {("rank1_bilinear", "silu"): [2.10, 2.15, 2.08],
               ("gated_mlp", "silu"): [2.12, 2.13, 2.11], ("gated_mlp", "relu"): [9.0, 9.0, 9.0]}
-    rows = [{"task": task, "formulation": f, "activation": a, "seed": str(s),
-             "metric": str(v + (task == "image"))}
-            for task in ("text", "image") for (f, a), vs in values.items() for s, v in enumerate(vs)]
+    rows = []
+    for task in ("text", "image"):
+        for (f, a), vs in values.items():
+            cell = ablation.variant_of(f, a)
+            exchange, scaling = ablation.CELLS[cell][2:]
+            even, count = ablation.FUNCTION_PROPERTIES[cell]
+            rows += [dict(zip(ablation.COLUMNS, map(str, (
+                task, f, a, exchange, scaling, 1000, s, v + (task == "image"),
+                train.TASKS[task].metric, even, count)))) for s, v in enumerate(vs)]
     return rows[::-1]
+
+
+def kind_of(value):
+    """What a returned value is, for a row on its type: "array (3,)" for numbers of that
+    shape (an array, list or tuple of them), else the name of its type."""
+    if value is None or isinstance(value, (dict, str, bool, set)):
+        return type(value).__name__
+    try:
+        return f"array {np.asarray(value, dtype=np.float64).shape}"
+    except (TypeError, ValueError):
+        return type(value).__name__
 
 
 def symmetry_ablation(c):
@@ -522,6 +541,9 @@ def symmetry_ablation(c):
         with path.open(encoding="utf-8", newline="") as f:
             tables["ablation.csv"] = (list(csv.DictReader(f)), *(ablation.CELLS[n][:2]
                                                               for n in (v["keeps"], v["breaks"])))
+    rows, keeps, breaks = tables["hand-made table"]
+    c.equal("paired_difference returns an array (3,)", "paired_difference", "array (3,)",
+            lambda: kind_of(c.call("paired_difference", rows, "text", keeps, breaks)))
     for label, (rows, keeps, breaks) in tables.items():
         names = [ablation.variant_of(*keeps), ablation.variant_of(*breaks)]
         for task in ("text", "image"):

@@ -126,7 +126,7 @@ def measured_cell(formulation, act, seed=0, tol=1e-10):
 # %%
 def paired_difference(rows, task, keeps, breaks):
     """Mean of metric(breaks) - metric(keeps) over seeds, and its 95% interval: shape (3,)."""
-    # TODO: the dict {"mean", "low", "high"} of the paired difference breaks − keeps
+    # TODO: np.array([mean, low, high]) of the paired difference breaks − keeps
     raise NotImplementedError("paired_difference: not written yet (complete its TODO)")
 
 

@@ -479,6 +479,36 @@ def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
     assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
 
 
+def test_exercise_8s_todo_agrees_with_its_text_and_its_table_has_the_columns_it_names():
+    # The TODO of paired_difference asks for what the text asks (an array, not a dict), and
+    # the checker's hand-made table has every column the text tells students to read.
+    text = (ROOT / "exercises" / name(8)).read_text(encoding="utf-8")      # the stub's text
+    todo = next(line for line in text.splitlines() if "TODO" in line and "paired" in line)
+    assert "np.array([mean, low, high])" in todo and "dict" not in todo, todo
+    assert "Return `np.array([mean, low, high])`" in text
+    listed = re.search(r"the columns\n# `([^`]+)`", text).group(1)
+    columns = [c.strip() for c in listed.replace("\n#", " ").split(",")]
+    assert "metric_name" in columns and len(columns) >= 9, columns
+    for row in checks.ablation_rows():
+        assert set(columns) <= set(row) and all(isinstance(v, str) for v in row.values()), row
+
+
+@needs_solutions
+def test_exercise_8s_wrong_return_type_gets_a_row_and_a_hint_naming_the_type(tmp_path):
+    # The dict the old TODO asked for: a row that names the type due, and hints 1 and 2 too.
+    fixed = ("\n_pd = paired_difference\ndef paired_difference(rows, task, keeps, breaks):\n"
+             "    mean, low, high = _pd(rows, task, keeps, breaks)\n"
+             "    return {'mean': mean, 'low': low, 'high': high}\n"
+             "def effect(rows, keeps, breaks):\n    return {}\n")
+    result = checker.check_file(8, COURSE[7], solved(tmp_path, 8, fixed), seed=1)
+    row = next(r for r in result.rows if r.verdict != "ok")
+    assert row.check == "paired_difference returns an array (3,)", rows_of(result)
+    assert row.message == "expected array (3,), got dict", row
+    levels = checker.advice(result)
+    assert "array of three numbers" in levels[0] and "not a dict" in levels[0], levels
+    assert "np.array([mean, low, high])" in levels[1], levels
+
+
 @needs_solutions
 def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tmp_path):
     from exercises.tiny_checkpoint import odd_unit

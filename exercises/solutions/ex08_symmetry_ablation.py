@@ -142,7 +142,7 @@ def measured_cell(formulation, act, seed=0, tol=1e-10):
 # %%
 def paired_difference(rows, task, keeps, breaks):
     """Mean of metric(breaks) - metric(keeps) over seeds, and its 95% interval: shape (3,)."""
-    # BEGIN SOLUTION: the dict {"mean", "low", "high"} of the paired difference breaks − keeps
+    # BEGIN SOLUTION: np.array([mean, low, high]) of the paired difference breaks − keeps
     def by_seed(variant):
         return {int(r["seed"]): float(r["metric"]) for r in rows
                 if r["task"] == task and (r["formulation"], r["activation"]) == variant}
@@ -169,7 +169,8 @@ def effect(rows, keeps, breaks):
     verdicts = {}
     for task in ("text", "image"):
         mean, low, high = paired_difference(rows, task, keeps, breaks)
-        sign = -1 if task == "text" else 1            # bits per character: lower is better
+        metric = next(r["metric_name"] for r in rows if r["task"] == task)
+        sign = -1 if metric == "val_bpc" else 1       # bits per character: lower is better
         if low <= 0 <= high:
             verdicts[task] = "within noise"
         else:
