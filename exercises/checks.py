@@ -291,12 +291,32 @@ def pair_deviation(v, change, seed_rng):
 def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
                    args=lambda v: (v,), mine=", your unit"):
     """Rows: the prediction function(*args(v)) for the student's variant and three more of
-    its family (label(v) names them), against truth(v, rng), measured now; convert: the
-    student's answer as the truth is written (e.g. a float)."""
-    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([c.variant()] + others, 1):
+    its family (label(v) names them; the four labels differ: four questions), against
+    truth(v, rng), measured now; convert: the student's answer as the truth is written
+    (e.g. a float)."""
+    own, more, draw = c.variant(), [], c.rng(1, 3)
+    for _ in range(1000):                         # a family has far more than four members
+        v = c.exercise.variant(draw)
+        if label(v) not in {label(u) for u in [own] + more}:
+            more.append(v)
+        if len(more) == 3:
+            break
+    for i, v in enumerate([own] + more, 1):
         c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function,
                     truth(v, c.rng(2, i)), lambda v=v: convert(c.call(function, *args(v))))
+
+
+def set_text(value):
+    """A set as a row shows it: its elements sorted, "none" for the empty set (a list or
+    tuple without repeats is read as a set; None stays None); anything else names its type."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, (set, frozenset, list, tuple)) and len(set(value)) == len(value):
+            return ", ".join(sorted(map(str, value))) or "none"
+    except TypeError:                             # an unhashable element
+        pass
+    return f"a {type(value).__name__}, not a set"
 
 
 def pair_rows(c, function, truth, convert=lambda answer: answer):
@@ -389,8 +409,8 @@ def exchange_symmetry(c):
         c.close(f"sigma_ratio, {act}", "sigma_ratio", sigma(act, z) / z,
                 lambda act=act: c.call("sigma_ratio", act, z))
     c.answer_is("KEEPS_EXCHANGE",
-                {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, "exchange")},
-                set)
+                set_text({a for a in bn.ACTIVATIONS
+                          if bn.symmetry_expected("gated_mlp", a, "exchange")}), set_text)
 
     def relu_gap():
         a, b = (float(v) for v in c.answer("RELU_COUNTEREXAMPLE"))
@@ -810,8 +830,9 @@ def conservation(c):
     pair_rows(c, "own_conserved", ratio_truth,
               lambda a: "none" if a is None else round(float(a[1]) / float(a[0]), 4))
     c.answer_is("CONSERVED_GATED",
-                {a for a in bn.ACTIVATIONS
-                 if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}, set)
+                set_text({a for a in bn.ACTIVATIONS
+                          if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}),
+                set_text)
 
 
 # ----- Tied factors -----------------------------------------------------------------------
@@ -1061,8 +1082,8 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    predicted_rows(c, "decay_balances", lambda u, _: balanced_truth(u["form"], u["act"]),
-                   lambda u: f"{u['form']}, {u['act']}", set, lambda u: (u["form"], u["act"]))
+    predicted_rows(c, "decay_balances", lambda u, _: set_text(balanced_truth(u["form"], u["act"])),
+                   lambda u: f"{u['form']}, {u['act']}", set_text, lambda u: (u["form"], u["act"]))
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),
             lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",

@@ -528,6 +528,38 @@ def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tm
                                                          "decay_balances, your unit")} == {"WRONG"}
 
 
+LABELS = {6: lambda v: f"{v['phi']}, {v['psi']}", 13: lambda v: f"{v['form']}, d {v['d']}, k {v['k']}",
+          16: lambda v: f"{v['form']}, {v['act']}", 17: lambda v: f"{v['form']}, {v['phi']}, m {v['m']}",
+          18: lambda v: f"{v['optimizer']}, {v['decay']}"}       # as the exercises' rows name them
+LABELS |= {n: LABELS[6] for n in (7, 11, 12)}
+
+
+@pytest.mark.parametrize("number", sorted(LABELS))
+def test_your_unit_and_three_more_are_four_distinct_questions(number):
+    # Seeds 0..39 of each family (the trial's seeds gave exercise 16 one question twice).
+    from types import SimpleNamespace
+    for seed in range(40):
+        c = checker.Checks(SimpleNamespace(f=lambda *args: 0), COURSE[number - 1], number,
+                           seed=seed)
+        checks.predicted_rows(c, "f", lambda v, rng: 0, LABELS[number])
+        own = LABELS[number](checker.own_variant(COURSE[number - 1], number, seed))
+        labels = [own] + [row.check.split(": ", 1)[1] for row in c.rows[1:]]
+        assert len(c.rows) == 4 and len(set(labels)) == 4, (seed, labels)
+
+
+@needs_solutions
+def test_an_empty_set_shows_as_none_and_a_dict_as_not_a_set(tmp_path):
+    assert checks.set_text(set()) == "none" and checks.set_text(["qk", "kv"]) == "kv, qk"
+    assert checks.set_text({}) == "a dict, not a set" and checks.set_text(None) is None
+    for answer, shown in (("set()", "none"), ("{}", "a dict, not a set")):
+        path = solved(tmp_path, 16, f"\ndef decay_balances(formulation, act):\n    return {answer}\n")
+        rows = [r for r in checker.check_file(16, COURSE[15], path, seed=0).rows
+                if r.topic == "decay_balances"]
+        assert len(rows) == 4 and {r.got for r in rows} == {shown}, rows
+    result = checker.check_file(6, COURSE[5], solved(tmp_path, 6, "\nKEEPS_EXCHANGE = set()\n"))
+    assert next(r.got for r in result.rows if r.check == "KEEPS_EXCHANGE") == "none"
+
+
 # ----- What a failing row tells the student ------------------------------------------------
 
 # Three slips planted in the solution of exercise 9: the gradients they break, and what the
