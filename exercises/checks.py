@@ -1587,6 +1587,23 @@ ONE_KEY_MISTAKES = {
 }
 
 
+def one_key_gradient_rows(c, v, x, T, K, V):
+    """Rows: the student's one_key_gradients(x, T, K, V, v) against finite differences of the
+    one-key MLP's loss L = Σ (y − T)² / (2N), for every optimizer alike (a gradient that
+    counts one of the two places K enters is recognised: each place's share comes from bn's
+    backward with Q = K, the truth from finite differences)."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, K, K, V, act=act)
+    dy = (y - T) / len(x)                                   # dL/dy
+    truth = fd_truth(lambda K, V: form.forward(x, K, K, V, act=act)[0], {"K": K, "V": V}, dy)
+    share = form.backward(dy, cache)                        # K's two places, one at a time
+    point = ONE_KEY_MISTAKES["one path"][0]
+    slips = [((point, f"{ONE_KEY_MISTAKES['one path'][1]}: only the place where it stands "
+                      f"for {place}"), {"K": share[place], "V": share["V"]}) for place in "QK"]
+    gradient_rows(c, "one_key_gradients", (x, T, K, V, v), truth, slips)
+
+
 def flat(params, keys):
     """The arrays of params[keys] flattened and joined: one vector to compare."""
     return np.concatenate([params[k].ravel() for k in keys])
@@ -1633,6 +1650,7 @@ def adam_and_ties(c):
                                     if bn.rel_error(m, reference) > 1e-8})   # your own rounds
     unchanged(c, "train_tied leaves W, V unchanged", "train_tied", [W, V],
               lambda: c.call("train_tied", x, T, W, V, lr, 3, lam, v, in_place=True))
+    one_key_gradient_rows(c, v, x, T, W, V)
     for label, rates, decay in (("K at lr/2", {"K": lr / 2, "V": lr}, {"K": 0.0, "V": 0.0}),
                                 ("K at lr", {"K": lr, "V": lr}, {"K": 0.0, "V": 0.0}),
                                 ("K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},

@@ -436,9 +436,9 @@ FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COU
                                            (17, "'predict_count',"), (6, "'own_keeps_exchange',"),
                                            (7, "'own_scaling_exponent',"), (11, "'own_conserved',"),
                                            (12, "'own_stays_tied',"), (13, "'own_rank_for_exact',"),
-                                           (18, "'update', 'train_tied', 'train_one_key', "
-                                                "'untie_history', 'key_lr_factor', "
-                                                "'key_decay_factor'")])
+                                           (18, "'update', 'train_tied', 'one_key_gradients', "
+                                                "'train_one_key', 'untie_history', "
+                                                "'key_lr_factor', 'key_decay_factor'")])
 def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, names, tmp_path):
     # The solution with seed A's variant written in (whatever variant it is handed) passes
     # seed A's check and fails the check of a seed whose variant differs.
@@ -558,6 +558,37 @@ def test_an_empty_set_shows_as_none_and_a_dict_as_not_a_set(tmp_path):
         assert len(rows) == 4 and {r.got for r in rows} == {shown}, rows
     result = checker.check_file(6, COURSE[5], solved(tmp_path, 6, "\nKEEPS_EXCHANGE = set()\n"))
     assert next(r.got for r in result.rows if r.check == "KEEPS_EXCHANGE") == "none"
+
+
+ONE_PATH = ('"K": g["Q"] + g["K"]', '"K": g["Q"]')       # exercise 18: K counted in one place
+
+
+@needs_solutions
+def test_exercise_18s_one_path_slip_fails_for_every_variant(tmp_path):
+    # The key gradient that counts one of the two places K enters, for every form,
+    # optimizer and decay rule (a sign or Adam step of 2g equals that of g, and shrink
+    # passes beside the gradient: the trained weights alone could not tell).
+    text = (checker.SOLUTIONS_FOLDER / name(18)).read_text(encoding="utf-8")
+    assert ONE_PATH[0] in text
+    (tmp_path / name(18)).write_text(text.replace(*ONE_PATH), encoding="utf-8")
+    module = checker.load_module(tmp_path / name(18))
+    rng = np.random.default_rng(18)
+    x, T = rng.standard_normal((16, checks.D)), rng.standard_normal((16, checks.D_OUT))
+    W, V = rng.standard_normal((checks.M, checks.D)), rng.standard_normal((checks.M, checks.D_OUT))
+    for form in checks.TIE_FORMS:
+        for optimizer in checks.OPTIMIZERS:
+            for decay in checks.DECAYS:
+                v = {"form": form, "optimizer": optimizer, "decay": decay}
+                c = checker.Checks(module, COURSE[17], 18)
+                checks.one_key_gradient_rows(c, v, x, T, W, V)
+                verdicts = {row.check: (row.verdict, row.slip) for row in c.rows}
+                assert verdicts["dV vs finite differences"][0] == "ok", (v, verdicts)
+                verdict, slip = verdicts["dK vs finite differences"]
+                assert verdict == "WRONG" and "one of the two places" in slip, (v, verdicts)
+    result = checker.check_file(18, COURSE[17], tmp_path / name(18), seed=68)   # the trial's
+    assert "ReGLU" in result.variant and "sign" in result.variant and "shrink" in result.variant
+    assert result.status == "failing", rows_of(result)
+    assert "the key gradient counts one of the two places" in checker.advice(result)[1]
 
 
 # ----- What a failing row tells the student ------------------------------------------------
