@@ -42,6 +42,8 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
 # (the project's own reader and inspector: the exercise is to read the format yourself).
+# `exercises/tiny_checkpoint.py`, which writes the files, shows the same format from the
+# writer's side; it holds no reader, and which unit is odd is found only by measuring.
 # **Check:** `python -m exercises check 16`.
 #
 # **API you may use** (what each returns):

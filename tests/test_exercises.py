@@ -509,9 +509,23 @@ def test_exercise_8s_wrong_return_type_gets_a_row_and_a_hint_naming_the_type(tmp
     assert "np.array([mean, low, high])" in levels[1], levels
 
 
+def test_exercise_16s_answers_are_in_no_file_the_student_has():
+    # No function of tiny_checkpoint returns the odd unit, and checks.py reads no header:
+    # the truth of `unbalanced` is measured on the arrays written, the misread slip is found
+    # from where the bytes are.
+    import inspect
+    from exercises import tiny_checkpoint
+    public = {n for n, f in vars(tiny_checkpoint).items() if inspect.isfunction(f)
+              and f.__module__ == tiny_checkpoint.__name__ and not n.startswith("_")}
+    assert public == {"unit_rows", "tiny_weights", "write_safetensors", "write_tiny_checkpoint"}
+    source = (ROOT / "exercises" / "checks.py").read_text(encoding="utf-8")
+    assert "json.loads" not in source and "struct.unpack" not in source
+
+
 @needs_solutions
 def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tmp_path):
-    from exercises.tiny_checkpoint import odd_unit
+    from exercises.tiny_checkpoint import tiny_weights
+    odd_unit = lambda seed: checks.odd_unit_measured(tiny_weights(seed))   # noqa: E731
     a = checker.own_variant(COURSE[15], 16, 1)
     truth = checks.balanced_truth(a["form"], a["act"])
     b = next(s for s in range(2, 50) for v in [checker.own_variant(COURSE[15], 16, s)]
