@@ -137,6 +137,10 @@ def measured_cell(formulation, act, seed=0, tol=1e-10):
 #
 # `rows` is a list of dicts as `csv.DictReader` gives them (every value a string); `keeps`
 # and `breaks` are `(formulation, activation)` pairs. Return `np.array([mean, low, high])`.
+#
+# This section is a reading part: how the experiment is read. `experiments/ablation.py`
+# computes the same (`paired_difference`, `verdict`: the checker's reference), so a copy
+# of it would pass these rows; what is yours in this exercise is sections 1 and 2.
 
 
 # %%
