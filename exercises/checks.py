@@ -70,6 +70,20 @@ def factor_gap(params):
     return np.max(np.abs(params["Q"] - params["K"]))
 
 
+def returned(value, kind, what, also=()):
+    """A student's returned value as `kind` (tuple, dict) for its row: None stays None (the row
+    then asks whether a `return` is missing); a value of another type than kind or `also` is
+    a TypeError that names `what` is due."""
+    if value is None:
+        return None
+    if isinstance(value, (kind, *also)):
+        return kind(value)
+    raise TypeError(f"expected {what}, got {type(value).__name__}")
+
+
+PAIR_OF_BOOLS = ("a pair of bools (exchange kept, scaling kept)", (list, np.ndarray))
+
+
 def raised(call, error):
     """error's name when call() raises it, "no error" when it returns: a row's value."""
     try:
@@ -536,7 +550,8 @@ def symmetry_ablation(c):
     more = [rest[i] for i in c.rng(1).choice(len(rest), 4, replace=False)]   # not your four
     for name, act in v["cells"] + more:
         c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
-                    lambda name=name, act=act: tuple(c.call("predict_cell", name, act)))
+                    lambda name=name, act=act: returned(c.call("predict_cell", name, act),
+                                                        tuple, *PAIR_OF_BOOLS))
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
                                         ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
         x, p = draw(name, seed=80 + seed)
@@ -551,7 +566,8 @@ def symmetry_ablation(c):
                     "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
     for name, act in v["cells"]:                       # hidden: they are the predictions' truth
         c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
-                    lambda name=name, act=act: tuple(c.call("measured_cell", name, act)))
+                    lambda name=name, act=act: returned(c.call("measured_cell", name, act),
+                                                        tuple, *PAIR_OF_BOOLS))
     tables = {"hand-made table": (ablation_rows(), ("rank1_bilinear", "silu"), ("gated_mlp", "silu"))}
     path = ablation_results()
     if not path.is_file():
@@ -575,8 +591,9 @@ def symmetry_ablation(c):
         c.predicted(f"effect, {label}", "effect",
                     {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
                      for task in ("text", "image")},
-                    lambda rows=rows, keeps=keeps, breaks=breaks: dict(c.call(
-                        "effect", rows, keeps, breaks)))
+                    lambda rows=rows, keeps=keeps, breaks=breaks: returned(c.call(
+                        "effect", rows, keeps, breaks), dict,
+                        'the dict {"text": verdict, "image": verdict}'))
 
 
 def ablation_results():
@@ -1068,8 +1085,9 @@ def read_a_checkpoint(c):
         for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
             c.predicted(f"unbalanced, file {file}", "unbalanced",
                         odd_unit_measured(tiny_weights(seed)),
-                        lambda file=file: tuple(c.call(
-                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors")))
+                        lambda file=file: returned(c.call(
+                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors"),
+                            tuple, "a pair of ints (layer, unit)", (list, np.ndarray)))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
         c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor", "ValueError",

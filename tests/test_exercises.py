@@ -507,6 +507,12 @@ def test_exercise_8s_wrong_return_type_gets_a_row_and_a_hint_naming_the_type(tmp
     levels = checker.advice(result)
     assert "array of three numbers" in levels[0] and "not a dict" in levels[0], levels
     assert "np.array([mean, low, high])" in levels[1], levels
+    fixed = ("\ndef predict_cell(formulation, act):\n    return True\n"
+             "def effect(rows, keeps, breaks):\n    return ('within noise', 'within noise')\n")
+    rows = checker.check_file(8, COURSE[7], solved(tmp_path, 8, fixed), seed=1).rows
+    messages = {r.topic: r.message for r in rows if r.verdict != "ok"}
+    assert messages["predict_cell"].startswith("TypeError: expected a pair of bools"), messages
+    assert messages["effect"].startswith('TypeError: expected the dict {"text"'), messages
 
 
 def test_exercise_16s_answers_are_in_no_file_the_student_has():
