@@ -330,13 +330,16 @@ def py_percent_cells(source):
 
 
 @needs_solutions
-@pytest.mark.parametrize("kind", ["stub", "solution"])
+@pytest.mark.parametrize("kind", ["stub", "solution", "wrong"])
 def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_path):
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("ipykernel")
     text = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8")
     text = make_stub(text) if kind == "stub" else text
+    if kind == "wrong":                                     # the transpose forgotten
+        assert text.count("z = x @ K.T") == 1
+        text = text.replace("z = x @ K.T", "z = x @ K")
     text += f"\n# %%\nimport exercises; exercises.check(1, '--folder', {str(tmp_path)!r})\n"
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)
                                                for cell in py_percent_cells(text)])
@@ -349,6 +352,10 @@ def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_p
     if kind == "stub":
         assert "Try it stops here: mlp_forward: not written yet" in printed
         assert "Result: not started" in printed
+    elif kind == "wrong":
+        assert "Try it stops here: ValueError: matmul" in printed, printed
+        assert "Run `python -m exercises check 1` to see which step" in printed
+        assert "Result: failing" in printed
     else:
         assert "Result: done" in printed and "top key:" in printed
 
