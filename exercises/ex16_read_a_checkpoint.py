@@ -41,7 +41,9 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
-# (the project's own reader and inspector: the exercise is to read the format yourself).
+# (the project's own reader and inspector: the exercise is to read the format yourself),
+# nor, in `decay_balances`, `bn.symmetry_expected`, `bn.symmetry_deviation` or
+# `bn.transform_params` (they state or measure the answer: predict it from the form and σ).
 # `exercises/tiny_checkpoint.py`, which writes the files, shows the same format from the
 # writer's side; it holds no reader, and which unit is odd is found only by measuring.
 # **Check:** `python -m exercises check 16`.
