@@ -29,8 +29,8 @@
 # gives the verdicts of the comparisons it names; yours is never one of them.)
 #
 # **What to do.** Predict, measure, then read the experiment: complete the functions marked
-# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
-# `bn.transform_params`. **Check:** `python -m exercises check 8`.
+# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation`,
+# `bn.symmetry_expected` and `bn.transform_params` (they measure or state the answers). **Check:** `python -m exercises check 8`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
