@@ -70,6 +70,20 @@ def factor_gap(params):
     return np.max(np.abs(params["Q"] - params["K"]))
 
 
+def returned(value, kind, what, also=()):
+    """A student's returned value as `kind` (tuple, dict) for its row: None stays None (the row
+    then asks whether a `return` is missing); a value of another type than kind or `also` is
+    a TypeError that names `what` is due."""
+    if value is None:
+        return None
+    if isinstance(value, (kind, *also)):
+        return kind(value)
+    raise TypeError(f"expected {what}, got {type(value).__name__}")
+
+
+PAIR_OF_BOOLS = ("a pair of bools (exchange kept, scaling kept)", (list, np.ndarray))
+
+
 def raised(call, error):
     """error's name when call() raises it, "no error" when it returns: a row's value."""
     try:
@@ -291,12 +305,32 @@ def pair_deviation(v, change, seed_rng):
 def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
                    args=lambda v: (v,), mine=", your unit"):
     """Rows: the prediction function(*args(v)) for the student's variant and three more of
-    its family (label(v) names them), against truth(v, rng), measured now; convert: the
-    student's answer as the truth is written (e.g. a float)."""
-    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([c.variant()] + others, 1):
+    its family (label(v) names them; the four labels differ: four questions), against
+    truth(v, rng), measured now; convert: the student's answer as the truth is written
+    (e.g. a float)."""
+    own, more, draw = c.variant(), [], c.rng(1, 3)
+    for _ in range(1000):                         # a family has far more than four members
+        v = c.exercise.variant(draw)
+        if label(v) not in {label(u) for u in [own] + more}:
+            more.append(v)
+        if len(more) == 3:
+            break
+    for i, v in enumerate([own] + more, 1):
         c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function,
                     truth(v, c.rng(2, i)), lambda v=v: convert(c.call(function, *args(v))))
+
+
+def set_text(value):
+    """A set as a row shows it: its elements sorted, "none" for the empty set (a list or
+    tuple without repeats is read as a set; None stays None); anything else names its type."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, (set, frozenset, list, tuple)) and len(set(value)) == len(value):
+            return ", ".join(sorted(map(str, value))) or "none"
+    except TypeError:                             # an unhashable element
+        pass
+    return f"a {type(value).__name__}, not a set"
 
 
 def pair_rows(c, function, truth, convert=lambda answer: answer):
@@ -389,8 +423,8 @@ def exchange_symmetry(c):
         c.close(f"sigma_ratio, {act}", "sigma_ratio", sigma(act, z) / z,
                 lambda act=act: c.call("sigma_ratio", act, z))
     c.answer_is("KEEPS_EXCHANGE",
-                {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, "exchange")},
-                set)
+                set_text({a for a in bn.ACTIVATIONS
+                          if bn.symmetry_expected("gated_mlp", a, "exchange")}), set_text)
 
     def relu_gap():
         a, b = (float(v) for v in c.answer("RELU_COUNTEREXAMPLE"))
@@ -480,14 +514,33 @@ def cell_truth(name, act):
 
 
 def ablation_rows():
-    """A hand-made CSV table (strings, as csv.DictReader gives them): 3 seeds of two variants,
-    in shuffled order, with a third variant and another task that must be ignored."""
+    """A hand-made CSV table (strings, as csv.DictReader gives them, every column of
+    results/ablation.csv): 3 seeds of two variants, in shuffled order, with a third variant
+    and another task that must be ignored."""
+    from experiments import ablation, train
     values = {("rank1_bilinear", "silu"): [2.10, 2.15, 2.08],
               ("gated_mlp", "silu"): [2.12, 2.13, 2.11], ("gated_mlp", "relu"): [9.0, 9.0, 9.0]}
-    rows = [{"task": task, "formulation": f, "activation": a, "seed": str(s),
-             "metric": str(v + (task == "image"))}
-            for task in ("text", "image") for (f, a), vs in values.items() for s, v in enumerate(vs)]
+    rows = []
+    for task in ("text", "image"):
+        for (f, a), vs in values.items():
+            cell = ablation.variant_of(f, a)
+            exchange, scaling = ablation.CELLS[cell][2:]
+            even, count = ablation.FUNCTION_PROPERTIES[cell]
+            rows += [dict(zip(ablation.COLUMNS, map(str, (
+                task, f, a, exchange, scaling, 1000, s, v + (task == "image"),
+                train.TASKS[task].metric, even, count)))) for s, v in enumerate(vs)]
     return rows[::-1]
+
+
+def kind_of(value):
+    """What a returned value is, for a row on its type: "array (3,)" for numbers of that
+    shape (an array, list or tuple of them), else the name of its type."""
+    if value is None or isinstance(value, (dict, str, bool, set)):
+        return type(value).__name__
+    try:
+        return f"array {np.asarray(value, dtype=np.float64).shape}"
+    except (TypeError, ValueError):
+        return type(value).__name__
 
 
 def symmetry_ablation(c):
@@ -497,7 +550,8 @@ def symmetry_ablation(c):
     more = [rest[i] for i in c.rng(1).choice(len(rest), 4, replace=False)]   # not your four
     for name, act in v["cells"] + more:
         c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
-                    lambda name=name, act=act: tuple(c.call("predict_cell", name, act)))
+                    lambda name=name, act=act: returned(c.call("predict_cell", name, act),
+                                                        tuple, *PAIR_OF_BOOLS))
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
                                         ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
         x, p = draw(name, seed=80 + seed)
@@ -512,7 +566,8 @@ def symmetry_ablation(c):
                     "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
     for name, act in v["cells"]:                       # hidden: they are the predictions' truth
         c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
-                    lambda name=name, act=act: tuple(c.call("measured_cell", name, act)))
+                    lambda name=name, act=act: returned(c.call("measured_cell", name, act),
+                                                        tuple, *PAIR_OF_BOOLS))
     tables = {"hand-made table": (ablation_rows(), ("rank1_bilinear", "silu"), ("gated_mlp", "silu"))}
     path = ablation_results()
     if not path.is_file():
@@ -522,6 +577,9 @@ def symmetry_ablation(c):
         with path.open(encoding="utf-8", newline="") as f:
             tables["ablation.csv"] = (list(csv.DictReader(f)), *(ablation.CELLS[n][:2]
                                                               for n in (v["keeps"], v["breaks"])))
+    rows, keeps, breaks = tables["hand-made table"]
+    c.equal("paired_difference returns an array (3,)", "paired_difference", "array (3,)",
+            lambda: kind_of(c.call("paired_difference", rows, "text", keeps, breaks)))
     for label, (rows, keeps, breaks) in tables.items():
         names = [ablation.variant_of(*keeps), ablation.variant_of(*breaks)]
         for task in ("text", "image"):
@@ -533,8 +591,9 @@ def symmetry_ablation(c):
         c.predicted(f"effect, {label}", "effect",
                     {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
                      for task in ("text", "image")},
-                    lambda rows=rows, keeps=keeps, breaks=breaks: dict(c.call(
-                        "effect", rows, keeps, breaks)))
+                    lambda rows=rows, keeps=keeps, breaks=breaks: returned(c.call(
+                        "effect", rows, keeps, breaks), dict,
+                        'the dict {"text": verdict, "image": verdict}'))
 
 
 def ablation_results():
@@ -788,8 +847,9 @@ def conservation(c):
     pair_rows(c, "own_conserved", ratio_truth,
               lambda a: "none" if a is None else round(float(a[1]) / float(a[0]), 4))
     c.answer_is("CONSERVED_GATED",
-                {a for a in bn.ACTIVATIONS
-                 if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}, set)
+                set_text({a for a in bn.ACTIVATIONS
+                          if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}),
+                set_text)
 
 
 # ----- Tied factors -----------------------------------------------------------------------
@@ -936,15 +996,25 @@ def balances_reference(Q, K, V):
     return np.stack([(q - k) / (q + k), (k - v) / (k + v)])
 
 
-def read_raw_from_file_start(path, name):
-    """The slip of counting data_offsets from the file's start: that tensor, misread."""
-    import json
-    import struct
-    raw = Path(path).read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    entry = json.loads(raw[8:8 + n])[name]
-    begin, end = entry["data_offsets"]
-    return np.frombuffer(raw[begin:end], dtype="<f4").reshape(entry["shape"])
+def read_raw_from_file_start(path, weights, name):
+    """The slip of counting data_offsets from the file's start: that tensor, misread. Found
+    from where the tensor's bytes are (the data fill the end of the file), not from the
+    header: no reader of the format here."""
+    raw, tensor = Path(path).read_bytes(), weights[name].astype("<f4")
+    data_start = len(raw) - sum(w.nbytes for w in weights.values())
+    begin = raw.index(tensor.tobytes()) - data_start            # the offset the header holds
+    return np.frombuffer(raw[begin:begin + tensor.nbytes], dtype="<f4").reshape(tensor.shape)
+
+
+def odd_unit_measured(weights):
+    """(layer, unit) of the unit whose value row's norm is farthest, as a ratio, from its key
+    row's: measured on the arrays written (the file's own balances are the student's)."""
+    ratios = np.stack([np.log(np.linalg.norm(weights[f"model.layers.{i}.mlp.down_proj.weight"],
+                                             axis=0)
+                              / np.linalg.norm(weights[f"model.layers.{i}.mlp.up_proj.weight"],
+                                               axis=1)) for i in range(2)])    # (layers, m)
+    layer, unit = np.unravel_index(np.argmax(np.abs(ratios)), ratios.shape)
+    return int(layer), int(unit)
 
 
 DECAY_FORMS = ("gated_mlp", "rank1_bilinear", "double_gated_mlp")
@@ -970,8 +1040,7 @@ def balanced_truth(form, act):
 def read_a_checkpoint(c):
     import shutil
     import tempfile
-    from exercises.tiny_checkpoint import (odd_unit, tiny_weights, write_safetensors,
-                                           write_tiny_checkpoint)
+    from exercises.tiny_checkpoint import tiny_weights, write_safetensors, write_tiny_checkpoint
     folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
     mine = c.variant()
     try:
@@ -990,7 +1059,7 @@ def read_a_checkpoint(c):
                              "the byte offsets count from",
                              "data_offsets count from the first byte after the header "
                              "(8 + n), not from the start of the file")] = \
-                        read_raw_from_file_start(path, name)
+                        read_raw_from_file_start(path, weights, name)
                 except ValueError:
                     pass
                 c.close(f"read_f32_tensor, file {file}, {label}", "read_f32_tensor",
@@ -1014,9 +1083,11 @@ def read_a_checkpoint(c):
                 lambda: raised(lambda: c.call("read_f32_tensor", path,
                                               "model.layers.9.mlp.up_proj.weight"), KeyError))
         for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
-            c.predicted(f"unbalanced, file {file}", "unbalanced", odd_unit(seed),
-                        lambda file=file: tuple(c.call(
-                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors")))
+            c.predicted(f"unbalanced, file {file}", "unbalanced",
+                        odd_unit_measured(tiny_weights(seed)),
+                        lambda file=file: returned(c.call(
+                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors"),
+                            tuple, "a pair of ints (layer, unit)", (list, np.ndarray)))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
         c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor", "ValueError",
@@ -1039,8 +1110,8 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    predicted_rows(c, "decay_balances", lambda u, _: balanced_truth(u["form"], u["act"]),
-                   lambda u: f"{u['form']}, {u['act']}", set, lambda u: (u["form"], u["act"]))
+    predicted_rows(c, "decay_balances", lambda u, _: set_text(balanced_truth(u["form"], u["act"])),
+                   lambda u: f"{u['form']}, {u['act']}", set_text, lambda u: (u["form"], u["act"]))
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),
             lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",
@@ -1544,6 +1615,23 @@ ONE_KEY_MISTAKES = {
 }
 
 
+def one_key_gradient_rows(c, v, x, T, K, V):
+    """Rows: the student's one_key_gradients(x, T, K, V, v) against finite differences of the
+    one-key MLP's loss L = Σ (y − T)² / (2N), for every optimizer alike (a gradient that
+    counts one of the two places K enters is recognised: each place's share comes from bn's
+    backward with Q = K, the truth from finite differences)."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, K, K, V, act=act)
+    dy = (y - T) / len(x)                                   # dL/dy
+    truth = fd_truth(lambda K, V: form.forward(x, K, K, V, act=act)[0], {"K": K, "V": V}, dy)
+    share = form.backward(dy, cache)                        # K's two places, one at a time
+    point = ONE_KEY_MISTAKES["one path"][0]
+    slips = [((point, f"{ONE_KEY_MISTAKES['one path'][1]}: only the place where it stands "
+                      f"for {place}"), {"K": share[place], "V": share["V"]}) for place in "QK"]
+    gradient_rows(c, "one_key_gradients", (x, T, K, V, v), truth, slips)
+
+
 def flat(params, keys):
     """The arrays of params[keys] flattened and joined: one vector to compare."""
     return np.concatenate([params[k].ravel() for k in keys])
@@ -1590,6 +1678,7 @@ def adam_and_ties(c):
                                     if bn.rel_error(m, reference) > 1e-8})   # your own rounds
     unchanged(c, "train_tied leaves W, V unchanged", "train_tied", [W, V],
               lambda: c.call("train_tied", x, T, W, V, lr, 3, lam, v, in_place=True))
+    one_key_gradient_rows(c, v, x, T, W, V)
     for label, rates, decay in (("K at lr/2", {"K": lr / 2, "V": lr}, {"K": 0.0, "V": 0.0}),
                                 ("K at lr", {"K": lr, "V": lr}, {"K": 0.0, "V": 0.0}),
                                 ("K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},

@@ -41,7 +41,11 @@
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
-# (the project's own reader and inspector: the exercise is to read the format yourself).
+# (the project's own reader and inspector: the exercise is to read the format yourself),
+# nor, in `decay_balances`, `bn.symmetry_expected`, `bn.symmetry_deviation` or
+# `bn.transform_params` (they state or measure the answer: predict it from the form and σ).
+# `exercises/tiny_checkpoint.py`, which writes the files, shows the same format from the
+# writer's side; it holds no reader, and which unit is odd is found only by measuring.
 # **Check:** `python -m exercises check 16`.
 #
 # **API you may use** (what each returns):
@@ -165,3 +169,7 @@ if __name__ == "__main__":
                 print("  balance (k, v) per unit:", np.round(b_kv, 3) + 0.0)
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 16` to see which step is wrong.")

@@ -44,6 +44,14 @@
 # Everything is float64 and small: a few hundred steps run in well under a second.
 # **Check:** `python -m exercises check 18`.
 #
+# **What is yours to find.** Sections 1 to 3 carry out rules this text gives in full (the two
+# tables above; the key gradient `dQ + dK`): implementation parts, checked row by row. The
+# checker's own code for the same rules is in `exercises/checks.py` (the references its rows
+# compare with: `optimizer_step`, `update`, `tied_reference`, `one_key_reference`), so
+# those parts can be copied, and copying them skips no derivation. The question of the
+# exercise is section 4: its answers are in no file, and the checker measures them, for your
+# pair and three more.
+#
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.FORMULATIONS[name].forward(x, Q, K, V, act=act)` returns `(y, cache)`, y of shape
 #   (N, d_out); `.backward(dy, cache)` a dict of gradients keyed "x", "Q", "K", "V"
@@ -101,10 +109,14 @@ def update(P, grad, state, lr, lam, variant):
 # the gradients of `L = Σ (y − T)² / (2N)` for your form at rate `lr` and decay `lam`.
 # Return `{"Q", "K", "V"}` after the last step.
 #
-# `train_one_key` does the same for the one-key MLP `h(x Kᵀ) V` of your form (keys `K = W`,
-# values `V`), each parameter with its own rate and decay: `lr = {"K": ..., "V": ...}`,
-# `lam = {"K": ..., "V": ...}`. Its key gradient is yours to get right: K enters twice.
-# Return `{"K", "V"}`.
+# `one_key_gradients(x, T, K, V, variant)` returns the gradients of the same loss for the
+# one-key MLP `h(x Kᵀ) V` of your form, `{"K": (m, d), "V": (m, d_out)}`: K enters twice,
+# and its gradient must count both places. The checker compares them with finite
+# differences, whatever your optimizer (a sign or Adam step hides a gradient off by a factor).
+#
+# `train_one_key` trains the one-key MLP (keys `K = W`, values `V`) with those gradients,
+# each parameter with its own rate and decay: `lr = {"K": ..., "V": ...}`,
+# `lam = {"K": ..., "V": ...}`. Return `{"K", "V"}`.
 
 
 # %%
@@ -115,10 +127,17 @@ def train_tied(x, T, W, V, lr, steps, lam, variant):
     raise NotImplementedError("train_tied: not written yet (complete its TODO)")
 
 
+def one_key_gradients(x, T, K, V, variant):
+    """dL/dK, dL/dV of L = sum((y - T)^2) / (2N) for y = h(x K^T) V of your form;
+    returns {"K": (m, d), "V": (m, d_out)}."""
+    form, act = FORMS[variant["form"]]
+    # TODO: the dict {"K": dK (m, d), "V": dV (m, d_out)}, K counted in both places it enters
+    raise NotImplementedError("one_key_gradients: not written yet (complete its TODO)")
+
+
 def train_one_key(x, T, W, V, lr, steps, lam, variant):
     """h(x K^T) V of your form trained from K = W; lr, lam: dicts keyed "K", "V";
     returns {"K": (m, d), "V": (m, d_out)}."""
-    form, act = FORMS[variant["form"]]
     # TODO: the dict of the two parameters after `steps` steps, each its own rate and decay
     raise NotImplementedError("train_one_key: not written yet (complete its TODO)")
 
@@ -196,3 +215,7 @@ if __name__ == "__main__":
             print(f"||Q − K||, {label}, after 0, 100, 200, 300 steps:", history[::100])
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 18` to see which step is wrong.")

@@ -330,13 +330,16 @@ def py_percent_cells(source):
 
 
 @needs_solutions
-@pytest.mark.parametrize("kind", ["stub", "solution"])
+@pytest.mark.parametrize("kind", ["stub", "solution", "wrong"])
 def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_path):
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("ipykernel")
     text = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8")
     text = make_stub(text) if kind == "stub" else text
+    if kind == "wrong":                                     # the transpose forgotten
+        assert text.count("z = x @ K.T") == 1
+        text = text.replace("z = x @ K.T", "z = x @ K")
     text += f"\n# %%\nimport exercises; exercises.check(1, '--folder', {str(tmp_path)!r})\n"
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)
                                                for cell in py_percent_cells(text)])
@@ -349,6 +352,10 @@ def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_p
     if kind == "stub":
         assert "Try it stops here: mlp_forward: not written yet" in printed
         assert "Result: not started" in printed
+    elif kind == "wrong":
+        assert "Try it stops here: ValueError: matmul" in printed, printed
+        assert "Run `python -m exercises check 1` to see which step" in printed
+        assert "Result: failing" in printed
     else:
         assert "Result: done" in printed and "top key:" in printed
 
@@ -360,6 +367,28 @@ def test_every_stub_runs_to_its_end_as_a_script(tmp_path, capsys):
     for path in write_stubs(tmp_path):
         runpy.run_path(str(path), run_name="__main__")
         assert "Try it stops here: " in capsys.readouterr().out, path.name
+
+
+@needs_solutions
+def test_a_wrong_answer_ends_the_try_it_cell_in_one_line_not_a_traceback(tmp_path, capsys):
+    # Every file's Try-it cell, on a function that raises (a wrong answer's error), and the
+    # cold trial's exercise 9 with dV transposed: one line naming the error and `check N`.
+    import runpy
+    for number, path in enumerate(write_stubs(tmp_path), start=1):
+        text = re.sub(r'raise NotImplementedError\(".*"\)',
+                      'raise ValueError("planted: a wrong answer")', path.read_text("utf-8"))
+        path.write_text(text, encoding="utf-8")
+        runpy.run_path(str(path), run_name="__main__")
+        out = capsys.readouterr().out
+        assert "Try it stops here: ValueError: planted: a wrong answer. Run `python -m " \
+               f"exercises check {number}`" in out, (path.name, out)
+    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    assert '"V": dV}' in text
+    (tmp_path / name(9)).write_text(text.replace('"V": dV}', '"V": dV.T}'), encoding="utf-8")
+    runpy.run_path(str(tmp_path / name(9)), run_name="__main__")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("Try it stops here: ValueError: rel_error: expected two arrays"), last
+    assert last.endswith("Run `python -m exercises check 9` to see which step is wrong."), last
 
 
 @needs_solutions
@@ -414,9 +443,9 @@ FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COU
                                            (17, "'predict_count',"), (6, "'own_keeps_exchange',"),
                                            (7, "'own_scaling_exponent',"), (11, "'own_conserved',"),
                                            (12, "'own_stays_tied',"), (13, "'own_rank_for_exact',"),
-                                           (18, "'update', 'train_tied', 'train_one_key', "
-                                                "'untie_history', 'key_lr_factor', "
-                                                "'key_decay_factor'")])
+                                           (18, "'update', 'train_tied', 'one_key_gradients', "
+                                                "'train_one_key', 'untie_history', "
+                                                "'key_lr_factor', 'key_decay_factor'")])
 def test_a_solution_for_one_seeds_variant_fails_another_seeds_check(number, names, tmp_path):
     # The solution with seed A's variant written in (whatever variant it is handed) passes
     # seed A's check and fails the check of a seed whose variant differs.
@@ -457,9 +486,59 @@ def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
     assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
 
 
+def test_exercise_8s_todo_agrees_with_its_text_and_its_table_has_the_columns_it_names():
+    # The TODO of paired_difference asks for what the text asks (an array, not a dict), and
+    # the checker's hand-made table has every column the text tells students to read.
+    text = (ROOT / "exercises" / name(8)).read_text(encoding="utf-8")      # the stub's text
+    todo = next(line for line in text.splitlines() if "TODO" in line and "paired" in line)
+    assert "np.array([mean, low, high])" in todo and "dict" not in todo, todo
+    assert "Return `np.array([mean, low, high])`" in text
+    listed = re.search(r"the columns\n# `([^`]+)`", text).group(1)
+    columns = [c.strip() for c in listed.replace("\n#", " ").split(",")]
+    assert "metric_name" in columns and len(columns) >= 9, columns
+    for row in checks.ablation_rows():
+        assert set(columns) <= set(row) and all(isinstance(v, str) for v in row.values()), row
+
+
+@needs_solutions
+def test_exercise_8s_wrong_return_type_gets_a_row_and_a_hint_naming_the_type(tmp_path):
+    # The dict the old TODO asked for: a row that names the type due, and hints 1 and 2 too.
+    fixed = ("\n_pd = paired_difference\ndef paired_difference(rows, task, keeps, breaks):\n"
+             "    mean, low, high = _pd(rows, task, keeps, breaks)\n"
+             "    return {'mean': mean, 'low': low, 'high': high}\n"
+             "def effect(rows, keeps, breaks):\n    return {}\n")
+    result = checker.check_file(8, COURSE[7], solved(tmp_path, 8, fixed), seed=1)
+    row = next(r for r in result.rows if r.verdict != "ok")
+    assert row.check == "paired_difference returns an array (3,)", rows_of(result)
+    assert row.message == "expected array (3,), got dict", row
+    levels = checker.advice(result)
+    assert "array of three numbers" in levels[0] and "not a dict" in levels[0], levels
+    assert "np.array([mean, low, high])" in levels[1], levels
+    fixed = ("\ndef predict_cell(formulation, act):\n    return True\n"
+             "def effect(rows, keeps, breaks):\n    return ('within noise', 'within noise')\n")
+    rows = checker.check_file(8, COURSE[7], solved(tmp_path, 8, fixed), seed=1).rows
+    messages = {r.topic: r.message for r in rows if r.verdict != "ok"}
+    assert messages["predict_cell"].startswith("TypeError: expected a pair of bools"), messages
+    assert messages["effect"].startswith('TypeError: expected the dict {"text"'), messages
+
+
+def test_exercise_16s_answers_are_in_no_file_the_student_has():
+    # No function of tiny_checkpoint returns the odd unit, and checks.py reads no header:
+    # the truth of `unbalanced` is measured on the arrays written, the misread slip is found
+    # from where the bytes are.
+    import inspect
+    from exercises import tiny_checkpoint
+    public = {n for n, f in vars(tiny_checkpoint).items() if inspect.isfunction(f)
+              and f.__module__ == tiny_checkpoint.__name__ and not n.startswith("_")}
+    assert public == {"unit_rows", "tiny_weights", "write_safetensors", "write_tiny_checkpoint"}
+    source = (ROOT / "exercises" / "checks.py").read_text(encoding="utf-8")
+    assert "json.loads" not in source and "struct.unpack" not in source
+
+
 @needs_solutions
 def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tmp_path):
-    from exercises.tiny_checkpoint import odd_unit
+    from exercises.tiny_checkpoint import tiny_weights
+    odd_unit = lambda seed: checks.odd_unit_measured(tiny_weights(seed))   # noqa: E731
     a = checker.own_variant(COURSE[15], 16, 1)
     truth = checks.balanced_truth(a["form"], a["act"])
     b = next(s for s in range(2, 50) for v in [checker.own_variant(COURSE[15], 16, s)]
@@ -474,6 +553,69 @@ def test_exercise_16_answered_for_one_seeds_file_and_unit_fails_another_seeds(tm
     other = checker.check_file(16, COURSE[15], path, seed=b)
     assert {r.verdict for r in other.rows if r.check in ("unbalanced, file 1",
                                                          "decay_balances, your unit")} == {"WRONG"}
+
+
+LABELS = {6: lambda v: f"{v['phi']}, {v['psi']}", 13: lambda v: f"{v['form']}, d {v['d']}, k {v['k']}",
+          16: lambda v: f"{v['form']}, {v['act']}", 17: lambda v: f"{v['form']}, {v['phi']}, m {v['m']}",
+          18: lambda v: f"{v['optimizer']}, {v['decay']}"}       # as the exercises' rows name them
+LABELS |= {n: LABELS[6] for n in (7, 11, 12)}
+
+
+@pytest.mark.parametrize("number", sorted(LABELS))
+def test_your_unit_and_three_more_are_four_distinct_questions(number):
+    # Seeds 0..39 of each family (the trial's seeds gave exercise 16 one question twice).
+    from types import SimpleNamespace
+    for seed in range(40):
+        c = checker.Checks(SimpleNamespace(f=lambda *args: 0), COURSE[number - 1], number,
+                           seed=seed)
+        checks.predicted_rows(c, "f", lambda v, rng: 0, LABELS[number])
+        own = LABELS[number](checker.own_variant(COURSE[number - 1], number, seed))
+        labels = [own] + [row.check.split(": ", 1)[1] for row in c.rows[1:]]
+        assert len(c.rows) == 4 and len(set(labels)) == 4, (seed, labels)
+
+
+@needs_solutions
+def test_an_empty_set_shows_as_none_and_a_dict_as_not_a_set(tmp_path):
+    assert checks.set_text(set()) == "none" and checks.set_text(["qk", "kv"]) == "kv, qk"
+    assert checks.set_text({}) == "a dict, not a set" and checks.set_text(None) is None
+    for answer, shown in (("set()", "none"), ("{}", "a dict, not a set")):
+        path = solved(tmp_path, 16, f"\ndef decay_balances(formulation, act):\n    return {answer}\n")
+        rows = [r for r in checker.check_file(16, COURSE[15], path, seed=0).rows
+                if r.topic == "decay_balances"]
+        assert len(rows) == 4 and {r.got for r in rows} == {shown}, rows
+    result = checker.check_file(6, COURSE[5], solved(tmp_path, 6, "\nKEEPS_EXCHANGE = set()\n"))
+    assert next(r.got for r in result.rows if r.check == "KEEPS_EXCHANGE") == "none"
+
+
+ONE_PATH = ('"K": g["Q"] + g["K"]', '"K": g["Q"]')       # exercise 18: K counted in one place
+
+
+@needs_solutions
+def test_exercise_18s_one_path_slip_fails_for_every_variant(tmp_path):
+    # The key gradient that counts one of the two places K enters, for every form,
+    # optimizer and decay rule (a sign or Adam step of 2g equals that of g, and shrink
+    # passes beside the gradient: the trained weights alone could not tell).
+    text = (checker.SOLUTIONS_FOLDER / name(18)).read_text(encoding="utf-8")
+    assert ONE_PATH[0] in text
+    (tmp_path / name(18)).write_text(text.replace(*ONE_PATH), encoding="utf-8")
+    module = checker.load_module(tmp_path / name(18))
+    rng = np.random.default_rng(18)
+    x, T = rng.standard_normal((16, checks.D)), rng.standard_normal((16, checks.D_OUT))
+    W, V = rng.standard_normal((checks.M, checks.D)), rng.standard_normal((checks.M, checks.D_OUT))
+    for form in checks.TIE_FORMS:
+        for optimizer in checks.OPTIMIZERS:
+            for decay in checks.DECAYS:
+                v = {"form": form, "optimizer": optimizer, "decay": decay}
+                c = checker.Checks(module, COURSE[17], 18)
+                checks.one_key_gradient_rows(c, v, x, T, W, V)
+                verdicts = {row.check: (row.verdict, row.slip) for row in c.rows}
+                assert verdicts["dV vs finite differences"][0] == "ok", (v, verdicts)
+                verdict, slip = verdicts["dK vs finite differences"]
+                assert verdict == "WRONG" and "one of the two places" in slip, (v, verdicts)
+    result = checker.check_file(18, COURSE[17], tmp_path / name(18), seed=68)   # the trial's
+    assert "ReGLU" in result.variant and "sign" in result.variant and "shrink" in result.variant
+    assert result.status == "failing", rows_of(result)
+    assert "the key gradient counts one of the two places" in checker.advice(result)[1]
 
 
 # ----- What a failing row tells the student ------------------------------------------------

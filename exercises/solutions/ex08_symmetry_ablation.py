@@ -29,8 +29,8 @@
 # gives the verdicts of the comparisons it names; yours is never one of them.)
 #
 # **What to do.** Predict, measure, then read the experiment: complete the functions marked
-# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
-# `bn.transform_params`. **Check:** `python -m exercises check 8`.
+# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation`,
+# `bn.symmetry_expected` and `bn.transform_params` (they measure or state the answers). **Check:** `python -m exercises check 8`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
@@ -137,12 +137,16 @@ def measured_cell(formulation, act, seed=0, tol=1e-10):
 #
 # `rows` is a list of dicts as `csv.DictReader` gives them (every value a string); `keeps`
 # and `breaks` are `(formulation, activation)` pairs. Return `np.array([mean, low, high])`.
+#
+# This section is a reading part: how the experiment is read. `experiments/ablation.py`
+# computes the same (`paired_difference`, `verdict`: the checker's reference), so a copy
+# of it would pass these rows; what is yours in this exercise is sections 1 and 2.
 
 
 # %%
 def paired_difference(rows, task, keeps, breaks):
     """Mean of metric(breaks) - metric(keeps) over seeds, and its 95% interval: shape (3,)."""
-    # BEGIN SOLUTION: the dict {"mean", "low", "high"} of the paired difference breaks − keeps
+    # BEGIN SOLUTION: np.array([mean, low, high]) of the paired difference breaks − keeps
     def by_seed(variant):
         return {int(r["seed"]): float(r["metric"]) for r in rows
                 if r["task"] == task and (r["formulation"], r["activation"]) == variant}
@@ -169,7 +173,8 @@ def effect(rows, keeps, breaks):
     verdicts = {}
     for task in ("text", "image"):
         mean, low, high = paired_difference(rows, task, keeps, breaks)
-        sign = -1 if task == "text" else 1            # bits per character: lower is better
+        metric = next(r["metric_name"] for r in rows if r["task"] == task)
+        sign = -1 if metric == "val_bpc" else 1       # bits per character: lower is better
         if low <= 0 <= high:
             verdicts[task] = "within noise"
         else:
@@ -199,3 +204,7 @@ if __name__ == "__main__":
             print(f"\n{RESULTS} is missing: run `python bilinear_numpy.py train ablation --out .`")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 8` to see which step is wrong.")
