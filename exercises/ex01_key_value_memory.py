@@ -119,3 +119,7 @@ if __name__ == "__main__":
         print("parameters of GPT-2 small's MLP:", N_PARAMS)
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 1` to see which step is wrong.")

@@ -125,3 +125,7 @@ if __name__ == "__main__":
               np.max(np.abs(llama_ffn(x, w1, w2, w3) - gated_mlp_forward(x, Qc, Kc, Vc, "silu"))))
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 5` to see which step is wrong.")

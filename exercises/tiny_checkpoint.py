@@ -41,16 +41,10 @@ def unit_rows(rng, norms):
     return rows / np.linalg.norm(rows, axis=1, keepdims=True) * np.asarray(norms)[:, None]
 
 
-def odd_unit(seed=0):
-    """(layer, unit) of the unit made unlike the others, for the file of this seed."""
-    rng = np.random.default_rng([seed, 1])
-    return int(rng.integers(LAYERS)), int(rng.integers(M))
-
-
 def tiny_weights(seed=0):
     """{name: float32 array} of the tiny model, before it is written."""
     rng = np.random.default_rng(seed)
-    odd = odd_unit(seed)
+    odd = np.random.default_rng([seed, 1]).integers([LAYERS, M])     # (layer, unit) made odd
     weights = {"model.embed_tokens.weight": rng.standard_normal((VOCAB, D))}
     for i in range(LAYERS):
         n = rng.uniform(0.8, 1.2, M)                   # (m,) row norms

@@ -110,3 +110,7 @@ if __name__ == "__main__":
         print("output (SiLU):\n", bilinear_forward(x, A, V, "silu"))
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")
+    except Exception as wrong:                    # a wrong answer: one line, then the checker
+        first = (str(wrong).splitlines() or [""])[0]
+        print(f"Try it stops here: {type(wrong).__name__}: {first}. "
+              f"Run `python -m exercises check 3` to see which step is wrong.")
