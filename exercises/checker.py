@@ -1,16 +1,13 @@
 """The checker: rows, the child process that makes them, and what they tell the student.
 
-The design, in the order a check runs through it, is in exercises/__init__.py. Here, in
-reading order: rows and how a value is compared; Checks, the object a check function of
-checks.py fills; one exercise in this process (check_file, and child_main around it); the
-file graded; the parent that runs each exercise in a child; advice, the one place that says
-what the failing rows tell the student.
+The design, step by step, is the docstring of exercises/__init__.py; this file follows its
+order: rows and comparisons; Checks (the `c` of checks.py); one exercise in this process
+(check_file, and child_main around it); the file graded; the parent; advice.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -214,10 +212,9 @@ def same_value(expected, got):
     return False
 
 
-def compare_equal(expected, got):
-    """Exact equality, types included (same_value); the tuple of compare_close."""
-    if got is None:
-        return "WRONG", "None", None, None, "got None: is a `return` missing?"
+def compare_equal(expected, got, hidden=False):
+    """Exact equality, types included (same_value); the tuple of compare_close. hidden: the
+    message does not show the expected value (a prediction's truth would give it away)."""
     try:
         same = same_value(expected, got)
     except Exception:                                     # e.g. an unhashable element
@@ -227,8 +224,9 @@ def compare_equal(expected, got):
     why = ""
     if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
         why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
-    return ("WRONG", describe(got), None, None,
-            f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
+    message = ("not the answer" + why if hidden else "got None: is a `return` missing?"
+               if got is None else f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
+    return "WRONG", describe(got), None, None, message
 
 
 def which_mistake(got, mistakes):
@@ -260,6 +258,17 @@ def exception_message(error, path):
 def own_variant(exercise, number, seed):
     """The variant of exercise `number` for the student of `seed` (the same in every check)."""
     return exercise.variant(np.random.default_rng([seed, number, 0]))
+
+
+def variant_text(exercise, number, seed):
+    """The student's variant in one line ("y = ...   ({the rest})"), or "" when there is none."""
+    if exercise.variant is None:
+        return ""
+    try:
+        chosen = own_variant(exercise, number, seed)
+        return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
+    except Exception as error:                            # a bug in checks.py: said, not raised
+        return f"(not drawn: a bug in exercises/checks.py: {type(error).__name__}: {error})"
 
 
 # ----- The object a check function fills -----------------------------------------------
@@ -303,19 +312,15 @@ class Checks:
         self.module, self.exercise, self.number, self.path = module, exercise, number, path
         self.report = report or (lambda kind, value: None)
         self.start, self.seed, self.stuck, self.rows, self.index = start, seed, stuck, [], 0
-        self.cwd, self.library, self.chosen = os.getcwd(), library_state(), ""
+        self.cwd, self.library = os.getcwd(), library_state()
 
     def rng(self, *labels):
         """A generator of this student's own numbers for this exercise (and labels)."""
         return np.random.default_rng([self.seed, self.number, *labels])
 
     def variant(self):
-        """The student's own variant (the exercise's `variant` drawn from their seed): a
-        dict, shown at the top of every check."""
-        chosen = own_variant(self.exercise, self.number, self.seed)
-        self.chosen = f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
-        self.report("variant", self.chosen)
-        return chosen
+        """The student's own variant (the exercise's `variant` drawn from their seed): a dict."""
+        return own_variant(self.exercise, self.number, self.seed)
 
     def call(self, name, *args, in_place=False, **kwargs):
         """Call the student's function `name` on copies of the arguments (in_place: on the
@@ -397,11 +402,7 @@ class Checks:
     def predicted(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included, the expected value not shown
         (a prediction's truth, measured at check time, would give it away)."""
-        def compare(got):
-            verdict, got_text, _, _, message = compare_equal(expected, got)
-            why = message[message.index(": a bool"):] if ": a bool" in message else ""
-            return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer" + why
-        self._row(check, topic, HIDDEN, got_fn, compare)
+        self._row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
@@ -416,15 +417,17 @@ class Checks:
 
 
 def load_module(path):
-    """Import a Python file by path under a private name, not kept in sys.modules."""
-    name = f"_exercise_{Path(path).stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    """Import a .py file, or a notebook's code cells joined (notebook_code), under a private
+    name, not kept in sys.modules."""
+    path = Path(path)
+    module = types.ModuleType(f"_exercise_{path.stem}")
+    module.__file__ = str(path)
+    source = notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes()
+    sys.modules[module.__name__] = module                # while it runs (a @dataclass needs it)
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), vars(module))
     finally:
-        sys.modules.pop(name, None)
+        sys.modules.pop(module.__name__, None)
     return module
 
 
@@ -468,8 +471,7 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
                                    None, "ERROR", f"a bug in exercises/checks.py, not in your "
                                    f"file: {type(error).__name__}: {error}"))
             report("row", checks.rows[-1])
-        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows,
-                      variant=checks.chosen)
+        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
     finally:
         restore_library(original)
 
@@ -598,7 +600,7 @@ def _drain(stream, kept):
 
 
 def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
-    """One child from check `start` on: (rows, variant, running, how it ended: "ended",
+    """One child from check `start` on: (rows, running, how it ended: "ended",
     "timeout" or "crashed", where (the line of a time-out), output, exit status); `running`
     is the (index, check, topic, expected) it did not finish, None between checks. The child
     keeps its own time limit (child_main); the parent kills it only when it is silent for
@@ -631,7 +633,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
             proc.wait()
             drainer.join(timeout=2)
     shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
-    rows, variant, running, ended = [], "", None, "crashed"
+    rows, running, ended = [], None, "crashed"
     for line in events.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             (kind, value), = json.loads(line).items()
@@ -643,8 +645,6 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
         elif kind == "row":
             rows.append(value)
             running = None
-        elif kind == "variant":
-            variant = value
         elif kind == "end":
             ended = "ended"
     stack = trace.read_text(encoding="utf-8", errors="replace") if trace.is_file() else ""
@@ -654,7 +654,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
         line = next((n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
                      if Path(f).name == Path(path).name), None)
         where = f" (line {line} of {Path(path).name})" if line else ""
-    return rows, variant, running, ended, where, "".join(kept), proc.returncode
+    return rows, running, ended, where, "".join(kept), proc.returncode
 
 
 def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
@@ -670,20 +670,12 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
     seed = read_seed(folder)[1] if seed is None else seed
-    rows, variant, output, start, stuck = [], "", "", 0, []
+    variant = variant_text(exercise, number, seed)
+    rows, output, start, stuck = [], "", 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
-        source = path
-        if path.suffix == ".ipynb":
-            try:
-                source = Path(scratch) / path.with_suffix(".py").name
-                source.write_text(notebook_code(path), encoding="utf-8")
-            except (ValueError, OSError) as error:
-                rows = [Row("read the notebook", "general", "a notebook", "unreadable", None,
-                            None, "ERROR", str(error))]
-                return Result(number, exercise, path, "failing", rows, note=note)
         while not STOP.is_set():
-            new, variant, running, ended, where, printed, code = _run_child(
-                number, source, path.parent, scratch, start, seconds, seed, stuck)
+            new, running, ended, where, printed, code = _run_child(
+                number, path, path.parent, scratch, start, seconds, seed, stuck)
             rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
             if ended == "ended":
                 break

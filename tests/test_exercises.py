@@ -171,9 +171,9 @@ HOSTILE = {
                "    while True:\n        pass\n"
                "def memory_contributions(x, K, V, act='relu'):\n    return 0\n" + LOOP,
         ("mlp_forward, relu, x (N, d)", "TIMEOUT", "time limit")),
-    2: (".ipynb", '{"cells": null}', ("read the notebook", "ERROR", '"cells" is a NoneType')),
+    2: (".ipynb", '{"cells": null}', ("import the file", "ERROR", '"cells" is a NoneType')),
     3: (".ipynb", '{"cells": [{"cell_type": "code", "source": 5}]}',
-        ("read the notebook", "ERROR", "source of cell 1 is not text")),
+        ("import the file", "ERROR", "source of cell 1 is not text")),
     4: (".py", "import os\nos.chdir(os.path.dirname(os.getcwd()))\n"
                "def outer_interaction(Q, K):\n    os.chdir('/')\n    return 0\n",
         ("outer_interaction: A_j = q_j^T k_j", "WRONG", "shape ()")),
@@ -273,9 +273,9 @@ def test_a_bom_crlf_file_and_notebook_are_read_as_written(tmp_path):
     (tmp_path / name(2)).write_text("\ufeff" + text, encoding="utf-8", newline="\r\n")
     assert checker.check_file(2, COURSE[1], tmp_path / name(2)).status == "done"
     notebook = {"cells": [{"cell_type": "code", "source": text.replace("\n", "\r\n")}]}
-    (tmp_path / name(2)).with_suffix(".ipynb").write_text("\ufeff" + json.dumps(notebook),
-                                                          encoding="utf-8")
-    assert checker.run_exercise(2, COURSE[1], tmp_path).status == "done"
+    path = (tmp_path / name(2)).with_suffix(".ipynb")
+    path.write_text("\ufeff" + json.dumps(notebook), encoding="utf-8")
+    assert checker.check_file(2, COURSE[1], path).status == "done"
 
 
 def test_notebooks_of_any_shape_never_crash_the_reader(tmp_path):
