@@ -106,8 +106,8 @@ def show_progress(folder, seconds):
         line = f"  {r.number:>2}  {r.exercise.title:<{width}}  {r.status}"
         line += (f" ({r.path.name})" if r.path else
                  f": no {checker.file_name(r.number, r.exercise)} (or .ipynb)")
-        if r.status == "failing":
-            row = r.first_failure
+        row = r.first_failure
+        if r.status == "failing" and row is not None:
             line += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
         print(line)
     nxt = next((r for r in results if r.status != "done"), None)
