@@ -65,8 +65,9 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
     assert (out / "README.md").is_file() and (out / "exercises" / "checks.py").is_file()
     assert not (out / "exercises" / "solutions").exists()
     status, text = run_cli("check", "1", cwd=out)
-    assert status == 1 and f"File: {Path('exercises', name(1))}" in text, text
+    assert status in (0, 1) and "Exercise 1: " in text, text
     if SOLVED:   # stubs made afresh; in a student's handout the exercise files are theirs
+        assert status == 1 and f"File: {Path('exercises', name(1))}" in text, text
         assert "Result: not started" in text, text
         for number, exercise in NUMBERED:
             stub = (out / "exercises" / name(number)).read_text(encoding="utf-8")
