@@ -661,7 +661,7 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     return rows, running, ended, where, "".join(kept), proc.returncode
 
 
-def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
+def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
     """Check exercise `number` in `folder`: a Result, never an exception for anything in the
     student's file. A child runs the checks; one that times out or ends its process costs
     its check a row, and a new child goes on from the next check (the later rows of the
@@ -673,7 +673,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
     if path is None:
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
-    seed = read_seed(folder)[1] if seed is None else seed
+    seed = read_seed(folder)[1]
     variant = variant_text(exercise, number, seed)
     rows, output, start, stuck = [], "", 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
@@ -717,11 +717,11 @@ def parallel(fn, items, jobs=None):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_exercises(numbered, folder, seconds=TIME_LIMIT, jobs=None, seed=None):
+def run_exercises(numbered, folder, seconds=TIME_LIMIT):
     """run_exercise for each (number, exercise), in parallel (see parallel)."""
     if inside_checker():
         raise Nested("a file being checked asked for a check: nothing done")
-    return parallel(lambda job: run_exercise(*job, folder, seconds, seed), numbered, jobs)
+    return parallel(lambda job: run_exercise(*job, folder, seconds), numbered)
 
 
 # ----- What a failing exercise tells the student: the one place -------------------------
