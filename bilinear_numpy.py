@@ -3,8 +3,8 @@
 A pure-NumPy reference for Breslow, "Gated MLPs as Symmetry-Broken Rank-1 Bilinear
 Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out every line.
 
-1. Activations          sigma and sigma' (act.f, act.df), one or two lines each, accurate
-                        in both tails.
+1. Activations          sigma and sigma' written once, in one function each (act.f_and_df;
+                        act.f and act.df are its halves), accurate in both tails.
 2. Formulations         one pair NAME_forward / NAME_backward each (CS231n style), the
                         one to read, call and run: each line one step of derivations.md
                         sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
@@ -85,7 +85,10 @@ class Activation:
     Attributes: name (key in ACTIVATIONS); f, df: z -> sigma(z), sigma'(z), elementwise,
     z's shape and dtype (float32 or float64); linear: sigma(z) = c z (identity only);
     positively_homogeneous: sigma(alpha z) = alpha sigma(z) for alpha > 0 (identity, relu);
-    kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away.
+    kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away; f_and_df: z ->
+    (sigma(z), sigma'(z)) in one pass, or None. The activations of ACTIVATIONS are written
+    once, as f_and_df, and their f and df are its two halves; one of your own can give f
+    and df alone (the pairs then call both).
     Source: Breslow (arXiv 2606.22172), the symmetries; derivations.md, section 3.10.
     """
 
@@ -95,32 +98,28 @@ class Activation:
     linear: bool
     positively_homogeneous: bool
     kink: bool = False
+    f_and_df: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
+
+# Each activation below returns (sigma(z), sigma'(z)): what both need is computed once
+# (sigmoid's e^-|z|, exact GELU's Phi), since the pairs of section 2 always need both.
 
 def _identity(z):
-    return np.array(z, copy=True)                 # sigma(z) = z
-
-
-def _identity_grad(z):
-    return np.ones_like(z)                        # sigma'(z) = 1
+    return np.array(z, copy=True), np.ones_like(z)          # sigma(z) = z; sigma'(z) = 1
 
 
 def _relu(z):
-    return np.maximum(z, 0)                       # max(z, 0)
-
-
-def _relu_grad(z):
-    return (z > 0).astype(z.dtype)                # 1 where z > 0, else 0 (relu'(0) taken as 0)
+    # max(z, 0); 1 where z > 0, else 0 (relu'(0) taken as 0)
+    return np.maximum(z, 0), (z > 0).astype(z.dtype)
 
 
 def _sigmoid(z):
     e = np.exp(-np.abs(z))                        # e^-|z| in (0, 1]: never overflows
-    return np.where(z >= 0, 1, e) * (1 / (1 + e))   # 1/(1+e^-z) (z >= 0); e^z/(1+e^z) (z < 0)
-
-
-def _sigmoid_grad(z):
-    e = np.exp(-np.abs(z))
-    return e * (1 / (1 + e)) ** 2                 # e^-|z| / (1 + e^-|z|)^2 = sigmoid(z) sigmoid(-z)
+    p = 1 / (1 + e)
+    # sigmoid: 1/(1+e^-z) = 1 p (z >= 0); e^z/(1+e^z) = e p (z < 0). max(e, z >= 0) is
+    # where(z >= 0, 1, e), as e <= 1, at a quarter of its cost (float32, 2^15 numbers).
+    # slope: e^-|z| / (1 + e^-|z|)^2 = sigmoid(z) sigmoid(-z)
+    return np.maximum(e, z >= 0) * p, e * p ** 2
 
 
 def _finite(z, lower_only=False):
@@ -129,11 +128,9 @@ def _finite(z, lower_only=False):
 
 
 def _silu(z):
-    return _finite(z, lower_only=True) * _sigmoid(z)   # Swish_1(z) = z sigmoid(z); silu(-inf) = 0
-
-
-def _silu_grad(z):
-    return _sigmoid(z) + _finite(z) * _sigmoid_grad(z)  # product rule: sigmoid(z) + z sigmoid'(z)
+    s, ds = _sigmoid(z)
+    # Swish_1(z) = z sigmoid(z), silu(-inf) = 0; product rule: sigmoid(z) + z sigmoid'(z)
+    return _finite(z, lower_only=True) * s, s + _finite(z) * ds
 
 
 def _normal_cdf(z64):
@@ -155,12 +152,10 @@ def _normal_pdf(z64):
 
 def _gelu(z):
     z64 = np.asarray(z, dtype=np.float64)         # float64 inside, then z's dtype
-    return (_finite(z64, lower_only=True) * _normal_cdf(z64)).astype(z.dtype)   # GELU(z) = z Phi(z)
-
-
-def _gelu_grad(z):
-    z64 = np.asarray(z, dtype=np.float64)
-    return (_normal_cdf(z64) + _finite(z64) * _normal_pdf(z64)).astype(z.dtype)   # Phi(z) + z phi(z)
+    cdf = _normal_cdf(z64)                        # Phi(z), the costly part, once
+    # GELU(z) = z Phi(z); GELU'(z) = Phi(z) + z phi(z)
+    return ((_finite(z64, lower_only=True) * cdf).astype(z.dtype),
+            (cdf + _finite(z64) * _normal_pdf(z64)).astype(z.dtype))
 
 
 _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
@@ -168,24 +163,31 @@ _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
 
 def _gelu_tanh(z):
     zc = np.clip(z, -50, 50)                      # sigmoid(2u) is exactly 0 or 1 beyond; z^3 finite
-    # z (1 + tanh u) / 2 = z sigmoid(2u)
-    return _finite(z, lower_only=True) * _sigmoid(2 * _GELU_C * (zc + _GELU_A * zc * zc * zc))
-
-
-def _gelu_tanh_grad(z):
-    zc = np.clip(z, -50, 50)
     two_u = 2 * _GELU_C * (zc + _GELU_A * zc * zc * zc)            # 2u
     two_du = 2 * _GELU_C * (1 + 3 * _GELU_A * zc * zc)             # 2u'
-    return _sigmoid(two_u) + zc * two_du * _sigmoid_grad(two_u)  # sigmoid(2u) + z 2u' sigmoid'(2u)
+    s, ds = _sigmoid(two_u)
+    # z (1 + tanh u) / 2 = z sigmoid(2u); slope sigmoid(2u) + z 2u' sigmoid'(2u)
+    return _finite(z, lower_only=True) * s, s + zc * two_du * ds
+
+
+def _written_once(name, f_and_df, linear, positively_homogeneous, kink=False):
+    # The Activation of f_and_df: its f and df are f_and_df's two halves, not new code.
+    def f(z):
+        return f_and_df(z)[0]
+
+    def df(z):
+        return f_and_df(z)[1]
+
+    return Activation(name, f, df, linear, positively_homogeneous, kink, f_and_df)
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "identity": Activation("identity", _identity, _identity_grad, True, True),
-    "relu": Activation("relu", _relu, _relu_grad, False, True, kink=True),
-    "sigmoid": Activation("sigmoid", _sigmoid, _sigmoid_grad, False, False),
-    "silu": Activation("silu", _silu, _silu_grad, False, False),
-    "gelu": Activation("gelu", _gelu, _gelu_grad, False, False),
-    "gelu_tanh": Activation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad, False, False),
+    "identity": _written_once("identity", _identity, True, True),
+    "relu": _written_once("relu", _relu, False, True, kink=True),
+    "sigmoid": _written_once("sigmoid", _sigmoid, False, False),
+    "silu": _written_once("silu", _silu, False, False),
+    "gelu": _written_once("gelu", _gelu, False, False),
+    "gelu_tanh": _written_once("gelu_tanh", _gelu_tanh, False, False),
 }
 
 
@@ -243,13 +245,14 @@ def _blocks(n, width, size):
 
 def _sigma_and_slope(act, z):
     # (sigma(z), sigma'(z)), new arrays of z's shape, dtype and layout. A deliberate loop over
-    # blocks of rows (first axis) of _ACT_BLOCK elements: each of act.f's and act.df's
+    # blocks of rows (first axis) of _ACT_BLOCK elements: each of the activation's
     # temporaries (about ten) then stays in the CPU cache instead of making its own pass
-    # through memory (float64, N m = 5.6 M: about half the time of act.f(z), act.df(z)).
+    # through memory (float64, N m = 5.6 M: about half the time of one call on all of z).
     # Blocks change no number: sigma acts element by element.
+    f_and_df = act.f_and_df or (lambda zb: (act.f(zb), act.df(zb)))   # yours: f, df apart
     f, df = np.empty_like(z), np.empty_like(z)
     for rows in _blocks(len(z), z.size // max(1, len(z)), _ACT_BLOCK):
-        f[rows], df[rows] = act.f(z[rows]), act.df(z[rows])
+        f[rows], df[rows] = f_and_df(z[rows])
     return f, df
 
 
@@ -812,20 +815,20 @@ def rel_error(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(0.5e-8, np.max(np.abs(a) + np.abs(b))))
 
 
-def numerical_gradient(f, x, dy, h=1e-6):
+def numerical_gradient(f, x, dy, step=1e-6):
     """Central-difference gradient of L(x) = sum(f(x) * dy) with respect to x:
 
-        dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),  tau_i = h max(1, |x[i]|),
+        dL/dx[i] ~ (L(x + tau_i e_i) - L(x - tau_i e_i)) / (2 tau_i),  tau_i = step max(1, |x[i]|),
 
     error O(tau_i^2) + O(eps / tau_i): the step scales with each entry (beside 1e12 a fixed
-    1e-6 is lost in rounding); derivations.md, 7.4, calls it tau (h is the hidden layer). A
+    1e-6 is lost in rounding); derivations.md, 7.4, calls it tau. A
     deliberate loop over the entries of a private copy of x (the caller's x is untouched).
 
     Args: f: x-shaped array -> dy-shaped array; x, dy: float64 arrays (dy random, not ones);
-        h: the relative step, a finite real number above eps = 2.2e-16 (float64's).
+        step: the relative step, a finite real number above eps = 2.2e-16 (float64's).
     Returns: float64 array of x's shape.
     Raises: TypeError if x, dy or f(x) is not float64 (float32 rounding over a step of 1e-6
-        leaves no correct digit); ValueError for h not finite above eps or f(x) not shaped as dy.
+        leaves no correct digit); ValueError for a step not finite above eps or f(x) not shaped as dy.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 to 7.5.
     """
     x, dy = np.asarray(x), np.asarray(dy)
@@ -833,11 +836,11 @@ def numerical_gradient(f, x, dy, h=1e-6):
         if arr.dtype != np.float64:
             raise TypeError(f"numerical_gradient: {name} must be float64, got {arr.dtype}; in lower "
                             "precision, rounding divided by the step leaves no correct digit")
-    real = np.ndim(h) == 0 and np.asarray(h).dtype.kind in "iuf"     # not a bool, str or array
-    if not (real and np.finfo(np.float64).eps < h < math.inf):
-        raise ValueError(f"numerical_gradient: expected a finite step h > 0, above float64's "
-                         f"eps 2.2e-16 (a smaller one is lost in rounding), got {h!r}")
-    h = _real("h", h)                             # a Python float, also from np.float32
+    real = np.ndim(step) == 0 and np.asarray(step).dtype.kind in "iuf"     # not a bool, str or array
+    if not (real and np.finfo(np.float64).eps < step < math.inf):
+        raise ValueError(f"numerical_gradient: expected a finite step > 0, above float64's "
+                         f"eps 2.2e-16 (a smaller one is lost in rounding), got {step!r}")
+    step = _real("step", step)                    # a Python float, also from np.float32
     xp, grad = x.copy(), np.zeros_like(x)
 
     def output(arr):
@@ -850,10 +853,10 @@ def numerical_gradient(f, x, dy, h=1e-6):
 
     for i in np.ndindex(xp.shape):
         old = xp[i]
-        step = h * max(1.0, abs(old))             # tau_i = h max(1, |x_i|)
-        xp[i] = old + step
+        tau = step * max(1.0, abs(old))           # tau_i = step max(1, |x_i|)
+        xp[i] = old + tau
         plus, x_plus = output(xp), xp[i]
-        xp[i] = old - step
+        xp[i] = old - tau
         minus, x_minus = output(xp), xp[i]
         xp[i] = old                               # restore before the next probe
         # L(x+) - L(x-) = sum((f(x+) - f(x-)) dy), outputs x_i does not move cancelling first;
@@ -904,21 +907,21 @@ class GradcheckReport:
         return "\n".join(lines)
 
 
-def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, tol=1e-7,
+def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6, tol=1e-7,
               kink_margin=1e-3, max_draws=100):
     """Compare every gradient of a formulation with central differences, in float64.
 
     Draws x ~ N(0, 1) of shape x_shape, the formulation's init, and a random dy (never all
     ones, which can hide a wrong transpose). With a kink (relu), a draw with a
-    pre-activation within kink_margin of 0 is redrawn: no probe of step h then crosses it.
+    pre-activation within kink_margin of 0 is redrawn: no probe of the step then crosses it.
 
     Args: name, a key of FORMULATIONS; act, an activation name or Activation; x_shape, e.g.
-        (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int; h: the probe step (tau in
-        derivations.md, 7); tol: the relative error allowed; kink_margin (h, tol, kink_margin:
-        real numbers); max_draws: how many draws to try.
+        (d,), (N, d) or (B, T, d); m, d_out, r: sizes; seed: int; step: the probe step (tau in
+        derivations.md, 7); tol: the relative error allowed; kink_margin (step, tol,
+        kink_margin: real numbers); max_draws: how many draws to try.
     Returns: GradcheckReport with one row per tensor ("x" and each parameter).
     Raises: ValueError for an unknown name or activation, x_shape or max_draws not integers
-        >= 1, h not finite > 0, tol outside (0, 1), kink_margin not finite >= 0, or no draw
+        >= 1, a step not finite > 0, tol outside (0, 1), kink_margin not finite >= 0, or no draw
         avoiding the kink (use fewer tokens or units);
         TypeError for a tol or kink_margin that is not a real number.
     Source: CS231n gradient_check.py; derivations.md, sections 7.1 and 7.6.
@@ -949,7 +952,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, h=1e-6, t
     for tensor, value in inputs.items():
         def f(v, tensor=tensor):
             return form.forward(**(inputs | {tensor: v}), act=act)[0]
-        numeric = numerical_gradient(f, value, dy, h)
+        numeric = numerical_gradient(f, value, dy, step)
         diff = np.abs(analytic[tensor] - numeric)
         worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
         rows.append(GradcheckRow(tensor, value.shape, float(diff.max(initial=0.0)),
@@ -1687,15 +1690,15 @@ def _loss_field(form, act, x, G, theta0):
     return field
 
 
-def _derivative(field, theta, v, h=LAW_STEP):
-    # D field(theta) v, by the five-point stencil along u = v / |v| (error h^4 for a smooth
+def _derivative(field, theta, v, step=LAW_STEP):
+    # D field(theta) v, by the five-point stencil along u = v / |v| (error step^4 for a smooth
     # field; exact, up to rounding, for a polynomial of degree <= 4, as relu's are between kinks).
     size = np.linalg.norm(v)
     if size == 0:
         return np.zeros_like(theta)
     u = v / size
-    f = {t: field(theta + t * h * u) for t in (-2, -1, 1, 2)}
-    return size * (8 * (f[1] - f[-1]) - (f[2] - f[-2])) / (12 * h)
+    f = {t: field(theta + t * step * u) for t in (-2, -1, 1, 2)}
+    return size * (8 * (f[1] - f[-1]) - (f[2] - f[-2])) / (12 * step)
 
 
 def _bracket(X, Y):

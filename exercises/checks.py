@@ -70,6 +70,15 @@ def factor_gap(params):
     return np.max(np.abs(params["Q"] - params["K"]))
 
 
+def raised(call, error):
+    """error's name when call() raises it, "no error" when it returns: a row's value."""
+    try:
+        call()
+    except error:
+        return error.__name__
+    return "no error"
+
+
 def unchanged(c, check, topic, arrays, run):
     """Row: run() (a c.call with in_place=True) leaves every array of `arrays` as it was;
     they are put back afterwards, whatever it did."""
@@ -266,24 +275,33 @@ def pair_variant(rng, same_share):
             "y": f"y = Σ_j {shown(phi, 'x·q_j')} {shown(psi, 'x·k_j')} v_j"}
 
 
+def pair_unit(v, x, Q, K, V):
+    """y = Σ_j φ(x·q_j) ψ(x·k_j) v_j, the unit of the variant v."""
+    return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
+
+
 def pair_deviation(v, change, seed_rng):
     """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
     x = seed_rng.standard_normal((12, D))
     Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
     V = seed_rng.standard_normal((M, D_OUT))
-    y = lambda Q, K: (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V  # noqa: E731
-    return bn.rel_error(y(Q, K), y(*change(Q, K)))
+    return bn.rel_error(pair_unit(v, x, Q, K, V), pair_unit(v, x, *change(Q, K), V))
+
+
+def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
+                   args=lambda v: (v,), mine=", your unit"):
+    """Rows: the prediction function(*args(v)) for the student's variant and three more of
+    its family (label(v) names them), against truth(v, rng), measured now; convert: the
+    student's answer as the truth is written (e.g. a float)."""
+    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
+    for i, v in enumerate([c.variant()] + others, 1):
+        c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function,
+                    truth(v, c.rng(2, i)), lambda v=v: convert(c.call(function, *args(v))))
 
 
 def pair_rows(c, function, truth, convert=lambda answer: answer):
-    """Rows: function(variant) for the student's unit and three more, against truth(v, rng)
-    (convert: the student's answer as the truth is written, e.g. a float)."""
-    own = c.variant()
-    others = [c.exercise.variant(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([own] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['phi']}, {v['psi']}"
-        c.predicted(f"{function}{label}", function, truth(v, c.rng(2, i)),
-                    lambda v=v: convert(c.call(function, v)))
+    """predicted_rows for a unit of exercises 6, 7, 11 and 12."""
+    predicted_rows(c, function, truth, lambda v: f"{v['phi']}, {v['psi']}", convert)
 
 
 def variant_6(rng):
@@ -323,12 +341,10 @@ def ratio_truth(v, rng):
     x = rng.standard_normal((40, D))                 # 40 tokens: no unit off on all of them
     Q, K = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D)) / np.sqrt(D)
     V = rng.standard_normal((M, D_OUT))
-
-    def y(Q, K):
-        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
     ratios = []
     for _ in range(2):
-        g = fd_truth(y, {"Q": Q, "K": K}, rng.standard_normal((40, D_OUT)))
+        g = fd_truth(lambda Q, K: pair_unit(v, x, Q, K, V), {"Q": Q, "K": K},
+                     rng.standard_normal((40, D_OUT)))
         top, bottom = np.sum(Q * g["Q"], axis=1), np.sum(K * g["K"], axis=1)
         alive = np.abs(bottom) > 1e-6 * np.max(np.abs(bottom))    # a unit off on every token
         ratios.append(top[alive] / bottom[alive])                  # tells nothing: left out
@@ -348,11 +364,8 @@ def tied_truth(v, rng):
     x, T = rng.standard_normal((40, D)), rng.standard_normal((40, D_OUT))
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 4
     p = {"Q": W.copy(), "K": W.copy(), "V": V}
-
-    def y(Q, K, V):
-        return (pair_fn(v["phi"])(x @ Q.T) * pair_fn(v["psi"])(x @ K.T)) @ V
     for _ in range(10):
-        g = fd_truth(y, p, (y(**p) - T) / len(x))
+        g = fd_truth(lambda **q: pair_unit(v, x, **q), p, (pair_unit(v, x, **p) - T) / len(x))
         step = 0.02 / max(1.0, *(float(np.max(np.abs(a))) for a in g.values()))  # clipped:
         p = {k: p[k] - step * g[k] for k in p}             # one factor for all, ties kept
     assert np.all(np.isfinite(p["Q"])), "checks.py: the run diverged"
@@ -408,15 +421,8 @@ def inverse_scaling(c):
                           np.stack([scaled["Q"], K * alpha[:, None]])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
-
-    def raises_on_zero():
-        try:
-            c.call("inverse_scale", Q, K, 0.0)
-        except ValueError:
-            return "ValueError"
-        return "no error"
-
-    c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError", raises_on_zero)
+    c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError",
+            lambda: raised(lambda: c.call("inverse_scale", Q, K, 0.0), ValueError))
     alphas = np.array([-2.0, -0.5, 0.5, 1.0, 3.0])
     for name, act in (("gated_mlp", "relu"), ("gated_mlp", "silu"), ("rank1_bilinear", "silu")):
         form = bn.FORMULATIONS[name]
@@ -439,13 +445,38 @@ def inverse_scaling(c):
               lambda e: "none" if e is None else round(float(e), 9))
 
 
-# ----- Which broken symmetry matters? The 2x2 ablation ------------------------------------
+# ----- Which broken symmetry matters? The 2x2 ablation, cells and a comparison of one's own
 
-ABLATION_CASES = [
-    ("rank1_bilinear", "silu"), ("rank1_bilinear", "gelu"),
-    ("double_gated_mlp", "relu"), ("double_gated_mlp", "silu"), ("double_gated_mlp", "sigmoid"),
-    ("gated_mlp", "relu"), ("gated_mlp", "silu"), ("gated_mlp", "identity"),
-]
+CELL_POOL = [(f, a) for f in ("rank1_bilinear", "double_gated_mlp", "gated_mlp")
+             for a in bn.ACTIVATIONS]
+STATED_COMPARISONS = {       # docs/results.md's table gives the verdict of these (keeps, breaks)
+    ("rank1-silu", "double-gated-silu"), ("rank1-gelu", "double-gated-gelu"),
+    ("double-gated-relu", "double-gated-silu"), ("double-gated-relu", "double-gated-gelu"),
+    ("ReGLU", "SwiGLU"), ("ReGLU", "GEGLU"), ("double-gated-relu", "ReGLU"),
+    ("double-gated-silu", "SwiGLU"), ("double-gated-gelu", "GEGLU")}
+
+
+def comparisons():
+    """(keeps, breaks) of the ablation's cells that differ in one symmetry, the one kept by
+    keeps, and whose verdict docs/results.md does not give."""
+    from experiments.ablation import CELLS
+    return [(k, b) for k, (_, _, ek, sk) in CELLS.items() for b, (_, _, eb, sb) in CELLS.items()
+            if ek >= eb and sk >= sb and (ek != eb) + (sk != sb) == 1
+            and (k, b) not in STATED_COMPARISONS]
+
+
+def variant_8(rng):
+    cells = [CELL_POOL[i] for i in rng.choice(len(CELL_POOL), 4, replace=False)]
+    keeps, breaks = pick(rng, comparisons())
+    return {"cells": cells, "keeps": keeps, "breaks": breaks,
+            "y": f"cells {', '.join(f'{f} {a}' for f, a in cells)}; the comparison "
+                 f"{breaks} − {keeps}"}
+
+
+def cell_truth(name, act):
+    """(exchange kept, scaling kept for α > 0), measured by bn.symmetry_deviation."""
+    return tuple(bool(bn.symmetry_deviation(name, act, sym) <= bn.CLAIM_TOL)
+                 for sym in ("exchange", "inverse_scaling_pos"))
 
 
 def ablation_rows():
@@ -461,10 +492,12 @@ def ablation_rows():
 
 def symmetry_ablation(c):
     from experiments import ablation      # the reference of the paired difference, t_975
-    c.answer_is("PREDICTED", {case: (bn.symmetry_expected(*case, "exchange"),
-                                     bn.symmetry_expected(*case, "inverse_scaling_pos"))
-                              for case in ABLATION_CASES},
-                lambda answer: {tuple(k): tuple(v) for k, v in answer.items()})
+    v = c.variant()
+    rest = [cell for cell in CELL_POOL if cell not in v["cells"]]
+    more = [rest[i] for i in c.rng(1).choice(len(rest), 4, replace=False)]   # not your four
+    for name, act in v["cells"] + more:
+        c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
+                    lambda name=name, act=act: tuple(c.call("predict_cell", name, act)))
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
                                         ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
         x, p = draw(name, seed=80 + seed)
@@ -477,35 +510,31 @@ def symmetry_ablation(c):
         c.close(f"deviations, {name}, {act}", "deviations", expected,
                 lambda form=form, act=act, x=x, p=p, alpha=alpha: c.call(
                     "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
-    for name, act in ABLATION_CASES:
-        c.equal(f"measured_cell, {name}, {act}", "measured_cell",
-                (bn.symmetry_expected(name, act, "exchange"),
-                 bn.symmetry_expected(name, act, "inverse_scaling_pos")),
-                lambda name=name, act=act: tuple(c.call("measured_cell", name, act)))
-    keeps, breaks = ("rank1_bilinear", "silu"), ("gated_mlp", "silu")
-    rows = ablation_rows()
-    for task in ("text", "image"):
-        d = ablation.paired_difference(rows, task, ablation.variant_of(*keeps), ablation.variant_of(*breaks))
-        c.close(f"paired_difference, hand-made table, {task}", "paired_difference",
-                [d["mean"], d["low"], d["high"]],
-                lambda task=task: c.call("paired_difference", rows, task, keeps, breaks), tol=1e-9)
+    for name, act in v["cells"]:                       # hidden: they are the predictions' truth
+        c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
+                    lambda name=name, act=act: tuple(c.call("measured_cell", name, act)))
+    tables = {"hand-made table": (ablation_rows(), ("rank1_bilinear", "silu"), ("gated_mlp", "silu"))}
     path = ablation_results()
     if not path.is_file():
         c.equal("results/ablation.csv exists (python bilinear_numpy.py train ablation --out .)",
                 "paired_difference", True, path.is_file)
-        return
-    with path.open(encoding="utf-8", newline="") as f:
-        real = list(csv.DictReader(f))
-    tasks = sorted({r["task"] for r in real})
-    d = ablation.paired_difference(real, "image", "double-gated-silu", "SwiGLU")
-    c.close("paired_difference, ablation.csv, image", "paired_difference",
-            [d["mean"], d["low"], d["high"]],
-            lambda: c.call("paired_difference", real, "image", ("double_gated_mlp", "silu"),
-                           ("gated_mlp", "silu")), tol=1e-9)
-    for answer, keeps, breaks in (("SCALING_EFFECT", "rank1-silu", "double-gated-silu"),
-                                  ("EXCHANGE_EFFECT", "double-gated-silu", "SwiGLU")):
-        c.answer_is(answer, {task: ablation.verdict(task, ablation.paired_difference(real, task, keeps, breaks))
-                             for task in tasks}, dict)
+    else:
+        with path.open(encoding="utf-8", newline="") as f:
+            tables["ablation.csv"] = (list(csv.DictReader(f)), *(ablation.CELLS[n][:2]
+                                                              for n in (v["keeps"], v["breaks"])))
+    for label, (rows, keeps, breaks) in tables.items():
+        names = [ablation.variant_of(*keeps), ablation.variant_of(*breaks)]
+        for task in ("text", "image"):
+            d = ablation.paired_difference(rows, task, *names)
+            c.close(f"paired_difference, {label}, {task}", "paired_difference",
+                    [d["mean"], d["low"], d["high"]],
+                    lambda rows=rows, task=task, keeps=keeps, breaks=breaks: c.call(
+                        "paired_difference", rows, task, keeps, breaks), tol=1e-9)
+        c.predicted(f"effect, {label}", "effect",
+                    {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
+                     for task in ("text", "image")},
+                    lambda rows=rows, keeps=keeps, breaks=breaks: dict(c.call(
+                        "effect", rows, keeps, breaks)))
 
 
 def ablation_results():
@@ -523,18 +552,22 @@ def fd_truth(forward, inputs, dy):
                                         value, dy) for name, value in inputs.items()}
 
 
-def gradient_rows(c, fn, args, truth):
+def gradient_rows(c, fn, args, truth, slips=()):
     """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
     computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
-    (checker.gradient_diagnosis reads which of them fail together)."""
+    (checker.gradient_diagnosis reads which of them fail together); slips: [((point, slip),
+    the gradients that slip gives)], recognised in a wrong gradient (see slip_truths)."""
     for name, expected in truth.items():
+        mistakes = {key: wrong[name] for key, wrong in slips
+                    if bn.rel_error(wrong[name], expected) > 1e-8}
         def got(name=name):
             grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
                 raise KeyError(f"expected a dict with the key {name!r}; got "
                                f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
             return grads[name]
-        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7)
+        c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7,
+                mistakes=mistakes)
 
 
 # ----- Units of one's own: exercises 9, 14, 15 -------------------------------------------
@@ -576,8 +609,8 @@ def unit_text(v):
     return f"y = ({g} ⊙ {u}) V" + (" + f" if "bias" in v else "")
 
 
-def own_unit(x, p, v):
-    """The forward of the variant v (see unit_text) with parameters p."""
+def unit_inputs(x, p, v):
+    """What the variant v applies its two activations to: (a, b), each (N, m)."""
     gate, other = (p["Q"], p["K"]) if v["gate"] == "Q" else (p["K"], p["Q"])
     a, b = x @ gate.T, x @ other.T                                    # (N, m) each
     if "c" in p:
@@ -585,9 +618,43 @@ def own_unit(x, p, v):
     if "beta" in p:
         scale = (lambda z: p["beta"] * z) if v["beta_as"] == "times" else (lambda z: z / p["beta"])
         a, b = (scale(a), b) if v["beta_on"] == "gate" else (a, scale(b))
-    g = sigma(v["sigma"], a) ** v["power"]
+    return a, b
+
+
+def own_unit(x, p, v, acts=None):
+    """The forward of the variant v (see unit_text) with parameters p; acts: the two
+    activations {"sigma": f, "branch": f} in place of the variant's (see slipped)."""
+    acts = acts or {k: functools.partial(sigma, v[k]) for k in ("sigma", "branch")}
+    a, b = unit_inputs(x, p, v)
+    g = acts["sigma"](a) ** v["power"]
     g = g + p["c"] if v.get("bias") == "outside" else g
-    return (g * sigma(v["branch"], b)) @ p["V"] + p.get("f", 0.0)
+    return (g * acts["branch"](b)) @ p["V"] + p.get("f", 0.0)
+
+
+def slipped(act, z0):
+    """The slip σ for σ′, as a forward: near z0, the line through σ(z0) of slope σ(z0).
+    Its values at z0 are σ's, its slope is σ itself, so the finite differences of a
+    forward that uses it are the gradients of a backward pass that took σ for σ′."""
+    s0 = sigma(act, z0)
+    return lambda z: s0 + s0 * (z - z0)
+
+
+def slip_truths(forward, inputs, dy, z0s, names):
+    """[((point, slip), gradients)]: fd_truth of `forward(acts, **inputs)` with one
+    activation at a time (of names {key: σ's name}, applied at z0s[key]) slipped."""
+    found = []
+    for key, act in names.items():
+        if act == "identity":
+            continue
+        acts = {k: functools.partial(sigma, n) for k, n in names.items()} | \
+            {key: slipped(act, z0s[key])}
+        where = "the gate's activation" if key == "sigma" else "the other factor's activation"
+        found.append(((f"look at the step back through {where}: what multiplies the "
+                       f"gradient there",
+                       f"the step back through {act} ({where}) multiplies by the value "
+                       f"of {act} itself where the chain rule needs its slope"),
+                      fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)))
+    return found
 
 
 def unit_problem(c, extra=()):
@@ -609,7 +676,10 @@ def unit_rows(c, v, forward, backward, extra=()):
     c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
             lambda: c.call(forward, x, *p.values(), v))
     truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
-    gradient_rows(c, backward, (dy, x, *p.values(), v), truth)
+    a, b = unit_inputs(x, p, v)
+    slips = slip_truths(lambda acts, x, **kw: own_unit(x, kw, v, acts), {"x": x} | p, dy,
+                        {"sigma": a, "branch": b}, {k: v[k] for k in ("sigma", "branch")})
+    gradient_rows(c, backward, (dy, x, *p.values(), v), truth, slips)
     return x, p, dy, truth
 
 
@@ -668,10 +738,14 @@ def backprop_rank_r(c):
     c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
 
-    def forward(x, Q, K, V):
-        return sigma(v["sigma"], rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    def forward(acts, x, Q, K, V):
+        return acts["sigma"](rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
+    names = {"sigma": v["sigma"]}
     gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
-                  fd_truth(forward, {"x": x} | p, dy))
+                  fd_truth(lambda **kw: forward({"sigma": functools.partial(sigma, v["sigma"])},
+                                                **kw), {"x": x} | p, dy),
+                  slip_truths(forward, {"x": x} | p, dy,
+                              {"sigma": rank_r_scores_of(x, p["Q"], p["K"], v)}, names))
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
@@ -804,12 +878,8 @@ def higher_rank(c):
                  for r in range(1, d + 1)]
     c.close("predicted_error(lam, r), r = 1..d", "predicted_error", predicted,
             lambda: [c.call("predicted_error", lam_ref, r) for r in range(1, d + 1)])
-    pair = c.variant()
-    others = [variant_13(c.rng(1, i)) for i in range(3)]
-    for i, v in enumerate([pair] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['form']}, d {v['d']}, k {v['k']}"
-        c.predicted(f"own_rank_for_exact{label}", "own_rank_for_exact",
-                    exact_rank_truth(v, c.rng(2, i)), lambda v=v: c.call("own_rank_for_exact", v))
+    predicted_rows(c, "own_rank_for_exact", exact_rank_truth,
+                   lambda v: f"{v['form']}, d {v['d']}, k {v['k']}")
 
 
 # ----- Backprop III and IV: a unit of one's own with biases, with a temperature ------------
@@ -877,19 +947,24 @@ def read_raw_from_file_start(path, name):
     return np.frombuffer(raw[begin:end], dtype="<f4").reshape(entry["shape"])
 
 
-CHECKPOINT_PATTERNS = {
-    # (which topics fail together) -> (where to look, the idea)
-    frozenset(["load_layer"]): ("the reader is right but the layer is not: look at how each "
-                                "stored projection maps to Q, K and V",
-                                "gate_proj is Q, up_proj is K, and V is the down projection "
-                                "transposed, (d, m) to (m, d)"),
-}
+DECAY_FORMS = ("gated_mlp", "rank1_bilinear", "double_gated_mlp")
+PAIRS = {"qk": "inverse_scaling_pos", "kv": "key_value_rescaling"}  # pair: its rescaling
 
 
-def diagnose_read_a_checkpoint(rows):
-    failing = frozenset(row.topic for row in rows if row.verdict in ("WRONG", "ERROR"))
-    found = CHECKPOINT_PATTERNS.get(failing & {"read_f32_tensor", "load_layer"})
-    return [found] if found and "read_f32_tensor" not in failing else []
+def variant_16(rng):
+    v = {"file": int(rng.integers(1, 10 ** 6)), "form": "gated_mlp", "act": "silu"}
+    while (v["form"], v["act"]) == ("gated_mlp", "silu"):      # SwiGLU: derivations.md 9.2
+        v |= {"form": pick(rng, DECAY_FORMS),
+              "act": pick(rng, tuple(a for a in bn.ACTIVATIONS if a != "identity"))}
+    return v | {"y": f"your file: write_tiny_checkpoint(folder, seed={v['file']}); your unit "
+                     f"for the decay question: {v['form']} with {v['act']}"}
+
+
+def balanced_truth(form, act):
+    """The pairs weight decay balances: those whose rescaling (α > 0) leaves the unit's
+    output unchanged, measured by bn.symmetry_deviation."""
+    return {pair for pair, sym in PAIRS.items()
+            if bn.symmetry_deviation(form, act, sym) <= bn.CLAIM_TOL}
 
 
 def read_a_checkpoint(c):
@@ -898,8 +973,9 @@ def read_a_checkpoint(c):
     from exercises.tiny_checkpoint import (odd_unit, tiny_weights, write_safetensors,
                                            write_tiny_checkpoint)
     folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
+    mine = c.variant()
     try:
-        for file, seed in ((1, 0), (2, 6)):                   # the course's file, and another
+        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):    # your file, and another
             (folder / f"file{file}").mkdir()
             path = write_tiny_checkpoint(folder / f"file{file}", seed)
             weights = tiny_weights(seed)
@@ -933,23 +1009,18 @@ def read_a_checkpoint(c):
                     c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[name],
                             lambda path=path, i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
                             mistakes={swapped: {"Q": K, "K": Q}[name]} if name != "V" else None)
-
-        def raises(name, path, expected):
-            def got():
-                try:
-                    c.call("read_f32_tensor", path, name)
-                except expected:
-                    return expected.__name__
-                return "no error"
-            return got
-
         path = folder / "file1" / "tiny_model.safetensors"
         c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
-                raises("model.layers.9.mlp.up_proj.weight", path, KeyError))
+                lambda: raised(lambda: c.call("read_f32_tensor", path,
+                                              "model.layers.9.mlp.up_proj.weight"), KeyError))
+        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
+            c.predicted(f"unbalanced, file {file}", "unbalanced", odd_unit(seed),
+                        lambda file=file: tuple(c.call(
+                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors")))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
-        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor",
-                "ValueError", raises("b", half, ValueError))
+        c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor", "ValueError",
+                lambda: raised(lambda: c.call("read_f32_tensor", half, "b"), ValueError))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     rng = np.random.default_rng(165)
@@ -968,8 +1039,8 @@ def read_a_checkpoint(c):
                       expected[::-1]})
     c.close("unit_balances: balanced units give 0", "unit_balances", np.zeros((2, M)),
             lambda: np.stack(c.call("unit_balances", Q, Q.copy(), Q.copy())))
-    c.answer_is("UNBALANCED", odd_unit(0), tuple)
-    c.answer_is("DECAY_BALANCES", "kv")
+    predicted_rows(c, "decay_balances", lambda u, _: balanced_truth(u["form"], u["act"]),
+                   lambda u: f"{u['form']}, {u['act']}", set, lambda u: (u["form"], u["act"]))
     c.holds("WHY_DECAY: a reason", "WHY_DECAY", "a sentence (8+ words) naming the symmetry",
             lambda: str(c.answer("WHY_DECAY")),
             lambda s: len(s.split()) >= 8 and any(w in s.lower() for w in ("symmetr", "rescal",
@@ -982,18 +1053,22 @@ def read_a_checkpoint(c):
 CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 
-def transformed(Q, K, V, symmetry, alpha):
-    """(Q, K, V) after a symmetry of derivations.md §4, alpha (m,) per unit (> 0)."""
-    col = alpha[:, None]                                   # (m, 1): scales whole rows
-    if symmetry == "exchange":
-        return K, Q, V
-    if symmetry == "inverse_scaling_pos":
-        return col * Q, K / col, V
-    if symmetry == "inverse_scaling_neg":
-        return -col * Q, K / -col, V
-    if symmetry == "key_value_rescaling":
-        return Q, col * K, V / col
-    return Q[::-1], K[::-1], V[::-1]                       # permutation: reverse the units
+# What a reason must be about: one of these words (or signs) of the change it explains.
+# This is all a checker can honestly read in a sentence: that it is on the subject, not
+# that its reasoning is right (the KEEPS rows measure that).
+WHY_WORDS = {"exchange": ("swap", "exchang", "q and k", "a and b", "↔"),
+             "inverse_scaling_pos": ("scal", "α", "alpha", "homogeneous"),
+             "inverse_scaling_neg": ("negative", "α < 0", "alpha < 0", "sign", "linear"),
+             "key_value_rescaling": ("k_j", "v_j", "key", "value", "scal"),
+             "permutation": ("unit", "order", "permut", "sum"),
+             "parity": ("-x", "−x", "sign", "odd", "even", "parity")}
+
+
+def why_ok(why, symmetry):
+    """WHY[symmetry]: 8 words or more, a word of its change, no other key's sentence."""
+    text = str(why[symmetry])
+    return (len(text.split()) >= 8 and any(w in text.lower() for w in WHY_WORDS[symmetry])
+            and [str(s).strip() for s in why.values()].count(text.strip()) == 1)
 
 
 def capstone_problem(seed):
@@ -1009,8 +1084,11 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     y = forward(x, Q, K, V, act)[0]
     if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
         return bn.rel_error(y, forward(-x, Q, K, V, act)[0])
-    return bn.rel_error(y, forward(x, *transformed(Q, K, V, symmetry, np.geomspace(0.5, 2, 5)),
-                                   act)[0])
+    alpha = np.geomspace(0.5, 2, 5) * (-1 if symmetry == "inverse_scaling_neg" else 1)
+    # The change of Q, K and V alone, the same for every unit of these three parameters:
+    # bn's, named by a form that has them (your unit's own theory is not consulted).
+    p = bn.transform_params("gated_mlp", {"Q": Q, "K": K, "V": V}, symmetry, alpha)
+    return bn.rel_error(y, forward(x, p["Q"], p["K"], p["V"], act)[0])
 
 
 def short_training(forward, backward, act, steps=300, seed=161):
@@ -1086,17 +1164,22 @@ def design_a_variant(c):
             c.holds(f"bn.gradcheck: d{tensor}", "backward", "rel error <= 1e-7",
                     lambda t=tensor: gradcheck_error(t), lambda e: e <= 1e-7,
                     "your backward disagrees with finite differences of your forward")
+        agrees = {}
         for symmetry in CAPSTONE_SYMMETRIES:
             def claim_and_measure(symmetry=symmetry):
                 claim = c.answer("KEEPS")[symmetry]
-                return claim, capstone_deviation(student, act(), symmetry)
+                dev = capstone_deviation(student, act(), symmetry)
+                agrees[symmetry] = isinstance(claim, (bool, np.bool_)) and claim == (dev <= CLAIM_TOL)
+                return f"{claim}, dev {dev:.1e}"             # both, whole, in the got column
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
-                    claim_and_measure,
-                    lambda cd: isinstance(cd[0], (bool, np.bool_)) and cd[0] == (cd[1] <= CLAIM_TOL),
+                    claim_and_measure, lambda _, s=symmetry: agrees[s],
                     "your claim (a bool) and the measured deviation disagree (kept when the "
                     "deviation is at most 1e-10)")
-            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "a sentence (8+ words)",
-                    lambda s=symmetry: len(str(c.answer("WHY")[s]).split()), lambda n: n >= 8)
+            c.holds(f"WHY[{symmetry}]: a reason", "WHY", "8+ words, names the change",
+                    lambda s=symmetry: c.answer("WHY")[s],
+                    lambda _, s=symmetry: why_ok(c.answer("WHY"), s),
+                    f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
+                    f" ...), not the sentence of another key")
         variants = {"your variant": lambda: short_training(
                         student, lambda *args: c.call("backward", *args), act()),
                     "SwiGLU": lambda: named_training("gated_mlp"),
@@ -1135,23 +1218,27 @@ def jacobian_reference(formulation, act, x, params, order=None, rows="token"):
     return J
 
 
-def jacobian_by_differences(formulation, act, x, params, h=1e-6):
+def fd_jacobian(outputs, params, step, fourth=False):
+    """J (outputs, P) of outputs(params) -> a flat array, by central differences in each
+    entry of the parameters joined in the dict's order (fourth: fourth-order differences)."""
+    names, theta = list(params), np.concatenate([a.ravel() for a in params.values()])
+    splits = np.cumsum([a.size for a in params.values()])[:-1]
+
+    def y(t):
+        parts = dict(zip(names, np.split(t, splits)))
+        return outputs({k: parts[k].reshape(params[k].shape) for k in names})
+    columns = []
+    for e in np.eye(theta.size) * step:
+        d1 = y(theta + e) - y(theta - e)
+        columns.append((8 * d1 - (y(theta + 2 * e) - y(theta - 2 * e))) / (12 * step) if fourth
+                       else d1 / (2 * step))
+    return np.stack(columns, axis=1)
+
+
+def jacobian_by_differences(formulation, act, x, params, step=1e-6):
     """J by central differences of bn's forward pass: independent of every backward."""
     form = bn.FORMULATIONS[formulation]
-    names = list(params)
-    theta = np.concatenate([params[k].ravel() for k in names])
-    splits = np.cumsum([params[k].size for k in names])[:-1]
-
-    def outputs(t):
-        parts = dict(zip(names, np.split(t, splits)))
-        return form.forward(x, **{k: parts[k].reshape(params[k].shape) for k in names},
-                            act=act)[0].ravel()
-    columns = []
-    for i in range(theta.size):
-        e = np.zeros_like(theta)
-        e[i] = h
-        columns.append((outputs(theta + e) - outputs(theta - e)) / (2 * h))
-    return np.stack(columns, axis=1)
+    return fd_jacobian(lambda p: form.forward(x, **p, act=act)[0].ravel(), params, step)
 
 
 def rank_reference(J):
@@ -1219,18 +1306,18 @@ def count_unit(v, x, p):
     return phi(z) @ p["V"], z
 
 
-def count_reference(v, rng, n=60, h=1e-3):
+def count_reference(v, rng, n=60, step=1e-3):
     """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
-    kink of φ (so that no difference of step 2h crosses one); a draw whose singular values
+    kink of φ (so that no difference of 2 steps crosses one); a draw whose singular values
     leave the rank unclear is drawn again."""
     for _ in range(10):
-        count = count_draw(v, rng, n, h)
+        count = count_draw(v, rng, n, step)
         if count is not None:
             return count
     raise AssertionError("checks.py: no draw with a clear rank")
 
 
-def count_draw(v, rng, n, h):
+def count_draw(v, rng, n, step):
     m, d = v["m"], v["d"]
     p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d), "K": rng.standard_normal((m, d)) / np.sqrt(d),
          "V": rng.standard_normal((m, v["d_out"]))}
@@ -1240,23 +1327,12 @@ def count_draw(v, rng, n, h):
         p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
     x = rng.standard_normal((20 * n, d))
     x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
-    names, theta = list(p), np.concatenate([a.ravel() for a in p.values()])
-    splits = np.cumsum([a.size for a in p.values()])[:-1]
-
-    def y(t):
-        parts = dict(zip(names, np.split(t, splits)))
-        return count_unit(v, x, {k: parts[k].reshape(p[k].shape) for k in names})[0].ravel()
-    columns = []
-    for i in range(theta.size):
-        e = np.zeros_like(theta)
-        e[i] = h
-        columns.append((8 * (y(theta + e) - y(theta - e)) - (y(theta + 2 * e) - y(theta - 2 * e)))
-                       / (12 * h))
-    rel = np.linalg.svd(np.stack(columns, axis=1), compute_uv=False)
+    J = fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p, step, fourth=True)
+    rel = np.linalg.svd(J, compute_uv=False)
     rel = rel / rel[0]
     if np.any((rel > 1e-10) & (rel < 1e-5)):
         return None
-    return theta.size - int(np.sum(rel > 1e-7))
+    return J.shape[1] - int(np.sum(rel > 1e-7))
 
 
 def diagnose_count_symmetries(rows):
@@ -1325,15 +1401,8 @@ def count_symmetries(c):
                 lambda m=matrix: c.call("numerical_rank", m))
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
     s[3] = 1e-8 * s[0]                                   # a singular value in the gap
-
-    def raises_in_gap():
-        try:
-            c.call("numerical_rank", (U * s) @ Vt)
-        except ValueError:
-            return "ValueError"
-        return "no error"
-
-    c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError", raises_in_gap)
+    c.equal("numerical_rank raises in the gap", "numerical_rank", "ValueError",
+            lambda: raised(lambda: c.call("numerical_rank", (U * s) @ Vt), ValueError))
     for label, (name, act, xs, params) in problems.items():
         P = sum(v.size for v in params.values())
         count = P - rank_reference(jacobian_reference(name, act, xs, params))
@@ -1355,59 +1424,101 @@ def count_symmetries(c):
             "|cos| > 1 - 1e-9", alignment, lambda cos: cos > 1 - 1e-9,
             "J times your vector is not near zero: which singular value does your vector "
             "belong to?")
-    own = c.variant()
-    rng = c.rng(1)
-    others = [variant_17(rng) for _ in range(3)]             # three more units of the family
-    for i, v in enumerate([own] + others, 1):
-        label = ", your unit" if i == 1 else f" {i}: {v['form']}, {v['phi']}, m {v['m']}"
-        c.predicted(f"predict_count{label}", "predict_count", count_reference(v, c.rng(2, i)),
-                lambda v=v: c.call("predict_count", v))
+    predicted_rows(c, "predict_count", count_reference,
+                   lambda v: f"{v['form']}, {v['phi']}, m {v['m']}")
 
 
-# ----- Adam, weight decay and tied factors ---------------------------------------------------
-# The references are the checker's own: the ReGLU through bn's gated MLP, the squared-ReLU
-# MLP written out here (dK = ((dy Vᵀ) ⊙ 2 relu(x Kᵀ))ᵀ x), bn's Adam.
+# ----- Optimizers, weight decay and tied factors: a pair of one's own -----------------------
+# A tied unit (Q = K = W) trained with an optimizer and a decay rule, against the MLP with
+# one key matrix that it computes. The references train through bn's forward and backward:
+# the one-key MLP's key gradient is dQ + dK of the same formulation at Q = K = W (the chain
+# rule for a tensor used twice), so no derivative of its h(z) is written here.
+
+TIE_FORMS = {"ReGLU": ("gated_mlp", "relu", "relu(z)²"),        # name: (formulation, σ, h(z))
+             "Bilinear": ("gated_mlp", "identity", "z²"),
+             "rank-1 silu": ("rank1_bilinear", "silu", "silu(z²)"),
+             "rank-1 gelu": ("rank1_bilinear", "gelu", "gelu(z²)"),
+             "rank-1 sigmoid": ("rank1_bilinear", "sigmoid", "sigmoid(z²)"),
+             "rank-1 gelu_tanh": ("rank1_bilinear", "gelu_tanh", "gelu_tanh(z²)")}
+OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
+              "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
+DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
+STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
 
 
-def reglu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=0.0, mistake=None):
-    """The tied ReGLU trained as train_tied_reglu asks; `mistake` makes one of TIE_MISTAKES."""
-    params = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}
-    state = bn.adam_init(params)
+def variant_18(rng):
+    while True:
+        v = {"form": pick(rng, tuple(TIE_FORMS)), "optimizer": pick(rng, tuple(OPTIMIZERS)),
+             "decay": pick(rng, tuple(DECAYS))}
+        if (v["optimizer"], v["decay"]) not in STATED:
+            return v | {"y": f"tied {v['form']} (Q = K = W) vs the one-key MLP "
+                             f"{TIE_FORMS[v['form']][2]} V; optimizer {v['optimizer']}, lr "
+                             f"{OPTIMIZERS[v['optimizer']]:g}; decay {v['decay']}, λ = "
+                             f"{DECAYS[v['decay']]:g}"}
+
+
+def optimizer_step(optimizer, P, grad, state):
+    """The direction and new state of one step (state None at the start): P moves by −lr
+    times the direction."""
+    if optimizer == "gd":
+        return grad, None
+    if optimizer == "sign":
+        return np.sign(grad), None
+    if optimizer in ("momentum", "nesterov"):                    # β = 0.9
+        m = grad if state is None else 0.9 * state + grad
+        return (m if optimizer == "momentum" else grad + 0.9 * m), m
+    if optimizer == "adagrad":
+        s = grad ** 2 + (0.0 if state is None else state)
+        return grad / (np.sqrt(s) + 1e-8), s
+    if optimizer == "rmsprop":                                   # ρ = 0.9, ε = 1e-8
+        s = 0.1 * grad ** 2 + (0.0 if state is None else 0.9 * state)
+        return grad / (np.sqrt(s) + 1e-8), s
+    state = state or bn.adam_init({"P": P})                      # bn's Adam, lr 1 : its direction
+    moved, state = bn.adam_step({"P": P}, {"P": grad}, state, lr=1.0)
+    return P - moved["P"], state
+
+
+def update(v, P, grad, state, lr, lam):
+    """One step of the variant's optimizer and decay rule on one parameter: (P, state).
+    L2: λ P joins the gradient; decoupled: P − lr λ P beside the step; shrink: P − λ P."""
+    direction, state = optimizer_step(v["optimizer"], P, grad + (lam * P if v["decay"] == "L2"
+                                                                 else 0.0), state)
+    beside = {"L2": 0.0, "decoupled": lr * lam, "shrink": lam}[v["decay"]]
+    return P - lr * direction - beside * P, state
+
+
+def tied_reference(x, T, W, V, v, steps, decay, mistake=None):
+    """The tied unit trained as train_tied asks (lam = decay: the variant's λ or 0);
+    `mistake`: one of TIE_MISTAKES."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form, lr = bn.FORMULATIONS[name], OPTIMIZERS[v["optimizer"]]
+    params, states = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}, dict.fromkeys("QKV")
     for _ in range(steps):
-        y, cache = bn.gated_mlp_forward(x, **params, act="relu")
-        g = bn.gated_mlp_backward((y - T) / len(x), cache)
+        y, cache = form.forward(x, **params, act=act)
+        g = form.backward((y - T) / len(x), cache)
         if mistake == "aliased":                  # Q and K one array: both moved by dQ + dK
             g["Q"] = g["K"] = g["Q"] + g["K"]
-        scale = {"half decay": 0.5 * decay, "no decay on V": decay}.get(mistake, decay)
-        grads = {k: g[k] + (0.0 if (mistake == "no decay on V" and k == "V") else scale) * p
-                 for k, p in params.items()}
-        if optimizer == "adam":
-            if mistake == "fresh state":
-                state = bn.adam_init(params)
-            params, state = bn.adam_step(params, grads, state, lr=lr)
-        else:
-            params = {k: p - lr * grads[k] for k, p in params.items()}
+        for k in params:
+            lam = 0.0 if (mistake == "no decay on V" and k == "V") else \
+                decay * (0.5 if mistake == "half decay" else 1.0)
+            params[k], states[k] = update(v, params[k], g[k],
+                                          None if mistake == "fresh state" else states[k], lr, lam)
     return params
 
 
-def squared_relu_reference(x, T, W, V, lr, steps, optimizer="gd", decay=None, mistake=None):
-    """relu(x Kᵀ)² V trained as train_squared_relu asks; `mistake`: one of SQUARED_MISTAKES."""
-    decay = decay or {"K": 0.0, "V": 0.0}
-    params = {"K": W.copy(), "V": V.copy()}
-    states = {k: bn.adam_init({k: p}) for k, p in params.items()}
+def one_key_reference(x, T, W, V, v, lr, steps, decay, mistake=None):
+    """h(x Kᵀ) V trained as train_one_key asks (lr, decay: dicts keyed K, V); `mistake`:
+    one of ONE_KEY_MISTAKES."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form = bn.FORMULATIONS[name]
+    params, states = {"K": W.copy(), "V": V.copy()}, dict.fromkeys("KV")
     for _ in range(steps):
-        z = x @ params["K"].T                                       # (N, m)
-        dy = (np.maximum(z, 0) ** 2 @ params["V"] - T) / len(x)     # (N, d_out)
-        slope = (1 if mistake == "no 2" else 2) * np.maximum(z, 0)  # d relu(z)² / dz
-        grads = {"K": ((dy @ params["V"].T) * slope).T @ x, "V": (np.maximum(z, 0) ** 2).T @ dy}
-        for k in ("K", "V"):
-            grad = grads[k] + decay[k] * params[k]
+        y, cache = form.forward(x, params["K"], params["K"], params["V"], act=act)
+        g = form.backward((y - T) / len(x), cache)
+        grads = {"K": g["Q"] + (0.0 if mistake == "one path" else g["K"]), "V": g["V"]}
+        for k in params:
             rate = lr["K"] if mistake == "one rate" else lr[k]
-            if optimizer == "adam":
-                moved, states[k] = bn.adam_step({k: params[k]}, {k: grad}, states[k], lr=rate)
-                params[k] = moved[k]
-            else:
-                params[k] = params[k] - rate * grad
+            params[k], states[k] = update(v, params[k], grads[k], states[k], rate, decay[k])
     return params
 
 
@@ -1416,18 +1527,18 @@ TIE_MISTAKES = {
     "aliased": ("Q and K move together: look at how they are made from W and how each step "
                 "updates them",
                 "Q and K are one array (no copy), updated in place: both move by dQ + dK"),
-    "half decay": ("every parameter ends as if the decay were weaker: look at the gradient "
-                   "of the penalty",
-                   "the decay is half as strong: the gradient of (λ/2)‖P‖² is λ P, not λ P / 2"),
-    "no decay on V": ("look at which parameters the penalty reaches",
-                      "V is not decayed: the penalty is on Q, K and V"),
-    "fresh state": ("look at the state you give adam_step at each step",
-                    "Adam restarted at every step: a fresh state in place of the one the last "
-                    "step returned"),
+    "half decay": ("every parameter ends as if the decay were weaker: look at the size of "
+                   "the decay's term",
+                   "the decay is half as strong as your variant's rule makes it"),
+    "no decay on V": ("look at which parameters the decay reaches",
+                      "V is not decayed: the decay is on Q, K and V"),
+    "fresh state": ("look at the state you give the optimizer at each step",
+                    "the optimizer restarted at every step: a fresh state in place of the one "
+                    "the last step returned"),
 }
-SQUARED_MISTAKES = {
-    "no 2": ("look at the derivative of the squared ReLU in the keys' gradient",
-             "the derivative of relu(z)² taken as relu(z): it is 2 relu(z)"),
+ONE_KEY_MISTAKES = {
+    "one path": ("look at the keys' gradient: how many paths lead from K to the output",
+                 "the key gradient counts one of the two places the key enters"),
     "one rate": ("look at which rate each parameter moves with",
                  "your values move at the keys' rate"),
 }
@@ -1438,118 +1549,82 @@ def flat(params, keys):
     return np.concatenate([params[k].ravel() for k in keys])
 
 
-def as_squared_relu(tied):
-    """The tied ReGLU's parameters as the squared-ReLU MLP's: keys Q (= K), values V."""
-    return {"K": tied["Q"], "V": tied["V"]}
-
-
-def untie_reference(formulation, act, x, T, Q, K, V, lr, steps):
-    history = gd_reference(formulation, act, x, T, {"Q": Q, "K": K, "V": V}, lr, steps,
-                           lambda p: np.linalg.norm(p["Q"] - p["K"]))
-    return history
-
-
-def diagnose_adam_and_ties(rows):
-    """[(point, idea)] read from which training runs fail (gd right, Adam or decay not)."""
-    verdict = {row.check: row.verdict for row in rows}
-    found = []
-    if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, adam") == "WRONG":
-        found.append(("gradient descent is right and Adam is not: look at what you give "
-                      "adam_step at each step",
-                      "Adam's state must carry over: each step starts from the state the last "
-                      "one returned"))
-    if verdict.get("train_tied_reglu, gd") == "ok" and verdict.get("train_tied_reglu, gd, decay") == "WRONG":
-        found.append(("the runs without decay are right, the one with decay is not: look at "
-                      "the gradient of the penalty, and which parameters it reaches",
-                      "the decay's gradient is wrong: (λ/2)‖P‖² on each of Q, K and V adds "
-                      "λ P to its gradient"))
-    return found
-
-
-LAMBDA, RATES = 0.3, {"gd": 0.05, "adam": 1e-2}      # the decay; the rate of each optimizer
-TIED_CASES = (("gd", "gd", 0.0), ("adam", "adam", 0.0), ("gd, decay", "gd", LAMBDA))
-SQUARED_CASES = (("gd, K at lr/2", "gd", {"K": 0.025, "V": 0.05}, None),
-                 ("adam, K at lr", "adam", {"K": 1e-2, "V": 1e-2}, None),
-                 ("adam, K at lr/2", "adam", {"K": 5e-3, "V": 1e-2}, None),
-                 ("gd, decay 2λ on K", "gd", {"K": 0.025, "V": 0.05},
-                  {"K": 2 * LAMBDA, "V": LAMBDA}))
-UNTIE_CASES = (("gated_mlp", "relu"), ("rank1_bilinear", "silu"))
-
-
 def closest(candidates, run, target):
-    """The candidate f whose run(f) ends nearest the target (both {"K", "V"})."""
-    errors = [bn.rel_error(flat(run(f), "KV"), flat(target, "KV")) for f in candidates]
-    return candidates[int(np.argmin(errors))]
+    """The candidate f whose run(f) ends nearest the target (both {"K", "V"}); a run that
+    diverges is never the nearest."""
+    with np.errstate(all="ignore"):
+        errors = [bn.rel_error(flat(run(f), "KV"), flat(target, "KV")) for f in candidates]
+    return candidates[int(np.argmin(np.nan_to_num(errors, nan=np.inf)))]
 
 
-@functools.lru_cache(maxsize=1)
-def adam_and_ties_problem():
-    """The data, every reference run and mistake, and the expected answers of the exercise,
-    computed once (the developer tests run the checks many times)."""
-    rng = np.random.default_rng(180)
-    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
-    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
-    tied = {}
-    for label, optimizer, decay in TIED_CASES:
-        lr = RATES[optimizer]
-        reference = flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay), "QKV")
-        mistakes = {text: flat(reglu_reference(x, T, W, V, lr, 30, optimizer, decay, key), "QKV")
-                    for key, text in TIE_MISTAKES.items()}
-        tied[label] = (reference, {k: v for k, v in mistakes.items()
-                                   if bn.rel_error(v, reference) > 1e-8})
-    squared = {}
-    for label, optimizer, lr, decay in SQUARED_CASES:
-        reference = flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay), "KV")
-        mistakes = {text: flat(squared_relu_reference(x, T, W, V, lr, 30, optimizer, decay, key),
-                               "KV") for key, text in SQUARED_MISTAKES.items()}
-        squared[label] = (reference, {k: v for k, v in mistakes.items()
-                                      if bn.rel_error(v, reference) > 1e-8})
-    untie = {}
-    for name, act in UNTIE_CASES:
-        Q = rng.standard_normal((M, D)) / np.sqrt(D)
-        K = Q + 1e-6 * rng.standard_normal(Q.shape)                  # an untie of about 1e-6
-        start = {"Q": Q, "K": K, "V": V}
-        untie[name] = (Q, K, untie_reference(name, act, x, T, Q, K, V, 0.05, 300),
-                       gd_reference(name, act, x, T, start, 0.05, 300, factor_gap))
-    factors = (0.5, 1.0, 2.0)
-    answers = {"KEY_LR_FACTOR": {opt: closest(factors, lambda f, opt=opt, lr=lr: squared_relu_reference(
-                   x, T, W, V, {"K": f * lr, "V": lr}, 30, opt),
-                   as_squared_relu(reglu_reference(x, T, W, V, lr, 30, opt)))
-                   for opt, lr in RATES.items()},
-               "KEY_DECAY_FACTOR": closest(factors, lambda f: squared_relu_reference(
-                   x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd", {"K": f * LAMBDA, "V": LAMBDA}),
-                   as_squared_relu(reglu_reference(x, T, W, V, 0.05, 30, "gd", LAMBDA))),
-               "UNTIE_GROWS": {name: bool(h[-1] > h[0]) for name, (_, _, h, _) in untie.items()}}
-    answers["TIE_STABLE"] = not any(answers["UNTIE_GROWS"].values())
-    return (x, T, W, V), tied, squared, untie, answers
+def untie_reference(v, x, T, Q, K, V, lr, steps, record=np.linalg.norm):
+    name, act, _ = TIE_FORMS[v["form"]]
+    return gd_reference(name, act, x, T, {"Q": Q, "K": K, "V": V}, lr, steps,
+                        lambda p: record(p["Q"] - p["K"]))
 
 
 def adam_and_ties(c):
-    data, tied, squared, untie, answers = adam_and_ties_problem()
-    x, T, W, V = (a.copy() for a in data)        # copies: the cached arrays stay as they were
-    for label, optimizer, decay in TIED_CASES:
-        reference, mistakes = tied[label]
-        c.close(f"train_tied_reglu, {label}", "train_tied_reglu", reference,
-                lambda optimizer=optimizer, decay=decay: flat(c.call(
-                    "train_tied_reglu", x, T, W, V, RATES[optimizer], 30, optimizer, decay), "QKV"),
-                tol=1e-8, mistakes=mistakes)          # 1e-8: an Adam of your own rounds otherwise
-    unchanged(c, "train_tied_reglu leaves W, V unchanged", "train_tied_reglu", [W, V],
-              lambda: c.call("train_tied_reglu", x, T, W, V, 0.05, 3, "gd", 0.0, in_place=True))
-    for label, optimizer, lr, decay in SQUARED_CASES:
-        reference, mistakes = squared[label]
-        c.close(f"train_squared_relu, {label}", "train_squared_relu", reference,
-                lambda optimizer=optimizer, lr=lr, decay=decay: flat(c.call(
-                    "train_squared_relu", x, T, W, V, lr, 30, optimizer, decay), "KV"),
-                tol=1e-8, mistakes=mistakes)
-    for name, act in UNTIE_CASES:
-        Q, K, reference, max_gap = untie[name]
-        Q, K = Q.copy(), K.copy()
-        c.close(f"untie_history, {name}, {act}", "untie_history", reference,
-                lambda name=name, act=act, Q=Q, K=K: c.call(
-                    "untie_history", name, act, x, T, Q, K, V, 0.05, 300), tol=1e-6,
-                mistakes={("look at the norm you record", "max|Q − K| in place of the "
-                           "Frobenius norm ‖Q − K‖"): max_gap})
-    for name in ("KEY_LR_FACTOR", "UNTIE_GROWS"):
-        c.answer_is(name, answers[name], dict)
-    for name in ("KEY_DECAY_FACTOR", "TIE_STABLE"):
-        c.answer_is(name, answers[name])
+    v = c.variant()
+    rng = c.rng(1)
+    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
+    P0, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
+
+    def three_steps(step):                        # P after each of 3 steps, the state carried
+        P, state, out = P0, None, []
+        for g in G:
+            P, state = step(P, g, state)
+            out.append(P)
+        return np.stack(out)
+    c.close("update, your rule, 3 steps", "update",
+            three_steps(lambda P, g, s: update(v, P, g, s, lr, lam)),
+            lambda: three_steps(lambda P, g, s: c.call("update", P, g, s, lr, lam, v)))
+    for label, decay in (("no decay", 0.0), ("decay", lam)):
+        reference = flat(tied_reference(x, T, W, V, v, 30, decay), "QKV")
+        mistakes = {text: flat(tied_reference(x, T, W, V, v, 30, decay, key), "QKV")
+                    for key, text in TIE_MISTAKES.items()}
+        c.close(f"train_tied, {label}", "train_tied", reference,
+                lambda decay=decay: flat(c.call("train_tied", x, T, W, V, lr, 30, decay, v), "QKV"),
+                tol=1e-8, mistakes={k: m for k, m in mistakes.items()   # 1e-8: an Adam of
+                                    if bn.rel_error(m, reference) > 1e-8})   # your own rounds
+    unchanged(c, "train_tied leaves W, V unchanged", "train_tied", [W, V],
+              lambda: c.call("train_tied", x, T, W, V, lr, 3, lam, v, in_place=True))
+    for label, rates, decay in (("K at lr/2", {"K": lr / 2, "V": lr}, {"K": 0.0, "V": 0.0}),
+                                ("K at lr", {"K": lr, "V": lr}, {"K": 0.0, "V": 0.0}),
+                                ("K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},
+                                 {"K": 2 * lam, "V": lam})):
+        reference = flat(one_key_reference(x, T, W, V, v, rates, 30, decay), "KV")
+        mistakes = {text: flat(one_key_reference(x, T, W, V, v, rates, 30, decay, key), "KV")
+                    for key, text in ONE_KEY_MISTAKES.items()}
+        c.close(f"train_one_key, {label}", "train_one_key", reference,
+                lambda rates=rates, decay=decay: flat(c.call(
+                    "train_one_key", x, T, W, V, rates, 30, decay, v), "KV"), tol=1e-8,
+                mistakes={k: m for k, m in mistakes.items() if bn.rel_error(m, reference) > 1e-8})
+    Q = rng.standard_normal((M, D)) / np.sqrt(D)
+    K, V0 = Q + 1e-6 * rng.standard_normal(Q.shape), rng.standard_normal((M, D_OUT)) / 2
+    c.close("untie_history, your form, gd", "untie_history",
+            untie_reference(v, x, T, Q, K, V0, 0.05, 300),
+            lambda: c.call("untie_history", x, T, Q, K, V0, 0.05, 300, v), tol=1e-6,
+            mistakes={("look at the norm you record", "max|Q − K| in place of the Frobenius "
+                       "norm ‖Q − K‖"): untie_reference(v, x, T, Q, K, V0, 0.05, 300,
+                                                         lambda a: np.max(np.abs(a)))})
+    for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
+        predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
+                       lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")
+
+
+def factor_truths(v, rng):
+    """(f, c), measured on a random problem: the key rate f·lr, then the key decay c·λ,
+    whose one-key MLP ends nearest the tied unit after 30 steps."""
+    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
+    tied = {}
+    for decay in (0.0, lam):
+        end = tied_reference(x, T, W, V, v, 30, decay)
+        tied[decay] = {"K": end["Q"], "V": end["V"]}
+    f = closest((0.25, 0.5, 1.0), lambda f: one_key_reference(
+        x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": 0.0, "V": 0.0}), tied[0.0])
+    return f, closest((0.5, 1.0, 2.0), lambda d: one_key_reference(
+        x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": d * lam, "V": lam}), tied[lam])

@@ -16,6 +16,10 @@
 #
 # Read first: derivations.md, [4.3 Inverse scaling](../derivations.md#43-inverse-scaling).
 #
+# **Sections 1 to 3 are a reading warm-up** on the module's own forms: derivations.md 4.3
+# works out each of their answers, and they are graded so that you read it. **Section 4 is the
+# derivation**: your own unit, whose answer no file of the course holds.
+#
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
 # `bn.transform_params`. **Check:** `python -m exercises check 7`.

@@ -19,10 +19,18 @@
 # Read first: derivations.md, [4.6 The double-gated form](../derivations.md#46-the-double-gated-form),
 # and the section "Which broken symmetry matters?" of docs/results.md.
 #
+# **Your cells and your comparison**, drawn from your seed: four `(formulation, activation)`
+# cells to predict and measure, and one comparison of the experiment to read, e.g.
+#
+#     {"cells": [("gated_mlp", "gelu_tanh"), ...], "keeps": "rank1-gelu", "breaks": "ReGLU"}
+#
+# `python -m exercises check 8` prints yours at the top; here `variant(8)` returns it. Your
+# functions work for any cell and any comparison: the checker hands them yours. (docs/results.md
+# gives the verdicts of the comparisons it names; yours is never one of them.)
+#
 # **What to do.** Predict, measure, then read the experiment: complete the functions marked
-# `TODO` and set the answers that are `None`. You may call anything in `bilinear_numpy`
-# (`bn`) except `bn.symmetry_deviation` and `bn.transform_params`.
-# **Check:** `python -m exercises check 8`.
+# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
+# `bn.transform_params`. **Check:** `python -m exercises check 8`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
@@ -49,29 +57,28 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from experiments.ablation import t_975  # Student's t quantile: t_975(df)
+from experiments.ablation import CELLS, t_975  # CELLS[name][:2]: (formulation, activation)
+from exercises import variant  # variant(8): your cells and comparison, from exercises/student.json
 
 RESULTS = Path(bn.__file__).resolve().parent / "results" / "ablation.csv"
 
 # %% [markdown]
 # ## 1. Predict
 #
-# For each `(formulation, activation)` in `CASES`, predict `(exchange kept, inverse scaling
-# kept for every α > 0)` as a pair of `True` / `False`, **before** you measure. Use the
-# conditions above: exchange needs `σ(a)·b = σ(b)·a` in the gated form; scaling needs
-# `σ(αz) = α·σ(z)` in the gated form and `σ(αz) = c·σ(z)` in the double-gated form.
-# One entry per case, written like this one (SwiGLU, which the text above already gave):
-# `{("gated_mlp", "silu"): (False, False), ...}`.
+# `predict_cell(formulation, act)` returns your prediction `(exchange kept, inverse scaling
+# kept for every α > 0)`, a pair of `True` / `False`, for any of the three forms and any
+# activation of `bn.ACTIVATIONS`, **before** you measure: from the conditions above, not from
+# a measurement (the checker asks about your four cells and four more). Exchange needs `σ(a)·b = σ(b)·a` in the gated form; scaling needs
+# `σ(αz) = α·σ(z)` in the gated form and `σ(αz) = c·σ(z)` in the double-gated form. SwiGLU,
+# which the text above already gave, is `("gated_mlp", "silu") → (False, False)`.
+
 
 # %%
-CASES = [
-    ("rank1_bilinear", "silu"), ("rank1_bilinear", "gelu"),
-    ("double_gated_mlp", "relu"), ("double_gated_mlp", "silu"), ("double_gated_mlp", "sigmoid"),
-    ("gated_mlp", "relu"), ("gated_mlp", "silu"), ("gated_mlp", "identity"),
-]
+def predict_cell(formulation, act):
+    """(exchange kept, scaling kept) predicted from the conditions: a pair of bools."""
+    # TODO: the pair of bools, from the form and the activation's properties
+    raise NotImplementedError("predict_cell: not written yet (complete its TODO)")
 
-# %%
-PREDICTED = None  # TODO: a dict (formulation, activation) -> (exchange kept, scaling kept)
 
 # %% [markdown]
 # ## 2. Measure
@@ -124,37 +131,37 @@ def paired_difference(rows, task, keeps, breaks):
 
 
 # %% [markdown]
-# Run this file: it prints your measured cells, then the paired differences of the
-# committed run. Then answer, for each task, with `"breaking helps"`, `"breaking hurts"`
-# or `"within noise"` (the 95% interval contains 0); mind the direction of each metric.
-#
-# - `SCALING_EFFECT`: breaking inverse scaling while exchange stays kept, SiLU:
-#   `breaks = ("double_gated_mlp", "silu")` against `keeps = ("rank1_bilinear", "silu")`.
-# - `EXCHANGE_EFFECT`: breaking exchange while inverse scaling stays broken, SiLU:
-#   `breaks = ("gated_mlp", "silu")` (SwiGLU) against `keeps = ("double_gated_mlp", "silu")`.
+# `effect(rows, keeps, breaks)` says what the experiment found, for each task: `"breaking
+# helps"`, `"breaking hurts"` or `"within noise"` (the 95% interval contains 0); mind the
+# direction of each metric (`metric_name` in the rows). Return `{"text": ..., "image": ...}`.
+# Run this file: it prints your measured cells, then the paired differences of your
+# comparison in the committed run.
+
 
 # %%
-SCALING_EFFECT = None  # TODO: {"text": ..., "image": ...}
-EXCHANGE_EFFECT = None  # TODO: {"text": ..., "image": ...}
+def effect(rows, keeps, breaks):
+    """{"text": verdict, "image": verdict} of breaks − keeps, from paired_difference."""
+    # TODO: the dict of two verdicts, from the interval and the metric's direction
+    raise NotImplementedError("effect: not written yet (complete its TODO)")
+
 
 # %% Try it
 if __name__ == "__main__":
     try:
-        print(f"{'formulation':<18}{'act':<9}{'measured (exchange, scaling)':<31}predicted")
-        for formulation, act in CASES:
+        mine = variant(8)                             # your cells and comparison (seed 0 before `start`)
+        print(mine["y"])
+        print(f"{'formulation':<18}{'act':<11}{'measured (exchange, scaling)':<31}predicted")
+        for formulation, act in mine["cells"]:
             measured = measured_cell(formulation, act)
-            predicted = PREDICTED.get((formulation, act)) if PREDICTED else None
-            print(f"{formulation:<18}{act:<9}{str(measured):<31}{predicted}")
+            print(f"{formulation:<18}{act:<11}{str(measured):<31}{predict_cell(formulation, act)}")
         if RESULTS.is_file():
             with RESULTS.open(encoding="utf-8", newline="") as f:
                 rows = list(csv.DictReader(f))
-            pairs = {"scaling, exchange kept": (("rank1_bilinear", "silu"), ("double_gated_mlp", "silu")),
-                     "exchange, scaling broken": (("double_gated_mlp", "silu"), ("gated_mlp", "silu"))}
-            print(f"\n{RESULTS}: breaks - keeps, mean [95% interval]")
-            for name, (keeps, breaks) in pairs.items():
-                for task in ("text", "image"):
-                    mean, low, high = paired_difference(rows, task, keeps, breaks)
-                    print(f"  {name:<26}{task:<7}{mean:+.3f} [{low:+.3f}, {high:+.3f}]")
+            keeps, breaks = CELLS[mine["keeps"]][:2], CELLS[mine["breaks"]][:2]
+            print(f"\n{RESULTS}: {mine['breaks']} − {mine['keeps']}, mean [95% interval]")
+            for task in ("text", "image"):
+                mean, low, high = paired_difference(rows, task, keeps, breaks)
+                print(f"  {task:<7}{mean:+.3f} [{low:+.3f}, {high:+.3f}]")
         else:
             print(f"\n{RESULTS} is missing: run `python bilinear_numpy.py train ablation --out .`")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end

@@ -20,6 +20,10 @@
 # Read first: derivations.md, [5.1 From a symmetry to an identity](../derivations.md#51-from-a-symmetry-to-an-identity)
 # to [5.3 Drift under gradient descent](../derivations.md#53-drift-under-gradient-descent).
 #
+# **Sections 1 to 3 are a reading warm-up** on the module's own forms: derivations.md 5.1 to
+# 5.3 work out each of their answers, and they are graded so that you read them. **Section 4
+# is the derivation**: your own unit, whose answer no file of the course holds.
+#
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use
 # `bn.FORMULATIONS[name].forward` and `.backward` for the gradients.

@@ -28,10 +28,16 @@
 # and [9.2 What weight decay predicts at a minimum](../derivations.md#92-what-weight-decay-predicts-at-a-minimum);
 # for the symmetry involved, [4.4 Key-value rescaling](../derivations.md#44-key-value-rescaling).
 #
-# **The file.** The course makes a tiny one for you (2 layers, `d = 6`, `m = 4`, float32,
-# the names above): `write_tiny_checkpoint(folder)` writes `folder/tiny_model.safetensors`
-# and returns its path. Its units are made as weight decay leaves a SwiGLU layer, except
-# one, on purpose. The checker makes its own files, in a temporary folder.
+# **Your file and your unit**, drawn from your seed: `python -m exercises check 16` prints
+# them at the top; here `variant(16)` returns them, e.g.
+#
+#     {"file": 48213, "form": "double_gated_mlp", "act": "gelu"}
+#
+# The course makes a tiny file for you (2 layers, `d = 6`, `m = 4`, float32, the names
+# above): `write_tiny_checkpoint(folder, seed=variant(16)["file"])` writes
+# `folder/tiny_model.safetensors` and returns its path. Its units are made as weight decay
+# leaves a SwiGLU layer, except one, on purpose. The checker makes its own files (yours and
+# another), in a temporary folder. Your unit (`form` and `act`) is the one section 4 asks about.
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
@@ -46,7 +52,7 @@
 # - `Path(path).read_bytes()` returns the whole file as bytes (the files here are tiny;
 #   a real reader maps the file instead, `np.memmap`).
 # - `np.linalg.norm(A, axis=...)` returns norms along an axis.
-# - `write_tiny_checkpoint(folder)` returns the Path of the tiny file it writes.
+# - `write_tiny_checkpoint(folder, seed)` returns the Path of the tiny file it writes.
 
 # %% Setup: run this cell first (nothing to change here)
 import json
@@ -65,6 +71,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 
+from exercises import variant  # noqa: E402  variant(16): your file and unit (student.json)
 from exercises.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 # %% [markdown]
@@ -113,23 +120,42 @@ def unit_balances(Q, K, V):
 # %% [markdown]
 # ## 4. Questions
 #
-# Run this file: it writes the tiny checkpoint and prints each layer's balances with your
-# functions. In that file, one unit is far from what weight decay predicts: which one?
-# Answer `(layer, unit)`, two ints counted from 0.
+# `unbalanced(path)`: in a file like yours, one unit is far from what weight decay predicts
+# for a SwiGLU layer. Return it as `(layer, unit)`, two ints counted from 0, found from the
+# balances (the checker asks about your file and another). Run this file first: it prints
+# each layer's balances of your file.
 #
-# In a SwiGLU unit, for which pair of factors does weight decay predict a balance of 0 at a
-# minimum: `"qk"` or `"kv"`? And why (a sentence: which symmetry, which orbit)?
+# `decay_balances(formulation, act)`: for a unit of that form (`"gated_mlp"`,
+# `"rank1_bilinear"`, `"double_gated_mlp"`) and activation, the set of the pairs of factors,
+# of `{"qk", "kv"}`, that weight decay leaves balanced at a minimum (derivations.md 9.2 does
+# SwiGLU; a pair is balanced where its rescaling is a symmetry of the unit). The checker asks
+# about your unit and three more, from a prediction: the truth is measured.
+#
+# `WHY_DECAY`: why, in a sentence: which symmetry, which orbit.
+
 
 # %%
-UNBALANCED = None  # TODO: (layer, unit) of the unbalanced unit, two ints
-DECAY_BALANCES = None  # TODO: "qk" or "kv"
+def unbalanced(path):
+    """(layer, unit) of the unit whose balances are unlike the others': two ints."""
+    # TODO: the pair (layer, unit), from the balances of both layers
+    raise NotImplementedError("unbalanced: not written yet (complete its TODO)")
+
+
+def decay_balances(formulation, act):
+    """The set of pairs ("qk", "kv") whose rescaling keeps the unit: those decay balances."""
+    # TODO: a set of "qk" and "kv", from the form and the activation's properties
+    raise NotImplementedError("decay_balances: not written yet (complete its TODO)")
+
+
 WHY_DECAY = None  # TODO: a sentence
 
 # %% Try it
 if __name__ == "__main__":
     try:
         with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
-            path = write_tiny_checkpoint(folder)
+            mine = variant(16)                        # your file and unit (seed 0 before `start`)
+            print(mine["y"])
+            path = write_tiny_checkpoint(folder, mine["file"])
             print(f"{path.name}: {path.stat().st_size} bytes")
             for i in range(2):
                 Q, K, V = load_layer(path, i)

@@ -1,45 +1,57 @@
 # %% [markdown]
-# # Exercise 18: Adam, weight decay and tied factors
+# # Exercise 18: optimizers, weight decay and tied factors, a pair of your own
 #
-# Exercise 12 showed that a ReGLU started with tied factors `Q = K = W` stays tied under
-# gradient descent, and that it then computes the squared-ReLU MLP `relu(x Wᵀ)² V`. But
-# the two are not trained alike. The squared-ReLU MLP has one key matrix `W`, reached by two
-# paths, so its gradient is `dQ + dK = 2 dQ`; the tied ReGLU moves each of `Q` and `K` by
-# `−η dQ` only. With plain gradient descent, a tied ReGLU at step `η` follows the
-# squared-ReLU MLP at step `η/2` on its keys (and `η` on its values).
+# Exercise 12 showed that some units started with tied factors `Q = K = W` stay tied under
+# gradient descent, and then compute an MLP with **one** key matrix `W`: the tied ReGLU is
+# `relu(x Wᵀ)² V`, the tied Bilinear unit `(x Wᵀ)² V`, a tied rank-1 unit `σ((x Wᵀ)²) V`.
+# The two networks compute the same function, but they are not trained alike: the one-key
+# MLP's `W` enters its output in two places, so its gradient adds up what comes back along
+# both (`dQ + dK` at `Q = K = W`), while the tied unit moves `Q` and `K` each by its own.
 #
-# Three questions follow, and you will answer each by measuring:
+# Your pair, drawn from your seed: a tied form, an **optimizer** and a **decay rule**, e.g.
 #
-# - **Adam.** Adam's step divides the gradient's running mean by its running root mean
-#   square: multiply every gradient of a coordinate by 2 and the step does not change
-#   (up to Adam's ε). What becomes of the factor ½?
-# - **Weight decay.** Add `(λ/2)(‖Q‖² + ‖K‖² + ‖V‖²)` to the ReGLU's loss. Which decay on
-#   the keys `W` makes the squared-ReLU MLP (keys at step `η/2`) follow it?
-# - **How stable is a tie?** Start from `K = Q + (an untie of size 1e-6)`. Does the untie
-#   shrink back, or grow?
+#     {"form": "rank-1 silu", "optimizer": "rmsprop", "decay": "shrink"}
+#
+# `python -m exercises check 18` prints yours at the top; here `variant(18)` returns it. The
+# optimizers (each parameter its own state, `None` before the first step; P moves by
+# `−lr` times the direction):
+#
+#     gd        direction = g
+#     momentum  m = 0.9 m + g (m = g at the first step);  direction = m
+#     nesterov  m as momentum;  direction = g + 0.9 m
+#     rmsprop   s = 0.9 s + 0.1 g² (s = 0.1 g² at the first);  direction = g / (√s + 1e-8)
+#     adagrad   s = s + g² (s = g² at the first);  direction = g / (√s + 1e-8)
+#     adam      bn.adam_step's direction (bn.adam_step(..., lr=lr) moves P by −lr times it)
+#     sign      direction = sign(g)
+#
+# and the decay rules (λ in the variant's line):
+#
+#     L2         (λ/2)‖P‖² added to the loss: λ P added to g before the optimizer sees it
+#     decoupled  P ← P − lr λ P beside the optimizer's step (P as it was before the step)
+#     shrink     P ← P − λ P beside the optimizer's step, whatever the rate
+#
+# Two questions, for **your** pair, answered by measuring (and, better, by predicting first):
+# at which rate must the one-key MLP move its keys to follow the tied unit, and with which
+# decay on its keys? derivations.md 5.6 and 5.9 work them out for gradient descent and Adam
+# with an L2 penalty and for AdamW: the model to follow, not your pair.
 #
 # Read first: derivations.md, [5.6 Squared ReLU is a tied ReGLU](../derivations.md#56-squared-relu-is-a-tied-reglu)
-# and [5.9 Adam, weight decay, and how stable a tie is](../derivations.md#59-adam-weight-decay-and-how-stable-a-tie-is)
-# (after you have measured, for the second half).
+# and [5.9 Adam, weight decay, and how stable a tie is](../derivations.md#59-adam-weight-decay-and-how-stable-a-tie-is).
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
-# You may call anything in `bilinear_numpy` (`bn`). Everything is float64 and small: a few
-# hundred steps run in well under a second.
+# Your functions receive the variant as their last argument and read it: written for every
+# variant, they pass for any seed. You may call anything in `bilinear_numpy` (`bn`).
+# Everything is float64 and small: a few hundred steps run in well under a second.
 # **Check:** `python -m exercises check 18`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
-# - `bn.gated_mlp_forward(x, Q, K, V, act)` returns `(y, cache)`, y of shape (N, d_out);
-#   `bn.gated_mlp_backward(dy, cache)` returns a dict of gradients keyed "x", "Q", "K", "V".
-#   `bn.FORMULATIONS[name].forward(x, **params, act=act)` and `.backward(dy, cache)` do the
-#   same for every formulation ("gated_mlp", "rank1_bilinear", "mlp", ...).
-# - `bn.mlp_forward(x, K, V, act)` returns `(y, cache)` for the key-value MLP σ(x Kᵀ) V;
-#   `bn.mlp_backward(dy, cache)` its gradients keyed "x", "K", "V". `act` may be an
-#   activation of your own: `bn.Activation(name, f, df, linear, positively_homogeneous,
-#   kink)`, with f and df elementwise.
+# - `bn.FORMULATIONS[name].forward(x, Q, K, V, act=act)` returns `(y, cache)`, y of shape
+#   (N, d_out); `.backward(dy, cache)` a dict of gradients keyed "x", "Q", "K", "V"
+#   ("gated_mlp": (σ(x Qᵀ) ⊙ (x Kᵀ)) V; "rank1_bilinear": σ((x Qᵀ) ⊙ (x Kᵀ)) V).
+#   `FORMS` below says which formulation and σ your form is.
 # - `bn.adam_init(params)` returns Adam's state for a dict of arrays;
-#   `bn.adam_step(params, grads, state, lr)` returns `(new_params, new_state)`, every
-#   parameter of the dict moved with the same lr (nothing changed in place). A parameter
-#   with its own lr needs its own dict and state.
+#   `bn.adam_step(params, grads, state, lr)` returns `(new_params, new_state)`, nothing
+#   changed in place.
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)
@@ -55,105 +67,132 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+from exercises import variant  # variant(18): your pair, from exercises/student.json
 
-# %% [markdown]
-# ## 1. Train a tied ReGLU
-#
-# Start from `Q = W`, `K = W`, `V` (copies: never change the arrays you are given) and run
-# `steps` steps on `L = Σ (y − T)² / (2N) + (decay/2)(‖Q‖² + ‖K‖² + ‖V‖²)`, `y` the ReGLU
-# (the gated MLP with ReLU). `optimizer` is `"gd"` (`P ← P − lr ∂L/∂P` for every parameter
-# at once) or `"adam"` (bn's Adam on the same gradients, rate `lr`). Return the dict
-# `{"Q", "K", "V"}` after the last step.
-
-
-# %%
-def train_tied_reglu(x, T, W, V, lr, steps, optimizer="gd", decay=0.0):
-    """A ReGLU trained from Q = K = W; returns {"Q": (m, d), "K": (m, d), "V": (m, d_out)}."""
-    # TODO: the dict of the three parameters after `steps` steps of the optimizer
-    raise NotImplementedError("train_tied_reglu: not written yet (complete its TODO)")
+FORMS = {"ReGLU": ("gated_mlp", "relu"), "Bilinear": ("gated_mlp", "identity"),
+         "rank-1 silu": ("rank1_bilinear", "silu"), "rank-1 gelu": ("rank1_bilinear", "gelu"),
+         "rank-1 sigmoid": ("rank1_bilinear", "sigmoid"),
+         "rank-1 gelu_tanh": ("rank1_bilinear", "gelu_tanh")}   # form: (formulation, σ)
+RATES = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2, "adagrad": 0.05,
+         "adam": 1e-2, "sign": 1e-2}
+LAMBDAS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}
 
 
 # %% [markdown]
-# ## 2. Train a squared-ReLU MLP
+# ## 1. One step of your optimizer and decay rule
 #
-# The same, for `y = relu(x Kᵀ)² V` from keys `K = W` and values `V`, with a rate and a
-# decay of its own for each parameter: `lr = {"K": ..., "V": ...}` and
-# `decay = {"K": ..., "V": ...}`, the loss
-# `Σ (y − T)² / (2N) + (decay["K"]/2)‖K‖² + (decay["V"]/2)‖V‖²`. Return `{"K", "V"}`.
+# `update(P, grad, state, lr, lam, variant)` moves one parameter `P` (any shape) by one step
+# of your optimizer, with your decay rule at strength `lam`, and returns `(new P, new state)`;
+# `state` is what the last step returned (`None` at the first). Never change `P` in place.
 
 
 # %%
-def train_squared_relu(x, T, W, V, lr, steps, optimizer="gd", decay=None):
-    """relu(x K^T)^2 V trained from K = W; lr, decay: dicts keyed "K", "V" (decay None: 0);
+def update(P, grad, state, lr, lam, variant):
+    """One step on one parameter: returns (P after the step, the optimizer's new state)."""
+    # TODO: the pair (new P, new state) by your optimizer and decay rule
+    raise NotImplementedError("update: not written yet (complete its TODO)")
+
+
+# %% [markdown]
+# ## 2. Train the tied unit, and the one-key MLP
+#
+# `train_tied` starts from `Q = W`, `K = W`, `V` (copies: never change the arrays you are
+# given) and runs `steps` steps of `update` on each of Q, K and V (each its own state), with
+# the gradients of `L = Σ (y − T)² / (2N)` for your form at rate `lr` and decay `lam`.
+# Return `{"Q", "K", "V"}` after the last step.
+#
+# `train_one_key` does the same for the one-key MLP `h(x Kᵀ) V` of your form (keys `K = W`,
+# values `V`), each parameter with its own rate and decay: `lr = {"K": ..., "V": ...}`,
+# `lam = {"K": ..., "V": ...}`. Its key gradient is yours to get right: K enters twice.
+# Return `{"K", "V"}`.
+
+
+# %%
+def train_tied(x, T, W, V, lr, steps, lam, variant):
+    """Your tied form trained from Q = K = W; returns {"Q", "K": (m, d), "V": (m, d_out)}."""
+    form, act = FORMS[variant["form"]]
+    # TODO: the dict of the three parameters after `steps` steps of update
+    raise NotImplementedError("train_tied: not written yet (complete its TODO)")
+
+
+def train_one_key(x, T, W, V, lr, steps, lam, variant):
+    """h(x K^T) V of your form trained from K = W; lr, lam: dicts keyed "K", "V";
     returns {"K": (m, d), "V": (m, d_out)}."""
-    decay = decay or {"K": 0.0, "V": 0.0}
-    # TODO: the dict of the two parameters after `steps` steps, each with its own rate and decay
-    raise NotImplementedError("train_squared_relu: not written yet (complete its TODO)")
+    form, act = FORMS[variant["form"]]
+    # TODO: the dict of the two parameters after `steps` steps, each its own rate and decay
+    raise NotImplementedError("train_one_key: not written yet (complete its TODO)")
 
 
 # %% [markdown]
-# ## 3. An untie during gradient descent
+# ## 3. An untie during gradient descent (a reading part: derivations.md 5.9 explains it)
 #
-# Train `bn.FORMULATIONS[formulation]` with activation `act` by plain gradient descent
-# (step `lr`, loss `Σ (y − T)² / (2N)`, no decay) from `Q`, `K`, `V` (copies). Return the
-# Frobenius norm `‖Q − K‖` before the first step and after each step: shape `(steps + 1,)`.
+# Train your form by plain gradient descent (step `lr`, no decay) from `Q`, `K`, `V`
+# (copies). Return the Frobenius norm `‖Q − K‖` before the first step and after each step:
+# shape `(steps + 1,)`. The Try-it cell starts from an untie of 1e-6: a tie is invariant,
+# not stable (derivations.md 5.9, "Invariant, not stable").
 
 
 # %%
-def untie_history(formulation, act, x, T, Q, K, V, lr, steps):
+def untie_history(x, T, Q, K, V, lr, steps, variant):
     """||Q - K|| (Frobenius) before and after each gradient step; returns (steps + 1,)."""
+    form, act = FORMS[variant["form"]]
     # TODO: the array (steps + 1,) of the Frobenius norm of Q − K
     raise NotImplementedError("untie_history: not written yet (complete its TODO)")
 
 
 # %% [markdown]
-# ## 4. Questions
+# ## 4. Questions, for any pair
 #
-# Run this file: it trains both networks from the same start and prints how far apart
-# they end, for each choice. Then answer with what you measured.
+# Predict by hand (what does the optimizer do to a gradient that is doubled? where does the
+# decay rule put λ, and does it pass through the optimizer, or the rate?), then run this
+# file: it trains both networks of your pair from the same start and prints how far apart
+# they end for each choice. Each function answers for the pair it is given: the checker asks
+# about yours and three more, and measures the truth of each on a problem of its own.
 #
-# - `KEY_LR_FACTOR`: `{"gd": f, "adam": f}`, two floats. The tied ReGLU at rate `lr`
-#   follows the squared-ReLU MLP with rate `f·lr` on its keys and `lr` on its values.
-# - `KEY_DECAY_FACTOR`: a float `c`. With gradient descent and decay `λ` on the tied ReGLU,
-#   the squared-ReLU MLP (keys at `lr/2`, values at `lr`, decay `λ` on the values) follows
-#   it with decay `c·λ` on its keys.
-# - `UNTIE_GROWS`: `{"gated_mlp": bool, "rank1_bilinear": bool}`: does an untie of 1e-6
-#   grow in 300 steps (ReGLU; rank-1 with SiLU)?
-# - `TIE_STABLE`: a bool. Is the tied set `Q = K` stable (small unties shrink back), or
-#   only invariant (an exact tie is kept)?
+# - `key_lr_factor(variant)`: a float `f`. The tied unit at rate `lr` (no decay) follows the
+#   one-key MLP with rate `f·lr` on its keys and `lr` on its values.
+# - `key_decay_factor(variant)`: a float `c`. With the decay rule at `λ` on every parameter
+#   of the tied unit, the one-key MLP (keys at `f·lr`, values at `lr`, decay `λ` on the
+#   values) follows it with decay `c·λ` on its keys.
+
 
 # %%
-KEY_LR_FACTOR = None  # TODO: a dict of two floats
-KEY_DECAY_FACTOR = None  # TODO: a float
-UNTIE_GROWS = None  # TODO: a dict of two bools
-TIE_STABLE = None  # TODO: a bool
+def key_lr_factor(variant):
+    """f: the one-key MLP's key rate, as a multiple of the tied unit's rate; a float."""
+    # TODO: a float, from the variant's optimizer
+    raise NotImplementedError("key_lr_factor: not written yet (complete its TODO)")
+
+
+def key_decay_factor(variant):
+    """c: the one-key MLP's key decay, as a multiple of λ; a float."""
+    # TODO: a float, from the variant's optimizer and decay rule
+    raise NotImplementedError("key_decay_factor: not written yet (complete its TODO)")
+
 
 # %% Try it
 if __name__ == "__main__":
     try:
+        mine = variant(18)                            # your pair (seed 0 before `start`)
+        print(mine["y"])
+        lr, lam = RATES[mine["optimizer"]], LAMBDAS[mine["decay"]]
         rng = np.random.default_rng(0)
         x, T = rng.standard_normal((16, 5)), rng.standard_normal((16, 3))
         W, V = rng.standard_normal((4, 5)) / 5 ** 0.5, rng.standard_normal((4, 3)) / 2
-        for optimizer, lr in (("gd", 0.05), ("adam", 1e-2)):
-            tied = train_tied_reglu(x, T, W, V, lr, 30, optimizer)
-            print(f"{optimizer}: tied ReGLU, max|Q − K| = {np.max(np.abs(tied['Q'] - tied['K']))}")
-            for f in (0.5, 1.0, 2.0):
-                sq = train_squared_relu(x, T, W, V, {"K": f * lr, "V": lr}, 30, optimizer)
-                print(f"  squared ReLU, key rate {f} lr: rel error of the keys "
-                      f"{bn.rel_error(tied['Q'], sq['K']):.1e}, of the values {bn.rel_error(tied['V'], sq['V']):.1e}")
-        lam = 0.3
-        tied = train_tied_reglu(x, T, W, V, 0.05, 30, "gd", decay=lam)
-        for c in (0.5, 1.0, 2.0):
-            sq = train_squared_relu(x, T, W, V, {"K": 0.025, "V": 0.05}, 30, "gd",
-                                    decay={"K": c * lam, "V": lam})
-            print(f"gd, decay {lam}: squared ReLU with key decay {c} λ: rel error of the keys "
-                  f"{bn.rel_error(tied['Q'], sq['K']):.1e}")
-        print("||Q - K|| after 0, 100, 200, 300 steps (lr 0.05):")
-        for name, act in (("gated_mlp", "relu"), ("rank1_bilinear", "silu")):
-            Q = rng.standard_normal((4, 5)) / 5 ** 0.5
-            for label, K in (("exact tie", Q.copy()),
-                             ("untie 1e-6", Q + 1e-6 * rng.standard_normal(Q.shape))):
-                history = untie_history(name, act, x, T, Q, K, V, 0.05, 300)
-                print(f"  {name:<15}{act:<5} {label:<11}", history[::100])
+        tied = train_tied(x, T, W, V, lr, 30, 0.0, mine)
+        print(f"tied, no decay: max|Q − K| = {np.max(np.abs(tied['Q'] - tied['K']))}")
+        for f in (0.25, 0.5, 1.0):
+            one = train_one_key(x, T, W, V, {"K": f * lr, "V": lr}, 30, {"K": 0.0, "V": 0.0}, mine)
+            print(f"  one key at {f} lr: rel error of the keys {bn.rel_error(tied['Q'], one['K']):.1e}")
+        tied = train_tied(x, T, W, V, lr, 30, lam, mine)
+        for f in (0.5, 1.0):
+            for c in (0.5, 1.0, 2.0):
+                one = train_one_key(x, T, W, V, {"K": f * lr, "V": lr}, 30,
+                                    {"K": c * lam, "V": lam}, mine)
+                print(f"  decay {lam}, keys at {f} lr with {c} λ: rel error of the keys "
+                      f"{bn.rel_error(tied['Q'], one['K']):.1e}")
+        Q = rng.standard_normal((4, 5)) / 5 ** 0.5
+        for label, K in (("exact tie", Q.copy()), ("untie 1e-6", Q + 1e-6 * rng.standard_normal(Q.shape))):
+            history = untie_history(x, T, Q, K, V, 0.05, 300, mine)
+            print(f"||Q − K||, {label}, after 0, 100, 200, 300 steps:", history[::100])
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

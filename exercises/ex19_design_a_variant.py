@@ -31,7 +31,10 @@
 #   reordered) and `"parity"` (x → −x, the parameters unchanged; derivations.md §4.8) — the
 #   checker measures the rel error of your unit's output after the change (per-unit α from
 #   0.5 to 2), and your `KEEPS[key]` must be True exactly when it is at most **1e-10**;
-#   each `WHY[key]` is a sentence of 8 words or more;
+#   each `WHY[key]` is a sentence of 8 words or more, its own (not another key's), that
+#   names the change it explains (e.g. "swap" for exchange, "α" or "scaling" for inverse
+#   scaling, "sign" or "odd" for parity). That is all a checker can read in a sentence:
+#   that it is on the subject; whether its reasoning is right, the KEEPS rows measure;
 # - 300 Adam steps (lr 1e-2) on a small regression: the loss must fall to **less than half**
 #   its start (loss ratio < 0.5), for your unit as for SwiGLU and the rank-1 unit beside it.
 #

@@ -617,11 +617,13 @@ def _exchange_ratio(ax, rows, alone=False):
     gap = np.max(np.abs(gelu - gelu_tanh))                 # how far apart the two GELUs are
     for act in acts:
         z, ratio = pick(rows, "sigma_over_z", act)
+        # Opaque, in the colour (a) gives the same σ: a curve that meets another is told
+        # apart by its width or its dashes, never by a lighter shade of its colour.
         style = {"lw": 1.8}
-        if act == "identity":                  # wide and light, beneath: relu shows on it
-            style = {"lw": 5, "alpha": 0.3, "zorder": 1.5}
+        if act == "identity":                  # dotted, on top: relu shows between the dots
+            style = {"lw": 2.5, "ls": (0, (1, 2)), "zorder": 3}
         elif act == "gelu":                    # wide, beneath the dashed tanh form and relu
-            style = {"lw": 4.5, "alpha": 0.55, "zorder": 1.5}
+            style = {"lw": 5, "zorder": 1.5}
         elif act == "gelu_tanh":
             style = {"lw": 1.8, "ls": (0, (4, 2))}
         label = {"identity": "identity: constant (linear)",

@@ -1017,13 +1017,13 @@ def test_gradcheck_redraws_near_the_kink_and_no_probe_crosses_it(monkeypatch):
 
 
 def test_central_difference_at_the_kink_is_one_half_for_every_step():
-    # 7.6: at z = 0 the quotient is 1/2 for every h, relu'(0) is taken as 0; within h of
+    # 7.6: at z = 0 the quotient is 1/2 for every step, relu'(0) is taken as 0; within a step of
     # the kink it averages the two slopes.
     relu = bn.ACTIVATIONS["relu"]
-    for h in (1e-2, 1e-4, 1e-6, 1e-8):
-        assert bn.numerical_gradient(relu.f, np.zeros(1), np.ones(1), h=h)[0] == 0.5
+    for step in (1e-2, 1e-4, 1e-6, 1e-8):
+        assert bn.numerical_gradient(relu.f, np.zeros(1), np.ones(1), step=step)[0] == 0.5
     assert relu.df(np.zeros(1))[0] == 0.0
-    near = bn.numerical_gradient(relu.f, np.array([0.5e-6]), np.ones(1), h=1e-6)[0]
+    near = bn.numerical_gradient(relu.f, np.array([0.5e-6]), np.ones(1), step=1e-6)[0]
     assert near == pytest.approx(0.75, rel=1e-9)          # (1.5e-6 - 0) / 2e-6
 
 

@@ -60,8 +60,8 @@ def test_numerical_gradient_scales_its_step_with_each_entry():
 
 
 def test_numerical_gradient_refuses_a_step_lost_in_rounding():
-    with pytest.raises(ValueError, match="finite step h > 0"):
-        bn.numerical_gradient(np.sin, np.zeros(2), np.ones(2), h=1e-17)
+    with pytest.raises(ValueError, match="finite step > 0"):
+        bn.numerical_gradient(np.sin, np.zeros(2), np.ones(2), step=1e-17)
 
 
 @pytest.mark.parametrize("tol", [math.inf, math.nan, -1e-7, 0.0, 1.0])

@@ -64,17 +64,17 @@ def test_numerical_gradient_refuses_float32_output():
         bn.numerical_gradient(lambda v: (2 * v).astype(np.float32), np.zeros(3), np.ones(3))
 
 
-@pytest.mark.parametrize("h", [0, -1e-6, np.inf, np.nan, "a", True])
-def test_numerical_gradient_refuses_bad_steps(h):
-    with pytest.raises(ValueError, match="finite step h > 0"):
-        bn.numerical_gradient(np.sin, np.zeros(3), np.zeros(3), h=h)
+@pytest.mark.parametrize("step", [0, -1e-6, np.inf, np.nan, "a", True])
+def test_numerical_gradient_refuses_bad_steps(step):
+    with pytest.raises(ValueError, match="finite step > 0"):
+        bn.numerical_gradient(np.sin, np.zeros(3), np.zeros(3), step=step)
 
 
 def test_numerical_gradient_checks_shapes_and_step():
     with pytest.raises(ValueError, match="f\\(x\\) has shape \\(3,\\), dy has \\(2,\\)"):
         bn.numerical_gradient(np.sin, np.zeros(3), np.zeros(2))
-    with pytest.raises(ValueError, match="h > 0"):
-        bn.numerical_gradient(np.sin, np.zeros(3), np.zeros(3), h=0)
+    with pytest.raises(ValueError, match="step > 0"):
+        bn.numerical_gradient(np.sin, np.zeros(3), np.zeros(3), step=0)
 
 
 def test_gradcheck_catches_a_wrong_backward(monkeypatch):

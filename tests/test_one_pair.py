@@ -160,3 +160,50 @@ def test_bilinear_blocks_as_many_as_intended(monkeypatch):
     for floor, n_blocks in ((1, 19), (2 ** 30, 1)):
         monkeypatch.setattr(bn, "_OUTER_BLOCK", floor)
         assert len(bn._blocks(N, d * d, max(N * m, floor))) == n_blocks
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ACTS)
+def test_each_activation_is_written_once_and_f_df_are_its_halves(name, dtype):
+    # The built-in activations are one function each, f_and_df; f and df are its two halves.
+    act = bn.ACTIVATIONS[name]
+    z = np.concatenate([np.random.default_rng(2).standard_normal(200) * 8,
+                        [0.0, -0.0, np.inf, -np.inf, 60.0, -60.0]]).astype(dtype)
+    f, df = act.f_and_df(z)
+    assert f.dtype == df.dtype == z.dtype
+    assert np.array_equal(act.f(z), f) and np.array_equal(act.df(z), df)
+
+
+def _one_pass_only(name, calls):
+    # An Activation whose f and df refuse to run: only its one-pass f_and_df may be called.
+    def refuse(z):
+        raise AssertionError("f or df called apart from f_and_df")
+
+    def f_and_df(z):
+        calls.append(z.size)
+        return bn.ACTIVATIONS[name].f_and_df(z)
+
+    return bn.Activation(name, refuse, refuse, False, False, f_and_df=f_and_df)
+
+
+@pytest.mark.parametrize("name", list(bn.FORMULATIONS))
+def test_pairs_compute_sigma_and_slope_in_one_pass(monkeypatch, name):
+    # Each pair reaches sigma and sigma' through f_and_df alone, once per element of sigma's
+    # argument (the cache keeps it), block by block, with the registered activation's numbers.
+    monkeypatch.setattr(bn, "_ACT_BLOCK", 4)
+    x, p, dy = _inputs(name, np.float64)
+    calls = []
+    y, cache = bn.FORMULATIONS[name].forward(x, **p, act=_one_pass_only("silu", calls))
+    grads = bn.FORMULATIONS[name].backward(dy, cache)
+    y_ref, cache_ref = bn.FORMULATIONS[name].forward(x, **p, act="silu")
+    grads_ref = bn.FORMULATIONS[name].backward(dy, cache_ref)
+    arguments = ("a", "b") if name == "double_gated_mlp" else [k for k in ("z", "s", "a") if k in cache][:1]
+    assert sum(calls) == sum(cache[k].size for k in arguments)       # each element once
+    assert np.array_equal(y, y_ref) and all(np.array_equal(grads[k], grads_ref[k]) for k in grads)
+
+
+def test_an_activation_of_ones_own_may_give_f_and_df_alone():
+    z = np.linspace(-3, 3, 11)
+    square = bn.Activation("square", lambda u: u * u, lambda u: 2 * u, False, False)
+    f, df = bn._sigma_and_slope(square, z)
+    assert np.array_equal(f, z * z) and np.array_equal(df, 2 * z)

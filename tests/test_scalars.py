@@ -102,15 +102,15 @@ def transform(num, tmp_path):
             for s in ("inverse_scaling_pos", "key_value_rescaling")]
 
 
-def numerical_gradient(num, tmp_path):         # float64 work by design: h of any kind is taken
+def numerical_gradient(num, tmp_path):         # float64 work by design: a step of any kind is taken
     x = np.linspace(-1.0, 1.0, 5)
-    grad = bn.numerical_gradient(np.sin, x, np.ones(5), h=num(2 ** -20))
+    grad = bn.numerical_gradient(np.sin, x, np.ones(5), step=num(2 ** -20))
     np.testing.assert_allclose(grad, np.cos(x), rtol=1e-9)
     return grad
 
 
 def gradcheck(num, tmp_path):
-    report = bn.gradcheck("gated_mlp", "relu", x_shape=(2, 3), m=2, d_out=2, h=num(2 ** -20),
+    report = bn.gradcheck("gated_mlp", "relu", x_shape=(2, 3), m=2, d_out=2, step=num(2 ** -20),
                           tol=num(2 ** -23), kink_margin=num(2 ** -10))
     assert report.passed, str(report)
     record = bn.GradcheckReport(report.formulation, report.activation, report.rows, num(0.25))

@@ -31,8 +31,8 @@
 #     a tensor used twice              its gradient is the sum of both
 #
 # How do you know your gradient is right? Compare it with **finite differences**: for
-# `L(x) = Σ f(x) ⊙ dy`, the centred difference `(L(x + h e_i) − L(x − h e_i)) / (2h)`
-# approximates `∂L/∂x_i` with an error of order `h²` (plus rounding of order `ε/h`).
+# `L(x) = Σ f(x) ⊙ dy`, the centred difference `(L(x + τ e_i) − L(x − τ e_i)) / (2τ)`
+# approximates `∂L/∂x_i` with an error of order `τ²` (plus rounding of order `ε/τ`).
 # Always use float64 and a random `dy`: an all-ones `dy` can hide a wrong transpose.
 #
 # Read first: derivations.md, [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them)
@@ -69,25 +69,25 @@ from exercises import variant  # variant(9): your unit, from exercises/student.j
 # ## 1. A finite-difference checker
 #
 # `f` maps an array shaped like `x` to an array shaped like `dy`. Return the array of
-# `∂L/∂x_i` for `L(x) = np.sum(f(x) * dy)`, by centred differences with step `h`. Loop over
+# `∂L/∂x_i` for `L(x) = np.sum(f(x) * dy)`, by centred differences with step τ = `step`. Loop over
 # the entries of `x` with `np.ndindex(x.shape)`; change one entry of a **copy** of `x`,
 # and put it back before the next one. The caller's `x` must not change.
 
 
 # %%
-def numerical_gradient(f, x, dy, h=1e-6):
+def numerical_gradient(f, x, dy, step=1e-6):
     """Centred-difference gradient of sum(f(x) * dy) with respect to x; shape of x."""
     # BEGIN SOLUTION: the array of ∂L/∂x_i by centred differences, of x's shape; x unchanged
     x = x.copy()                                  # never change the caller's array
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
         old = x[i]
-        x[i] = old + h
+        x[i] = old + step
         plus = np.sum(f(x) * dy)
-        x[i] = old - h
+        x[i] = old - step
         minus = np.sum(f(x) * dy)
         x[i] = old                                # restore before the next entry
-        grad[i] = (plus - minus) / (2 * h)
+        grad[i] = (plus - minus) / (2 * step)
     return grad
     # END SOLUTION
 

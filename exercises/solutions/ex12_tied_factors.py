@@ -16,6 +16,10 @@
 # Read first: derivations.md, [5.5 Exchange keeps tied factors tied](../../derivations.md#55-exchange-keeps-tied-factors-tied)
 # and [5.6 Squared ReLU is a tied ReGLU](../../derivations.md#56-squared-relu-is-a-tied-reglu).
 #
+# **Sections 1 to 3 are a reading warm-up** on the module's own forms: derivations.md 5.5
+# and 5.6 work out each of their answers, and they are graded so that you read them.
+# **Section 4 is the derivation**: your own unit, whose answer no file of the course holds.
+#
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`).
 # **Check:** `python -m exercises check 12`.

@@ -19,6 +19,10 @@
 # Read first: derivations.md, [6.2 Eigendecomposition](../../derivations.md#62-eigendecomposition-of-a-bilinear-unit)
 # and [6.3 The best rank-r approximation](../../derivations.md#63-the-best-rank-r-approximation-eckartyoung).
 #
+# **Sections 1 and 2 are a reading warm-up**: derivations.md 6.2 and 6.3 work out what
+# they compute, and they are graded so that you read them. **Section 3 is the derivation**:
+# your own form of A, whose answer no file of the course holds.
+#
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
 # You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.
 # **Check:** `python -m exercises check 13`.
