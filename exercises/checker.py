@@ -446,9 +446,10 @@ def tripwire(name, fn):
 def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
     """Import the student's file and run its checks here: a Result. The import is the row
     before the first (index -1). The bn functions of exercise.writes are wrapped in a
-    tripwire while it runs (so that a call of one is named) and put back after."""
+    tripwire while it runs (so that a call of one is named); they, bilinear_numpy's tables
+    and the working folder are put back after the import and at the end."""
     report = report or (lambda kind, value: None)
-    original = library_state()
+    original, cwd = library_state(), os.getcwd()
     for name in exercise.writes:
         setattr(bn, name, tripwire(name, getattr(bn, name)))
     try:
@@ -462,6 +463,7 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
         except BaseException as error:  # noqa: B036 -- the student's exception is a row
             restore_library(watched)
             problem = exception_message(error, path)
+        os.chdir(cwd)
         if problem:
             row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
                       problem)
@@ -478,6 +480,7 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
         return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
     finally:
         restore_library(original)
+        os.chdir(cwd)
 
 
 IN_CHILD = False                                   # True in a child (set by child_main)
