@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exercises import checker, checks
+from exercises import checker, checks, release
 from exercises.__main__ import main
 from exercises.course import COURSE
 from exercises.release import make_stub, write_stubs
@@ -76,7 +76,7 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
             assert stub == make_stub(solution)
             result = checker.check_file(number, exercise, out / "exercises" / name(number))
             assert result.status == "not started", rows_of(result)
-    assert run_cli("handout", str(out))[0] == 2                     # never over a folder
+    assert release.handout(out) == 2                                # never over a folder
 
 
 @needs_solutions
@@ -170,7 +170,7 @@ HOSTILE = {
                "    folder = tempfile.mkdtemp()\n"
                "    open(os.environ['PROBE'], 'w').write(f'{child.pid} {folder}')\n"
                "    while True:\n        pass\n"
-               "def memory_contributions(x, K, V, act='relu'):\n    return 0\n" + LOOP,
+               "def memory_contributions(x, K, V, act='relu'):\n    return 0\n",
         ("mlp_forward, relu, x (N, d)", "TIMEOUT", "time limit")),
     2: (".ipynb", '{"cells": null}', ("import the file", "ERROR", '"cells" is a NoneType')),
     3: (".ipynb", '{"cells": [{"cell_type": "code", "source": 5}]}',
@@ -249,7 +249,7 @@ def test_a_time_out_costs_only_the_checks_it_stopped(hostile):
         assert rows[check].message == "not run: mlp_forward did not return in an earlier check"
     assert rows["memory_contributions, relu"].verdict == "WRONG"        # ran after the loop
     assert rows["N_PARAMS"].verdict == "ERROR" and "not defined" in rows["N_PARAMS"].message
-    assert rows["top_key, token 0"].verdict == "TIMEOUT"
+    assert rows["top_key, token 0"].verdict == "ERROR"                 # a child goes on to the end
     assert len(hostile[2][7].output) < checker.OUTPUT_KEPT + 200         # printing is cut
 
 
