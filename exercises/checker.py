@@ -595,15 +595,18 @@ def kill_tree(proc):
             pass
 
 
-def _drain(stream, kept):
-    """Read the child's output to its end, keeping the first OUTPUT_KEPT characters."""
+def _drain(fd, kept):
+    """Read the child's output (the pipe `fd`, closed at the end) to its end, keeping the
+    first OUTPUT_KEPT bytes as text. A raw fd: a process of the student's that outlives the
+    kill (a session of its own) and holds the pipe keeps this thread, not the checker."""
     size = 0
-    for chunk in iter(lambda: stream.read(4096), ""):
-        if size < OUTPUT_KEPT:
-            kept.append(chunk[:OUTPUT_KEPT - size])
-        size += len(chunk)
+    with open(fd, "rb", buffering=0) as stream:
+        for chunk in iter(lambda: stream.read(4096), b""):
+            if size < OUTPUT_KEPT:
+                kept.append(chunk[:OUTPUT_KEPT - size])
+            size += len(chunk)
     if size > OUTPUT_KEPT:
-        kept.append(f"\n... ({size - OUTPUT_KEPT} more characters not shown)")
+        kept.append(f"\n... ({size - OUTPUT_KEPT} more bytes not shown)".encode())
 
 
 def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
@@ -626,10 +629,11 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
         else {"start_new_session": True}
     kept, overdue = [], False
-    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
-                          encoding="utf-8", errors="replace", **group) as proc:
-        drainer = threading.Thread(target=_drain, args=(proc.stdout, kept), daemon=True)
+    output, into = os.pipe()
+    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=into, stderr=subprocess.STDOUT,
+                          env=env, cwd=cwd, **group) as proc:
+        os.close(into)                                    # the child holds it now
+        drainer = threading.Thread(target=_drain, args=(output, kept), daemon=True)
         drainer.start()
         try:
             while proc.poll() is None and not STOP.is_set() and not overdue:
@@ -661,7 +665,8 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
         line = next((n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
                      if Path(f).name == Path(path).name), None)
         where = f" (line {line} of {Path(path).name})" if line else ""
-    return rows, running, ended, where, "".join(kept), proc.returncode
+    printed = b"".join(kept).decode("utf-8", errors="replace")
+    return rows, running, ended, where, printed, proc.returncode
 
 
 def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):

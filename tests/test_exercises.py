@@ -195,12 +195,16 @@ HOSTILE = {
     13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.__main__ import main\n"
                 "main(['check', '13'])\ndef own_rank_for_exact(variant):\n    return 'many'\n",
          ("own_rank_for_exact, your unit", "WRONG", "not the answer")),
+    14: (".py", "import subprocess, sys\n"      # a process out of the child's reach, holding its output
+                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(8)'],\n"
+                "                 start_new_session=True)\nraise ValueError('started one')\n",
+         ("import the file", "ERROR", "ValueError: started one")),
 }
 
 
-# These need a child of their own (they loop, end their process or start a checker); the
-# others are checked here by check_file, the code the child runs.
-CHILD = {1, 6, 7, 13}
+# These need a child of their own (they loop, end their process or start processes or a
+# checker); the others are checked here by check_file, the code the child runs.
+CHILD = {1, 6, 7, 13, 14}
 
 
 @pytest.fixture(scope="module")
@@ -272,6 +276,7 @@ def test_the_other_exercises_are_graded_and_a_check_inside_a_checked_file_does_n
     results = hostile[2]
     assert {n for n, r in results.items() if r.status != "missing"} == CHILD
     assert results[13].output.count("no check here") == 2, results[13].output
+    assert results[14].seconds < 6                        # not held until its process ends (8 s)
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").is_file(), reason="no /proc (not Linux)")
