@@ -41,10 +41,11 @@ A check, from the command to the row a student reads:
    exercise's `writes` is an ERROR row ("you called bn.NAME, which this exercise asks you to
    write"): the only guard on the library.
 6. The child writes each row to a file as it goes. Each step has a time limit (10 s): past
-   it, faulthandler in the child writes the stack and ends it; the parent kills whatever the
-   child started, removes its temporary folder, writes a TIMEOUT row naming the line, and
-   starts a new child from the next check (the other rows of the function that did not
-   return are TIMEOUT, not run). A child that ends its process early gets an ERROR row.
+   it, faulthandler in the child writes the stack and ends it; the parent kills what the
+   child started in its session, removes its temporary folder, writes a TIMEOUT row naming
+   the line, and starts a new child from the next check (the other rows of the function
+   that did not return are TIMEOUT, not run). A child that ends early gets an ERROR row.
+   (A process that leaves the session escapes the kill: this is no sandbox.)
 7. A child marks itself, its environment and its session: a check asked for inside a file
    being checked (a notebook's saved check cell) does nothing.
 8. checker.advice is the one place that says what the failing rows tell the student, as
