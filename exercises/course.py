@@ -1,10 +1,6 @@
-"""The course: the ordered list of exercises. This is the one place that says which
-exercises exist and in what order.
-
-Exercise N (1-based position in COURSE) lives in exercises/exNN_<slug>.py, its solution in
-exercises/solutions/exNN_<slug>.py, its checks in checks.py and its hints under <slug> in
-hints.json. Exercise(slug, title, check, writes, diagnose, variant): see checker.Exercise.
-"""
+"""COURSE: the exercises in order, the one place that says which exist. Exercise N (its
+place, from 1) is exercises/exNN_<slug>.py, solved in solutions/, checked by checks.<check>,
+hinted under <slug> in hints.json; Exercise(slug, title, check, writes, diagnose, variant)."""
 
 from exercises import checks
 from exercises.checker import Exercise
