@@ -648,7 +648,8 @@ def test_exercise_18s_one_path_slip_fails_for_every_variant(tmp_path):
                 verdict, slip = verdicts["dK vs finite differences"]
                 assert verdict == "WRONG" and "one of the two places" in slip, (v, verdicts)
     result = checker.check_file(18, COURSE[17], tmp_path / name(18), seed=68)   # the trial's
-    assert "ReGLU" in result.variant and "sign" in result.variant and "shrink" in result.variant
+    drawn = checker.variant_text(COURSE[17], 18, 68)                   # the parent draws it
+    assert "ReGLU" in drawn and "sign" in drawn and "shrink" in drawn
     assert result.status == "failing", rows_of(result)
     assert "the key gradient counts one of the two places" in checker.advice(result)[1]
 
@@ -762,6 +763,22 @@ def test_a_call_of_the_function_to_write_is_named(tmp_path):
     assert result.rows[0].message == ("Refused: you called bn.static_query_mlp_forward, which "
                                       "this exercise asks you to write")
 
+
+
+@needs_solutions
+@pytest.mark.parametrize("number, function, call", [
+    (8, "predict_cell", "bn.symmetry_expected(formulation, act, 'exchange')"),
+    (16, "decay_balances", "bn.symmetry_deviation(formulation, act, 'exchange')"),
+])
+def test_a_prediction_measured_with_the_library_is_refused(tmp_path, number, function, call):
+    # The module states or measures these answers: a prediction that calls it is refused.
+    text = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    head = f"def {function}(formulation, act):\n"
+    assert head in text
+    (tmp_path / name(number)).write_text(text.replace(head, head + f"    {call}\n"), encoding="utf-8")
+    result = checker.check_file(number, COURSE[number - 1], tmp_path / name(number), seed=1)
+    refused = [row for row in result.rows if row.topic == function and row.verdict == "ERROR"]
+    assert refused and all(f"you called {call.split('(')[0]}" in row.message for row in refused)
 
 # ----- The gradebook -------------------------------------------------------------------
 
