@@ -115,11 +115,12 @@ def describe(value, width=18):
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, (float, np.floating)):
-        return f"{value:.6g}"
+        text = f"{value:.6g}"
+        return text if any(c in text for c in ".en") else text + ".0"   # 1.0, not the int 1
     if isinstance(value, np.ndarray):
-        return f"array{value.shape}" if value.ndim else f"{value.item():.6g}"
-    if isinstance(value, (set, frozenset)):
-        value = "{" + ", ".join(repr(v) for v in sorted(value, key=str)) + "}"
+        return f"array{value.shape}" if value.ndim else describe(value.item(), width)
+    if isinstance(value, (set, frozenset)):                     # set(), not a dict's {}
+        value = "{" + ", ".join(repr(v) for v in sorted(value, key=str)) + "}" if value else "set()"
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= width else text[:width - 3] + "..."
 

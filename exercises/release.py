@@ -135,6 +135,10 @@ def handout(out):
         shutil.copy2(checker.ROOT / path, out / path)
         copied += 1
     stubs = write_stubs(out / "exercises") if checker.SOLUTIONS_FOLDER.is_dir() else []
+    if shutil.which("git"):                       # a repository of its own: git status, diff,
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=handout", "-c",   # checkout
+                     "user.email=handout@localhost", "commit", "-q", "-m", "The handout"]):
+            subprocess.run(["git", *args], cwd=out, check=True, capture_output=True)
     print(f"wrote {out}: {copied} files, {len(stubs)} stubs made afresh, no solutions. In it: "
           f"`python -m pytest`, and `python -m exercises` (0 of {len(COURSE)} done)")
     return 0

@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,13 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
     assert (out / "bilinear_numpy.py").is_file() and (out / "tests" / "test_exercises.py").is_file()
     assert (out / "README.md").is_file() and (out / "exercises" / "checks.py").is_file()
     assert not (out / "exercises" / "solutions").exists()
+    if shutil.which("git"):           # a repository of its own, every file committed, as the
+        tracked = subprocess.run(["git", "ls-files"], cwd=out, capture_output=True, text=True,
+                                 check=True).stdout.split()          # README's git steps need
+        assert "bilinear_numpy.py" in tracked and "exercises/checks.py" in tracked
+        assert not any(path.startswith("exercises/solutions/") for path in tracked)
+        assert subprocess.run(["git", "status", "--porcelain"], cwd=out, capture_output=True,
+                              text=True, check=True).stdout == ""
     status, text = run_cli("check", "1", cwd=out)
     assert status in (0, 1) and "Exercise 1: " in text, text
     if SOLVED:   # stubs made afresh; in a student's handout the exercise files are theirs
@@ -883,3 +891,9 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tm
     assert "#49-counting" not in text[:predict]           # the table's section: read after
     try_it = text[text.index("# %% Try it"):]
     assert "count_symmetries(" not in try_it and "SWIGLU" not in text
+
+
+def test_a_row_shows_a_float_as_a_float_and_an_empty_set_as_a_set():
+    assert [checker.describe(v) for v in (1.0, np.float32(3), np.array(2.0), 1, 0.5)] == \
+        ["1.0", "3.0", "2.0", "1", "0.5"]
+    assert checker.describe(set()) == "set()" and checker.describe({}) == "{}"
