@@ -1,4 +1,4 @@
-"""The command line of the course (the commands: exercises/__init__.py)."""
+"""The command line of the course (the commands and the design: exercises/__init__.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def find_exercise(key):
     key = key.strip().lower().removesuffix(".py").removesuffix(".ipynb")
     for number, exercise in NUMBERED:
         if key in (str(number), f"{number:02d}", f"ex{number:02d}", exercise.slug,
-                   checker.file_name(number, exercise).removesuffix(".py")):
+                   f"ex{number:02d}_{exercise.slug}"):
             return number
     return None
 
@@ -42,36 +42,23 @@ def who(folder):
             "No seed yet: run `python -m exercises start --name YOURNAME` once")
 
 
-def print_hints(result, level, more):
-    """Hint levels 1..level of checker.advice and how to ask for the next one."""
-    levels = checker.advice(result)[:level]
-    names = ("where to look", "the slip" if any(r.slip for r in result.rows) else "the idea",
-             "the rule")
-    for number, text in enumerate(levels, start=1):
-        print(f"Hint {number} of 3{'' if number == 1 else ', ' + names[number - 1]}: {text}")
-    if len(levels) < 3:
-        print("More: " + more.format(level=len(levels) + 1))
-
-
 def format_rows(rows):
-    """The per-check table, with the message of each row that is not ok under it."""
+    """The per-check table, with the message of each row that is not ok under it (once)."""
     number = lambda v: f"{v:9.1e}" if v is not None else f"{'-':>9}"   # noqa: E731
     lines = [f"  {'check':<48} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}"
              f"  verdict", "  " + "-" * 114]
-    seen = set()
-    for row in rows:
+    for k, row in enumerate(rows):
         lines.append(f"  {row.check:<48} {row.expected[:18]:<18} {row.got[:18]:<18} "
                      f"{number(row.max_diff)} {number(row.rel_err)}  {row.verdict}")
-        if row.message and row.message not in seen:     # a repeated message is shown once
+        if row.message and row.message not in (r.message for r in rows[:k]):
             lines.append(f"      -> {row.message}")
-            seen.add(row.message)
     return "\n".join(lines)
 
 
-def show_check(number, folder, seconds, level, seed, table=True):
+def show_check(number, folder, seconds, level, table=True):
     """`check N` (table=True) or `hint N`: exit 0 when exercise N is done."""
     exercise = COURSE[number - 1]
-    result = checker.run_exercise(number, exercise, folder, seconds, seed)
+    result = checker.run_exercise(number, exercise, folder, seconds)
     print(f"Exercise {number}: {exercise.title}\n{who(folder)}")
     if result.variant:
         print(f"Your variant: {result.variant}")
@@ -83,45 +70,46 @@ def show_check(number, folder, seconds, level, seed, table=True):
         print(format_rows(result.rows) + "\n")
     print(f"Result: {result.status} ({result.passed} of {len(result.rows)} checks ok, "
           f"{result.seconds:.1f} s)")
-    if table and result.output.strip():
-        lines = result.output.strip().splitlines()
+    lines = result.output.strip().splitlines()
+    if table and lines:
         print("\nYour code printed:\n  " + "\n  ".join(lines[:20])
               + (f"\n  ... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""))
     if result.status == "done":
         print("Well done." + (f" Next: python -m exercises check {number + 1}"
                               if number < len(COURSE) else ""))
         return 0
+    row = result.first_failure
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete what is marked TODO.")
     elif not table:                                      # hint N: the first failing row still
-        row = result.first_failure
-        print(f"First failing check: {row.check} ({row.verdict})" +
-              (f": {row.message}" if row.message else ""))
-    more = f"python -m exercises {'check' if table else 'hint'} {number} " \
-           f"{'--hint' if table else '--level'} {{level}}"
-    print_hints(result, level, more)
+        print(f"First failing check: {row.check} ({row.verdict})"
+              + (f": {row.message}" if row.message else ""))
+    levels = checker.advice(result)[:level]
+    names = ("where to look", "the slip" if any(r.slip for r in result.rows) else "the idea",
+             "the rule")
+    for k, text in enumerate(levels, start=1):
+        print(f"Hint {k} of 3{'' if k == 1 else ', ' + names[k - 1]}: {text}")
+    if len(levels) < 3:
+        print(f"More: python -m exercises {'check' if table else 'hint'} {number} "
+              f"{'--hint' if table else '--level'} {len(levels) + 1}")
     return 1
 
 
-def summary_line(result, width):
-    text = f"  {result.number:>2}  {result.exercise.title:<{width}}  {result.status}"
-    missing = checker.file_name(result.number, result.exercise)
-    text += f" ({result.path.name})" if result.path else f": no {missing} (or .ipynb)"
-    row = result.first_failure
-    if result.status == "failing" and row is not None:
-        text += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
-    return text
-
-
-def show_progress(folder, seconds, seed):
+def show_progress(folder, seconds):
     """The progress over every exercise: exit 0 when every one is done."""
-    results = checker.run_exercises(NUMBERED, folder, seconds, seed=seed)
+    results = checker.run_exercises(NUMBERED, folder, seconds)
     done = sum(result.status == "done" for result in results)
     print(f"Progress [{'#' * done}{'-' * (len(results) - done)}] {done} of {len(results)} done"
           f"   ({shown(folder)})\n{who(folder)}")
     width = max(len(exercise.title) for exercise in COURSE)
-    for result in results:
-        print(summary_line(result, width))
+    for r in results:
+        line = f"  {r.number:>2}  {r.exercise.title:<{width}}  {r.status}"
+        line += (f" ({r.path.name})" if r.path else
+                 f": no {checker.file_name(r.number, r.exercise)} (or .ipynb)")
+        row = r.first_failure
+        if r.status == "failing" and row is not None:
+            line += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
+        print(line)
     nxt = next((r for r in results if r.status != "done"), None)
     print("\nEvery exercise is done." if nxt is None else
           f"\nNext: python -m exercises check {nxt.number}")
@@ -147,7 +135,9 @@ def start(folder, name):
 
 
 def grade(submissions, csv_path, seconds, jobs):
-    """Every student folder of SUBMISSIONS: the CSV and a short table. Exit 0 when it ran."""
+    """Every student folder of SUBMISSIONS, every exercise in parallel: one CSV row per
+    student (an exercise's passed, total, status, file, seconds) and a short table on
+    screen. Exit 0 when grading ran, whatever the grades."""
     students = sorted(p for p in Path(submissions).iterdir() if p.is_dir()
                       and not p.name.startswith((".", "_")))
     if not students:
@@ -156,29 +146,27 @@ def grade(submissions, csv_path, seconds, jobs):
     began = time.monotonic()
     tasks = [(student, number, exercise) for student in students for number, exercise in NUMBERED]
     found = checker.parallel(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks, jobs)
-    by_student = {s: found[k * len(COURSE):(k + 1) * len(COURSE)] for k, s in enumerate(students)}
-    header = ["student", "name", "seed", "done", "passed", "total", "seconds"]
-    for number, exercise in NUMBERED:
-        header += [f"ex{number:02d}_{part}"
-                   for part in ("passed", "total", "status", "file", "seconds")]
-    lines = []
+    header = ["student", "name", "seed", "done", "passed", "total", "seconds"] + [
+        f"ex{n:02d}_{part}" for n, _ in NUMBERED
+        for part in ("passed", "total", "status", "file", "seconds")]
+    lines = [header]
     print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
-    for student, results in by_student.items():
+    for k, student in enumerate(students):
+        results = found[k * len(COURSE):(k + 1) * len(COURSE)]
         name, seed = checker.read_seed(student)
         done = sum(r.status == "done" for r in results)
         passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
-        seconds_taken = sum(r.seconds for r in results)
-        line = [student.name, name, seed if name else "", done, passed, total,
-                f"{seconds_taken:.2f}"]
+        taken = sum(r.seconds for r in results)
+        lines.append([student.name, name, seed if name else "", done, passed, total,
+                      f"{taken:.2f}"])
         for r in results:
-            line += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
-                     f"{r.seconds:.2f}"]
-        lines.append(line)
+            lines[-1] += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
+                          f"{r.seconds:.2f}"]
         print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
-              f"{len(COURSE)} {passed:>4} of {total:<4} {seconds_taken:>8.1f}")
+              f"{len(COURSE)} {passed:>4} of {total:<4} {taken:>8.1f}")
     try:
         with open(csv_path, "w", encoding="utf-8", newline="") as f:
-            csv.writer(f).writerows([header] + lines)
+            csv.writer(f).writerows(lines)
     except OSError as error:
         print(f"error: --csv: {error}", file=sys.stderr)
         return 2
@@ -191,16 +179,11 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="python -m exercises", description=
                                      "The course's checker (see exercises/__init__.py).")
 
-    def folder_options(p, default):
-        where = p.add_mutually_exclusive_group()
-        where.add_argument("--solutions", action="store_true", default=default,
-                           help="check the solved copies in exercises/solutions/")
-        where.add_argument("--folder", type=Path, default=default,
-                           help="check the exercise files in this folder")
+    def folder_options(p, default):                      # before or after the command
+        p.add_argument("--folder", type=Path, default=default,
+                       help="the exercise files of this folder (default: exercises/)")
         p.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
                        help=f"per check (default {checker.TIME_LIMIT:g}; 0: none)")
-        p.add_argument("--seed", type=int, default=default,
-                       help="check as the student of this seed (default: student.json's)")
 
     folder_options(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -219,10 +202,10 @@ def build_parser():
     p.add_argument("--csv", type=Path, required=True)
     p.add_argument("--jobs", type=int, default=None, help="children at a time (default: cores)")
     folder_options(p, argparse.SUPPRESS)
-    p = sub.add_parser("handout", help="a copy of the repository for students")
-    p.add_argument("out", type=Path)
-    p = sub.add_parser("release", help="the stubs made from the solutions")
-    p.add_argument("--write", action="store_true", help="rewrite exercises/exNN_*.py")
+    sub.add_parser("handout", help="a copy of the repository for students").add_argument(
+        "out", type=Path)
+    sub.add_parser("release", help="the stubs made from the solutions").add_argument(
+        "--write", action="store_true", help="rewrite exercises/exNN_*.py")
     return parser
 
 
@@ -235,8 +218,7 @@ def main(argv=None):
         return release.handout(args.out)
     if args.command == "release":
         return release.main(["--write"] if args.write else [])
-    folder = (checker.SOLUTIONS_FOLDER if args.solutions else
-              args.folder if args.folder is not None else checker.PACKAGE).resolve()
+    folder = args.folder or checker.PACKAGE
     seconds = checker.TIME_LIMIT if args.time_limit is None else args.time_limit
     if not 0 <= seconds <= 1e6:                          # also NaN and inf
         print(f"error: --time-limit: expected 0 (none) to 1e6 seconds, got {seconds}",
@@ -250,18 +232,18 @@ def main(argv=None):
     if not folder.is_dir():
         print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
         return 2
+    folder = folder.resolve()
     if args.command == "start":
         return start(folder, args.name)
+    number = find_exercise(args.exercise) if args.command in ("check", "hint") else None
+    if args.command in ("check", "hint") and number is None:
+        print(f"error: no exercise {args.exercise!r}; expected 1 to {len(COURSE)} or a name: "
+              f"{', '.join(e.slug for e in COURSE)}", file=sys.stderr)
+        return 2
     try:
-        if args.command in ("check", "hint"):
-            number = find_exercise(args.exercise)
-            if number is None:
-                print(f"error: no exercise {args.exercise!r}; expected 1 to {len(COURSE)} or a "
-                      f"name: {', '.join(e.slug for e in COURSE)}", file=sys.stderr)
-                return 2
-            return show_check(number, folder, seconds, args.level, args.seed,
-                              table=args.command == "check")
-        return show_progress(folder, seconds, args.seed)
+        if number is not None:
+            return show_check(number, folder, seconds, args.level, args.command == "check")
+        return show_progress(folder, seconds)
     except checker.Nested:
         print("(exercises: no check here: this file is being run by the checker)")
         return 0

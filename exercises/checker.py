@@ -1,17 +1,13 @@
-"""The checker: a student's file in a child process, a row per check (design: __init__.py).
+"""The checker: rows, the child process that makes them, and what they tell the student.
 
-A row is (check, topic, expected, got, max|diff|, rel err, verdict, message): `ok` when a
-comparison ran and passed, `WRONG` when it ran and failed, `ERROR` when the student's code
-raised, exited, ended its process or called the library function it is asked to write,
-`TIMEOUT` when the check ran past its time limit, `TODO` while the code still raises
-NotImplementedError or an answer is None. All ok: "done"; all TODO: "not started"; else
-"failing". No row says ok without a comparison that returned True.
+The design, step by step, is the docstring of exercises/__init__.py; this file follows its
+order: rows and comparisons; Checks (the `c` of checks.py); one exercise in this process
+(check_file, and child_main around it); the file graded; the parent; advice.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,7 +35,7 @@ HINTS_FILE = PACKAGE / "hints.json"
 SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
 CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
 TIME_LIMIT = 10.0                                  # seconds per check (the import is one)
-STARTUP_LIMIT = 120.0                              # seconds for a child to import NumPy
+SLACK = 60.0                                       # a child silent this long past it is killed
 OUTPUT_KEPT = 4000                                 # characters of a child's output kept
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
 
@@ -65,6 +62,10 @@ def file_name(number, exercise):
 
 @dataclass
 class Row:
+    """One check. verdict: `ok` when a comparison ran and passed (never otherwise), `WRONG`
+    when it ran and failed, `ERROR` when the student's code raised, exited, ended its process
+    or called the bn function it is asked to write, `TIMEOUT` past the time limit, `TODO`
+    while the code raises NotImplementedError or an answer is None."""
     check: str
     topic: str            # the student's function or answer (a key of hints.json)
     expected: str
@@ -98,11 +99,8 @@ class Result:
         return sum(row.verdict == "ok" for row in self.rows)
 
 
-class Refused(Exception):
-    """The student's code called a function it is asked to write, or replaced a library table."""
-
-
 def status_of(rows):
+    """All ok: "done"; all TODO: "not started"; else (or no row) "failing"."""
     verdicts = {row.verdict for row in rows}
     return "done" if verdicts == {"ok"} else "not started" if verdicts == {"TODO"} else "failing"
 
@@ -117,11 +115,12 @@ def describe(value, width=18):
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, (float, np.floating)):
-        return f"{value:.6g}"
+        text = f"{value:.6g}"
+        return text if any(c in text for c in ".en") else text + ".0"   # 1.0, not the int 1
     if isinstance(value, np.ndarray):
-        return f"array{value.shape}" if value.ndim else f"{value.item():.6g}"
-    if isinstance(value, (set, frozenset)):
-        value = "{" + ", ".join(repr(v) for v in sorted(value, key=str)) + "}"
+        return f"array{value.shape}" if value.ndim else describe(value.item(), width)
+    if isinstance(value, (set, frozenset)):                     # set(), not a dict's {}
+        value = "{" + ", ".join(repr(v) for v in sorted(value, key=str)) + "}" if value else "set()"
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= width else text[:width - 3] + "..."
 
@@ -190,9 +189,10 @@ def compare_close(expected, got, tol):
 def same_value(expected, got):
     """Equality with types: True is not 1, "1" is not 1, containers compared alike; an int
     is accepted for a float, a list or tuple (without repeats) for a set."""
-    if isinstance(expected, (bool, np.bool_)) or isinstance(got, (bool, np.bool_)):
-        return isinstance(expected, (bool, np.bool_)) and isinstance(got, (bool, np.bool_)) \
-            and bool(got) == bool(expected)
+    boolean = (bool, np.bool_)
+    if isinstance(expected, boolean) or isinstance(got, boolean):
+        return (isinstance(expected, boolean) and isinstance(got, boolean)
+                and bool(got) == bool(expected))
     if isinstance(expected, (int, np.integer)):
         return isinstance(got, (int, np.integer)) and int(got) == int(expected)
     if isinstance(expected, (float, np.floating)):
@@ -207,20 +207,15 @@ def same_value(expected, got):
         return (isinstance(got, (tuple, list)) and len(got) == len(expected)
                 and all(same_value(e, g) for e, g in zip(expected, got)))
     if isinstance(expected, dict):
-        if not isinstance(got, dict) or len(got) != len(expected):
-            return False
-        for key, value in expected.items():
-            match = [k for k in got if same_value(key, k)]
-            if len(match) != 1 or not same_value(value, got[match[0]]):
-                return False
-        return True
+        return isinstance(got, dict) and len(got) == len(expected) and all(
+            any(same_value(k, g) and same_value(v, got[g]) for g in got)
+            for k, v in expected.items())
     return False
 
 
-def compare_equal(expected, got):
-    """Exact equality, types included (same_value)."""
-    if got is None:
-        return "WRONG", "None", None, None, "got None: is a `return` missing?"
+def compare_equal(expected, got, hidden=False):
+    """Exact equality, types included (same_value); the tuple of compare_close. hidden: the
+    message does not show the expected value (a prediction's truth would give it away)."""
     try:
         same = same_value(expected, got)
     except Exception:                                     # e.g. an unhashable element
@@ -230,8 +225,13 @@ def compare_equal(expected, got):
     why = ""
     if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
         why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
-    return "WRONG", describe(got), None, None, f"expected {describe(expected, 60)}, got " \
-                                               f"{describe(got, 60)}{why}"
+    if hidden:
+        message = "not the answer" + why
+    elif got is None:
+        message = "got None: is a `return` missing?"
+    else:
+        message = f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}"
+    return "WRONG", describe(got), None, None, message
 
 
 def which_mistake(got, mistakes):
@@ -265,67 +265,90 @@ def own_variant(exercise, number, seed):
     return exercise.variant(np.random.default_rng([seed, number, 0]))
 
 
+def variant_text(exercise, number, seed):
+    """The student's variant in one line ("y = ...   ({the rest})"), or "" when there is none."""
+    if exercise.variant is None:
+        return ""
+    try:
+        chosen = own_variant(exercise, number, seed)
+        return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
+    except Exception as error:                            # a bug in checks.py: said, not raised
+        return f"(not drawn: a bug in exercises/checks.py: {type(error).__name__}: {error})"
+
+
 # ----- The object a check function fills -----------------------------------------------
 
 
+class Refused(Exception):
+    """The student's code called a function it is asked to write, or replaced a library table."""
+
+
+CALLED = []      # the bn functions of an exercise's `writes` called (see check_file)
+
+
+def library_state():
+    """What bilinear_numpy holds: its names and its two registries, to put back."""
+    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
+
+
+def restore_library(saved):
+    """Put back every name and registry entry of `saved` (new entries stay); return the
+    names that had been changed."""
+    changed = []
+    for label, table, before in zip(("bn.", "bn.FORMULATIONS", "bn.ACTIVATIONS"),
+                                    (vars(bn), bn.FORMULATIONS, bn.ACTIVATIONS), saved):
+        for key, value in before.items():
+            if table.get(key, saved) is not value:
+                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
+                table[key] = value
+    return changed
+
+
 class Checks:
-    """One exercise's checks on a student's module. `report(kind, value)` sends "running"
-    (index, check, topic, expected) before a row and "row" after. Rows before index `start`
-    are skipped (a child stopped at a time limit ran them; they are kept) and rows of a topic
-    in `stuck` are TIMEOUT at once (that function did not return before). `seed` is the
-    student's; `c.rng(...)` and `c.variant(...)` draw from it."""
+    """`c`, what a check function of checks.py gets: the student's module, and the methods
+    that add rows (close, equal, answer_is, predicted, holds) around calls of the student's
+    code (call, answer). `report(kind, value)` hears ("running", (index, check, topic,
+    expected)) before a row and ("row", Row) after. Rows before index `start` are skipped (an
+    earlier child ran them); a row whose topic is in `stuck` is TIMEOUT without running (that
+    function did not return before). `seed` is the student's, for c.rng and c.variant."""
 
     def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0,
                  stuck=()):
         self.module, self.exercise, self.number, self.path = module, exercise, number, path
         self.report = report or (lambda kind, value: None)
         self.start, self.seed, self.stuck, self.rows, self.index = start, seed, stuck, [], 0
-        self.cwd, self.depth, self.saved, self.chosen = os.getcwd(), 0, library_state(), ""
+        self.cwd, self.library = os.getcwd(), library_state()
 
     def rng(self, *labels):
         """A generator of this student's own numbers for this exercise (and labels)."""
         return np.random.default_rng([self.seed, self.number, *labels])
 
     def variant(self):
-        """The student's own variant (the exercise's `variant` drawn from their seed): a
-        dict, shown at the top of every check."""
-        chosen = own_variant(self.exercise, self.number, self.seed)
-        self.chosen = f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
-        self.report("variant", self.chosen)
-        return chosen
+        """The student's own variant (the exercise's `variant` drawn from their seed): a dict."""
+        return own_variant(self.exercise, self.number, self.seed)
 
     def call(self, name, *args, in_place=False, **kwargs):
         """Call the student's function `name` on copies of the arguments (in_place: on the
-        arguments themselves, to see whether it changes them). After it returns, the working
-        folder and bilinear_numpy's tables are put back as they were, and a call of a bn
-        function the exercise asks to write is an error."""
+        arguments themselves, to see whether it changes them). Afterwards the working folder
+        and bilinear_numpy's tables are put back, and a call of a bn function the exercise
+        asks to write, or a table changed, raises Refused (an ERROR row)."""
         fn = getattr(self.module, name, None)
         if not callable(fn):
             raise NameError(f"{name} is not defined as a function in the file")
         if not in_place:
             args, kwargs = copy.deepcopy((args, kwargs))  # nothing handed over comes back changed
-        self.depth += 1
-        called = []
-        if self.depth == 1:
-            for written in self.exercise.writes:          # a tripwire: note the call, then run it
-                real = self.saved[0][written]
-                setattr(bn, written, lambda *a, _n=written, _f=real, **k: (called.append(_n),
-                                                                           _f(*a, **k))[1])
+        CALLED.clear()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.depth -= 1
-            if self.depth == 0:
-                os.chdir(self.cwd)
-                for written in self.exercise.writes:
-                    setattr(bn, written, self.saved[0][written])
-                changed = restore_library(self.saved)
-                if called:
-                    raise Refused(f"you called bn.{called[0]}, which this exercise asks "
-                                  f"you to write")
-                if changed:
-                    raise Refused(f"your code replaced {', '.join(changed[:3])}; the "
-                                  f"checker put it back: leave bilinear_numpy as it is")
+            os.chdir(self.cwd)
+            changed = restore_library(self.library)
+            if CALLED:
+                raise Refused(f"you called bn.{CALLED[0]}, which this exercise asks you to "
+                              f"write")
+            if changed:
+                raise Refused(f"your code replaced {', '.join(changed[:3])}; the checker "
+                              f"put it back: leave bilinear_numpy as it is")
 
     def answer(self, name):
         """The student's answer `name`; NotImplementedError while it is None."""
@@ -336,6 +359,7 @@ class Checks:
         return getattr(self.module, name)
 
     def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
+        """One row: got_fn() (the student's code) compared by compare(got)."""
         index, self.index = self.index, self.index + 1
         if index < self.start:
             return
@@ -343,26 +367,25 @@ class Checks:
         self.report("running", (index, check, topic, expected_text))
         if topic in self.stuck:
             row = Row(check, topic, expected_text, "not run", None, None, "TIMEOUT",
-                      f"not run: {topic} did not return in an earlier check")   # see run_exercise
-            self.rows.append(row)
-            return self.report("row", row)
-        try:
-            got = got_fn()
-        except NotImplementedError as error:
-            row = Row(check, topic, expected_text, "not written", None, None, "TODO",
-                      str(error) or f"{topic}: not written yet")
-        except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
-            row = Row(check, topic, expected_text, "raised", None, None, "ERROR",
-                      exception_message(error, self.path))
+                      f"not run: {topic} did not return in an earlier check")
         else:
             try:
-                verdict, got_text, diff, rel, message = compare(got)
-            except Exception as error:                    # a comparison that cannot run fails
-                verdict, got_text, diff, rel, message = ("WRONG", describe(got), None, None,
-                                                         f"could not compare: {error}")
-            point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
-            row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message,
-                      point, slip)
+                got = got_fn()
+            except NotImplementedError as error:
+                row = Row(check, topic, expected_text, "not written", None, None, "TODO",
+                          str(error) or f"{topic}: not written yet")
+            except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
+                row = Row(check, topic, expected_text, "raised", None, None, "ERROR",
+                          exception_message(error, self.path))
+            else:
+                try:
+                    verdict, got_text, diff, rel, message = compare(got)
+                except Exception as error:                # a comparison that cannot run fails
+                    verdict, got_text, diff, rel, message = (
+                        "WRONG", describe(got), None, None, f"could not compare: {error}")
+                point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
+                row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message,
+                          point, slip)
         self.rows.append(row)
         self.report("row", row)
 
@@ -377,19 +400,14 @@ class Checks:
         self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
 
     def answer_is(self, name, expected, transform=None, check=None):
-        """Row: the answer `name` (after transform) equals `expected`; the expected value
-        is not shown (the row would give it away)."""
+        """Row: the answer `name` (after transform) equals `expected`, which is not shown."""
         self.predicted(check or name, name, expected,
                        lambda: (transform or (lambda v: v))(self.answer(name)))
 
     def predicted(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included, the expected value not shown
         (a prediction's truth, measured at check time, would give it away)."""
-        def compare(got):
-            verdict, got_text, _, _, message = compare_equal(expected, got)
-            why = message[message.index(": a bool"):] if ": a bool" in message else ""
-            return verdict, got_text, None, None, "" if verdict == "ok" else "not the answer" + why
-        self._row(check, topic, HIDDEN, got_fn, compare)
+        self._row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
@@ -400,98 +418,98 @@ class Checks:
         self._row(check, topic, expected_text, got_fn, compare)
 
 
-def library_state():
-    """What bilinear_numpy holds: its names and its two registries, to put back."""
-    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
-
-
-def restore_library(saved):
-    """Put back every name and registry entry of `saved` (new entries stay); return the
-    names that had been changed."""
-    names, formulations, activations = saved
-    changed = []
-    for label, table, before in (("bn.", vars(bn), names),
-                                 ("bn.FORMULATIONS", bn.FORMULATIONS, formulations),
-                                 ("bn.ACTIVATIONS", bn.ACTIVATIONS, activations)):
-        for key, value in before.items():
-            if table.get(key, saved) is not value:
-                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
-                table[key] = value
-    return changed
-
-
 # ----- One exercise in this process (the child, or a developer test) --------------------
 
 
 def load_module(path):
-    """Import a Python file by path under a private name, not kept in sys.modules."""
-    name = f"_exercise_{Path(path).stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    """Import a .py file, or a notebook's code cells joined (notebook_code), under a private
+    name, not kept in sys.modules."""
+    path = Path(path)
+    module = types.ModuleType(f"_exercise_{path.stem}")
+    module.__file__ = str(path)
+    source = notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes()
+    sys.modules[module.__name__] = module                # while it runs (a @dataclass needs it)
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), vars(module))
     finally:
-        sys.modules.pop(name, None)
+        sys.modules.pop(module.__name__, None)
     return module
 
 
+def tripwire(name, fn):
+    """fn, noting in CALLED each call (Checks.call reads it)."""
+    def noted(*args, **kwargs):
+        CALLED.append(name)
+        return fn(*args, **kwargs)
+    return noted
+
+
 def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
-    """Import the student's file and run its checks here: a Result. The import is the
-    row before the first (index -1)."""
+    """Import the student's file and run its checks here: a Result. The import is the row
+    before the first (index -1). The bn functions of exercise.writes are wrapped in a
+    tripwire while it runs (so that a call of one is named); they, bilinear_numpy's tables
+    and the working folder are put back after the import and at the end."""
     report = report or (lambda kind, value: None)
-    saved = library_state()
-    module, rows = None, []
-    report("running", (-1, "import the file", "general", "imports"))
+    original, cwd = library_state(), os.getcwd()
+    for name in exercise.writes:
+        setattr(bn, name, tripwire(name, getattr(bn, name)))
     try:
-        module = load_module(path)
-        changed = restore_library(saved)
-        problem = f"your file replaces {', '.join(changed[:3])} when imported" if changed else ""
-    except BaseException as error:  # noqa: B036 -- the student's exception is a row
-        restore_library(saved)
-        problem = exception_message(error, path)
-    if problem:
-        rows = [Row("import the file", "general", "imports", "raised", None, None, "ERROR",
-                    problem)]
-        report("row", rows[0])
-        return Result(number, exercise, Path(path), "failing", rows)
-    checks = Checks(module, exercise, number, path, report, start, seed, stuck)
-    try:
-        exercise.check(checks)
-    except Exception as error:                           # a bug in checks.py: a row, not a crash
-        checks.rows.append(Row("the checks themselves", "general", "-", "crashed", None, None,
-                               "ERROR", f"a bug in exercises/checks.py, not in your file: "
-                               f"{type(error).__name__}: {error}"))
-        report("row", checks.rows[-1])
-    return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows,
-                  variant=checks.chosen)
+        watched = library_state()
+        report("running", (-1, "import the file", "general", "imports"))
+        try:
+            module = load_module(path)
+            changed = restore_library(watched)
+            problem = f"your file replaces {', '.join(changed[:3])} when imported" \
+                if changed else ""
+        except BaseException as error:  # noqa: B036 -- the student's exception is a row
+            restore_library(watched)
+            problem = exception_message(error, path)
+        os.chdir(cwd)
+        if problem:
+            row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
+                      problem)
+            report("row", row)
+            return Result(number, exercise, Path(path), "failing", [row])
+        checks = Checks(module, exercise, number, path, report, start, seed, stuck)
+        try:
+            exercise.check(checks)
+        except Exception as error:                       # a bug in checks.py: a row, not a crash
+            checks.rows.append(Row("the checks themselves", "general", "-", "crashed", None,
+                                   None, "ERROR", f"a bug in exercises/checks.py, not in your "
+                                   f"file: {type(error).__name__}: {error}"))
+            report("row", checks.rows[-1])
+        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
+    finally:
+        restore_library(original)
+        os.chdir(cwd)
+
+
+IN_CHILD = False                                   # True in a child (set by child_main)
 
 
 def child_main(argv):
     """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
-    Writes one JSON line per event to EVENTS; just before a check's time limit, faulthandler
-    writes every thread's stack to EVENTS.trace, so that a TIMEOUT row can name the line."""
+    Writes one JSON line per event to EVENTS. Each step (a check, or the checks' own work
+    between two) has SECONDS: past them, faulthandler writes the stack to EVENTS.trace and
+    ends the process (exit status 1), whatever the student's code is doing."""
     global IN_CHILD
     import faulthandler
     from exercises.course import COURSE
     IN_CHILD = True
-    events_path, number, path = argv[0], int(argv[1]), argv[2]
-    start, seed, stuck = int(argv[3]), int(argv[4]), tuple(filter(None, argv[5].split(",")))
-    seconds = float(argv[6])
+    events_path, number, path, start, seed, stuck, seconds = argv
+    number, seconds = int(number), float(seconds)
     with open(events_path, "a", encoding="utf-8") as events, \
             open(events_path + ".trace", "w", encoding="utf-8") as trace:
         def report(kind, value):
             faulthandler.cancel_dump_traceback_later()
-            if kind == "running" and seconds > 0:
-                trace.seek(0)
-                trace.truncate()
-                faulthandler.dump_traceback_later(max(seconds - 0.3, 0.8 * seconds), file=trace)
             events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
                          + "\n")
             events.flush()
-        check_file(number, COURSE[number - 1], path, report, start, seed, stuck)
+            if seconds > 0 and kind != "end":
+                faulthandler.dump_traceback_later(seconds, exit=True, file=trace)
+        check_file(number, COURSE[number - 1], path, report, int(start), int(seed),
+                   tuple(filter(None, stuck.split(","))))
         report("end", True)
-        faulthandler.cancel_dump_traceback_later()
     sys.stdout.flush()
     os._exit(0)             # threads and handlers the student left do not keep it alive
 
@@ -552,7 +570,6 @@ class Nested(RuntimeError):
     """Raised when a checker is asked to start inside a file the checker is running."""
 
 
-IN_CHILD = False                                   # True in a child (set by child_main)
 STOP = threading.Event()                           # set on Ctrl-C: every child is killed
 
 
@@ -579,89 +596,85 @@ def kill_tree(proc):
             pass
 
 
-def _drain(stream, kept):
+def _drain(fd, kept):
+    """Read the child's output (the pipe `fd`, closed at the end) to its end, keeping the
+    first OUTPUT_KEPT bytes as text. A raw fd: a process of the student's that outlives the
+    kill (a session of its own) and holds the pipe keeps this thread, not the checker."""
     size = 0
-    for chunk in iter(lambda: stream.read(4096), ""):
-        if size < OUTPUT_KEPT:
-            kept.append(chunk[:OUTPUT_KEPT - size])
-        size += len(chunk)
+    with open(fd, "rb", buffering=0) as stream:
+        for chunk in iter(lambda: stream.read(4096), b""):
+            if size < OUTPUT_KEPT:
+                kept.append(chunk[:OUTPUT_KEPT - size])
+            size += len(chunk)
     if size > OUTPUT_KEPT:
-        kept.append(f"\n... ({size - OUTPUT_KEPT} more characters not shown)")
+        kept.append(f"\n... ({size - OUTPUT_KEPT} more bytes not shown)".encode())
 
 
 def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
-    """One child from check `start` on: (rows, variant, running, how it ended: "ended",
+    """One child from check `start` on: (rows, running, how it ended: "ended",
     "timeout" or "crashed", where (the line of a time-out), output, exit status); `running`
-    is the (index, check, topic, expected) it was on, None between checks."""
-    events = Path(scratch) / f"events-{start}.jsonl"
+    is the (index, check, topic, expected) it did not finish, None between checks. The child
+    keeps its own time limit (child_main); the parent kills it only when it is silent for
+    SLACK seconds more, and always kills what it started and empties its temporary folder."""
+    events, temp = Path(scratch) / f"events-{start}.jsonl", Path(scratch) / f"tmp-{start}"
+    trace = Path(f"{events}.trace")
     events.touch()
-    temp = Path(scratch) / f"tmp-{start}"
     temp.mkdir()
     env = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
-               TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp), **{CHILD_MARK: "1"})
+               PYTHONUNBUFFERED="1", TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp),
+               **{CHILD_MARK: "1"})
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
             f"c.child_main(sys.argv[1:])")             # -c: no exercises.py of a folder shadows it
     args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
             str(seed), ",".join(stuck), str(seconds)]
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
         else {"start_new_session": True}
-    rows, variant, running, ended, kept, position = [], "", None, "crashed", [], 0
-    deadline = time.monotonic() + STARTUP_LIMIT
-    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
-                          encoding="utf-8", errors="replace", **group) as proc:
-        drainer = threading.Thread(target=_drain, args=(proc.stdout, kept), daemon=True)
+    kept, overdue = [], False
+    output, into = os.pipe()
+    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=into, stderr=subprocess.STDOUT,
+                          env=env, cwd=cwd, **group) as proc:
+        os.close(into)                                    # the child holds it now
+        drainer = threading.Thread(target=_drain, args=(output, kept), daemon=True)
         drainer.start()
         try:
-            with open(events, encoding="utf-8") as stream:
-                while ended == "crashed":
-                    finished = proc.poll() is not None
-                    stream.seek(position)
-                    for line in iter(stream.readline, ""):
-                        if not line.endswith("\n"):
-                            break                         # a line still being written
-                        position += len(line.encode("utf-8"))
-                        try:
-                            (kind, value), = json.loads(line).items()
-                            value = Row(**value) if kind == "row" else value
-                        except (ValueError, TypeError, AttributeError, RecursionError):
-                            continue                      # not a line the child wrote
-                        if kind in ("running", "row"):  # each check its own time limit
-                            deadline = time.monotonic() + (seconds or 1e9)
-                        if kind == "running":
-                            running = tuple(value)
-                        elif kind == "row":
-                            rows.append(value)
-                            running = None
-                        elif kind == "variant":
-                            variant = value
-                        elif kind == "end":
-                            ended = "ended"
-                        stream.seek(position)
-                    if finished or ended == "ended" or STOP.is_set():
-                        break
-                    if time.monotonic() > deadline:
-                        ended = "timeout"
-                        break
-                    time.sleep(0.01)
+            while proc.poll() is None and not STOP.is_set() and not overdue:
+                time.sleep(0.02)
+                overdue = seconds > 0 and time.time() - events.stat().st_mtime > seconds + SLACK
         finally:
             kill_tree(proc)                               # also what the student's code started
             proc.wait()
             drainer.join(timeout=2)
     shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
+    rows, running, ended = [], None, "crashed"
+    for line in events.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            (kind, value), = json.loads(line).items()
+            value = Row(**value) if kind == "row" else value
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            continue                                      # cut short, or not the child's
+        if kind == "running":
+            running = tuple(value)
+        elif kind == "row":
+            rows.append(value)
+            running = None
+        elif kind == "end":
+            ended = "ended"
+    stack = trace.read_text(encoding="utf-8", errors="replace") if trace.is_file() else ""
     where = ""
-    if ended == "timeout":                               # the line it was on, from the trace
-        trace = Path(str(events) + ".trace")
-        lines = re.findall(r'File "(.+)", line (\d+)', trace.read_text(encoding="utf-8",
-                           errors="replace") if trace.is_file() else "")
-        line = next((n for f, n in lines if Path(f).name == Path(path).name), None)
+    if ended != "ended" and (overdue or stack.strip()):
+        ended = "timeout"                                 # the line it was on, from the stack
+        line = next((n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
+                     if Path(f).name == Path(path).name), None)
         where = f" (line {line} of {Path(path).name})" if line else ""
-    return rows, variant, running, ended, where, "".join(kept), proc.returncode
+    printed = b"".join(kept).decode("utf-8", errors="replace")
+    return rows, running, ended, where, printed, proc.returncode
 
 
-def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
-    """Check exercise `number` in `folder` (see __init__.py): a Result, never an exception
-    for anything in the student's file. Raises Nested inside a file being checked."""
+def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
+    """Check exercise `number` in `folder`: a Result, never an exception for anything in the
+    student's file. A child runs the checks; one that times out or ends its process costs
+    its check a row, and a new child goes on from the next check (the later rows of the
+    function that did not return are TIMEOUT, not run). Raises Nested inside a checked file."""
     if inside_checker():
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
@@ -669,30 +682,22 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
     if path is None:
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
-    seed = read_seed(folder)[1] if seed is None else seed
-    rows, variant, output, start, stuck = [], "", "", 0, []
+    seed = read_seed(folder)[1]
+    variant = variant_text(exercise, number, seed)
+    rows, output, start, stuck = [], "", 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
-        source = path
-        if path.suffix == ".ipynb":
-            try:
-                source = Path(scratch) / path.with_suffix(".py").name
-                source.write_text(notebook_code(path), encoding="utf-8")
-            except (ValueError, OSError) as error:
-                rows = [Row("read the notebook", "general", "a notebook", "unreadable", None,
-                            None, "ERROR", str(error))]
-                return Result(number, exercise, path, "failing", rows, note=note)
-        while True:
-            new, variant, running, ended, where, printed, code = _run_child(
-                number, source, path.parent, scratch, start, seconds, seed, stuck)
+        while not STOP.is_set():
+            new, running, ended, where, printed, code = _run_child(
+                number, path, path.parent, scratch, start, seconds, seed, stuck)
             rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
             if ended == "ended":
                 break
+            verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
             what = (f"stopped at its time limit of {seconds:g} s{where}: a loop that never "
                     f"ends? (--time-limit SECONDS changes it)" if ended == "timeout" else
                     f"the process ended (exit status {code}): does your code call os._exit, "
                     f"or crash Python? It printed: {printed[-300:].strip() or '(nothing)'}")
-            verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
-            if running is None:                           # between checks: the checker's own time
+            if running is None:                           # between checks: the checks' own work
                 rows.append(Row("the checks", "general", "-", ended, None, None, verdict,
                                 f"{verdict}: between checks, {what}"))
                 break
@@ -703,8 +708,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, seed=None):
                 break
             stuck.append(topic)                           # its later rows: not run
             start = index + 1                             # the rows before it are kept
-    status = "failing" if not rows else status_of(rows)
-    return Result(number, exercise, path, status, rows, output, note, variant,
+    return Result(number, exercise, path, status_of(rows), rows, output, note, variant,
                   time.monotonic() - began)
 
 
@@ -722,11 +726,11 @@ def parallel(fn, items, jobs=None):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_exercises(numbered, folder, seconds=TIME_LIMIT, jobs=None, seed=None):
+def run_exercises(numbered, folder, seconds=TIME_LIMIT):
     """run_exercise for each (number, exercise), in parallel (see parallel)."""
     if inside_checker():
         raise Nested("a file being checked asked for a check: nothing done")
-    return parallel(lambda job: run_exercise(*job, folder, seconds, seed), numbered, jobs)
+    return parallel(lambda job: run_exercise(*job, folder, seconds), numbered)
 
 
 # ----- What a failing exercise tells the student: the one place -------------------------
@@ -784,28 +788,27 @@ def gradient_diagnosis(rows):
 
 
 def advice(result, hints=None):
-    """What the exercise's failing rows tell the student, as hint levels 1, 2, 3 (each a
-    text; [] when every row is ok). Level 1: where to look, from the slips recognised in the
-    rows or, when none was, which gradients fail together (gradient_diagnosis) or the
-    exercise's diagnose, else the topic's hint; level 2: the slips named, else the idea;
-    level 3: the rule for the last step of the first failing gradient (a parameter's before
-    dx's, which every wrong intermediate reaches), else the topic's."""
+    """What the exercise's failing rows tell the student: hint levels 1, 2, 3 (each a text;
+    [] when every row is ok). Level 1, where to look: the points of the slips recognised in
+    the rows, else which gradients fail together (gradient_diagnosis) or the exercise's
+    diagnose, else the failing topic's hint; level 2: those slips named, else the topic's
+    idea; level 3: the rule (hints.json's "formulas") for the first failing gradient, a
+    parameter's before dx's (every wrong intermediate reaches it), else the topic's rule."""
     row = result.first_failure
     if row is None:
         return []
     table = (hints or load_hints()).get(result.exercise.slug, {})
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
-    found = [(r.point, r.slip) for r in result.rows if r.point]     # slips recognised, or else
-    if not found and result.status == "failing":                   # the pattern of failing rows
+    found = [(r.point, r.slip) for r in result.rows if r.point]
+    if not found and result.status == "failing":
         found = gradient_diagnosis(result.rows) or list(
             result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
-    found = list(dict.fromkeys(found))
     points = list(dict.fromkeys(p for p, _ in found))
     slips = list(dict.fromkeys(s for _, s in found))
-    failing = [r.check.split(" ")[0] for r in result.rows
-               if r.verdict != "ok" and r.topic == topic and r.check.split(" ")[0] in
-               table.get("formulas", {})]
-    failing.sort(key=lambda name: name == "dx")     # a parameter's step before dx's (downstream)
-    third = table["formulas"][failing[0]] if failing else own[2]
-    return ["; ".join(points) or own[0], "; ".join(slips) or own[1], third]
+    formulas = table.get("formulas", {})
+    failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
+               and r.topic == topic and r.check.split(" ")[0] in formulas]
+    failing.sort(key=lambda name: name == "dx")
+    return ["; ".join(points) or own[0], "; ".join(slips) or own[1],
+            formulas[failing[0]] if failing else own[2]]

@@ -1,10 +1,6 @@
-"""The course: the ordered list of exercises. This is the one place that says which
-exercises exist and in what order.
-
-Exercise N (1-based position in COURSE) lives in exercises/exNN_<slug>.py, its solution in
-exercises/solutions/exNN_<slug>.py, its checks in checks.py and its hints under <slug> in
-hints.json. Exercise(slug, title, check, writes, diagnose, variant): see checker.Exercise.
-"""
+"""COURSE: the exercises in order, the one place that says which exist. Exercise N (its
+place, from 1) is exercises/exNN_<slug>.py, solved in solutions/, checked by checks.<check>,
+hinted under <slug> in hints.json; Exercise(slug, title, check, writes, diagnose, variant)."""
 
 from exercises import checks
 from exercises.checker import Exercise
@@ -27,8 +23,8 @@ COURSE = [
              checks.inverse_scaling, ("symmetry_deviation", "transform_params"),
              variant=checks.variant_7),
     Exercise("symmetry_ablation", "Which broken symmetry matters? The 2x2 ablation",
-             checks.symmetry_ablation, ("symmetry_deviation", "transform_params"),
-             variant=checks.variant_8),
+             checks.symmetry_ablation, ("symmetry_deviation", "symmetry_expected",
+                                        "transform_params"), variant=checks.variant_8),
     Exercise("backprop_gated", "Backprop I: a gated unit of your own by hand",
              checks.backprop_gated, ("numerical_gradient",), variant=checks.variant_9),
     Exercise("backprop_rank_r", "Backprop II: a rank-r bilinear unit of your own",
@@ -44,7 +40,8 @@ COURSE = [
     Exercise("gate_temperature", "Backprop IV: a learned temperature, your own",
              checks.gate_temperature, variant=checks.variant_15),
     Exercise("read_a_checkpoint", "A trained model's file, read by hand: the balances",
-             checks.read_a_checkpoint, variant=checks.variant_16),
+             checks.read_a_checkpoint, ("symmetry_expected", "symmetry_deviation",
+                                        "transform_params"), variant=checks.variant_16),
     Exercise("count_symmetries", "Count the continuous symmetries: the Jacobian's rank",
              checks.count_symmetries, ("symmetry_dimension", "output_jacobian",
                                        "symmetry_dimension_expected", "symmetry_dimension_table"),

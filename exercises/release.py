@@ -18,16 +18,13 @@ In the student's file the block becomes a `# TODO:` line with the text after the
 `../../derivations.md` (from exercises/solutions/) become `../derivations.md`. Everything
 else is copied as it is, so the text of a stub and of its solution cannot drift apart.
 
-    python -m exercises.release            list the stubs that differ from their solution
-    python -m exercises.release --write    write exercises/exNN_*.py from the solutions
-    python -m exercises.release --out DIR  write the stubs to DIR (a release checked
-                                           without touching exercises/)
-    python -m exercises handout DIR        the whole repository for students (handout())
+    python -m exercises release [--write]   list (rewrite) the stubs that differ from their
+                                            solutions (also: python -m exercises.release)
+    python -m exercises handout DIR         the whole repository for students (handout())
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import shutil
@@ -129,52 +126,49 @@ def handout(out):
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         print(f"error: {out} exists and is not an empty folder", file=sys.stderr)
         return 2
-    held_back = (Path("exercises", "solutions"),)
     copied = 0
     for path in repository_files():
-        if any(path.is_relative_to(folder) for folder in held_back) or \
-                path == Path("exercises", checker.SEED_FILE):
+        if path.parts[:2] == ("exercises", "solutions") or path.parts == ("exercises",
+                                                                         checker.SEED_FILE):
             continue
         (out / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(checker.ROOT / path, out / path)
         copied += 1
     stubs = write_stubs(out / "exercises") if checker.SOLUTIONS_FOLDER.is_dir() else []
+    if shutil.which("git"):                       # a repository of its own: git status, diff,
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=handout", "-c",   # checkout
+                     "user.email=handout@localhost", "commit", "-q", "-m", "The handout"]):
+            subprocess.run(["git", *args], cwd=out, check=True, capture_output=True)
     print(f"wrote {out}: {copied} files, {len(stubs)} stubs made afresh, no solutions. In it: "
           f"`python -m pytest`, and `python -m exercises` (0 of {len(COURSE)} done)")
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m exercises.release", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true",
-                        help="write the students' files (overwrites exercises/exNN_*.py)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="write the stubs to DIR instead (exercises/ is not touched)")
-    args = parser.parse_args(argv)
+def main(argv=()):
+    """Exit 1 when a stub differs from its solution; with "--write" in argv, rewrite it."""
+    if set(argv) - {"--write"}:
+        print(f"usage: python -m exercises.release [--write]\n{__doc__}", file=sys.stderr)
+        return 2
+    write = "--write" in argv
     if not checker.SOLUTIONS_FOLDER.is_dir():
         print("no exercises/solutions/ here (a handout): nothing to release", file=sys.stderr)
         return 2
-    if args.out is not None:
-        for path in write_stubs(args.out):
-            print(f"wrote {path}")
-        return 0
     differ = 0
     for solution, student in pairs():
         stub = make_stub(solution.read_text(encoding="utf-8"))
         if student.is_file() and student.read_text(encoding="utf-8") == stub:
             continue
-        if args.write:
+        if write:
             student.write_text(stub, encoding="utf-8", newline="\n")
             print(f"wrote {student.name}")
         else:
             differ += 1
             print(f"differs from its solution: {student.name}")
-    if not args.write:
+    if not write:
         print(f"{differ} stub(s) differ from their solutions" if differ else
               "every stub matches its solution")
     return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
