@@ -1717,3 +1717,56 @@ def factor_truths(v, rng):
         x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": 0.0, "V": 0.0}), tied[0.0])
     return f, closest((0.5, 1.0, 2.0), lambda d: one_key_reference(
         x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": d * lam, "V": lam}), tied[lam])
+
+
+# ----- Exercise 20 (optional): the capstone unit in PyTorch ---------------------------
+
+
+def port_to_pytorch(c):
+    """The student's torch_forward (autograd) and HandBackward (their derivation in torch)
+    against their own NumPy unit of exercise 19, whose backward is first checked against
+    finite differences; one SKIPPED row when PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        c.skip("PyTorch installed", "general", "PyTorch is not installed: this exercise is "
+               "optional (pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+        return
+    rng = c.rng(1)
+    p = {"x": rng.standard_normal((N, D)), "Q": rng.standard_normal((M, D)) / np.sqrt(D),
+         "K": rng.standard_normal((M, D)) / np.sqrt(D), "V": rng.standard_normal((M, D_OUT))}
+    dy, unit = rng.standard_normal((N, D_OUT)), {}
+
+    def numpy_unit():                             # exercise 19's unit, checked once more
+        y, cache = c.call("numpy_forward", **p)
+        grads = c.call("numpy_backward", dy, cache)
+        fd = fd_truth(lambda **kw: c.call("numpy_forward", **kw)[0], p, dy)
+        unit.update({"y": np.asarray(y)} | {k: np.asarray(grads[k]) for k in fd})
+        return max(bn.rel_error(grads[k], fd[k]) for k in fd)
+    c.holds("ex 19's backward vs finite differences", "numpy_backward",
+            "rel error <= 1e-7", numpy_unit, lambda error: error <= 1e-7,
+            "finish exercise 19 first: its backward must agree with finite differences")
+    if not unit:
+        return
+
+    def through_torch(fn, part):                  # y or one gradient, by torch
+        t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in p.items()}
+        y = c.call(fn, *t.values(), in_place=True)   # in place: the gradients reach t
+        if part == "y":
+            return y.detach().numpy()
+        y.backward(torch.tensor(dy))
+        return t[part].grad.numpy()
+    for fn, way, tol in (("torch_forward", "autograd", 1e-10),
+                         ("hand_backward", "HandBackward", 1e-12)):
+        c.close(f"{fn}: y vs your NumPy y", fn, unit["y"], lambda fn=fn: through_torch(fn, "y"),
+                tol=1e-12)
+        for k in "xQKV":
+            c.close(f"d{k} by {way} vs your NumPy d{k}", fn, unit[k],
+                    lambda fn=fn, k=k: through_torch(fn, k), tol=tol)
+
+    def gradcheck():
+        t = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in p.values()]
+        return torch.autograd.gradcheck(lambda *a: c.call("hand_backward", *a, in_place=True),
+                                        t, raise_exception=False)
+    c.holds("torch.autograd.gradcheck(HandBackward)", "hand_backward", "True",
+            gradcheck, lambda passed: passed is True)
