@@ -805,8 +805,10 @@ def advice(result, hints=None):
     [] when every row is ok). Level 1, where to look: the points of the slips recognised in
     the rows, else which gradients fail together (gradient_diagnosis) or the exercise's
     diagnose, else the failing topic's hint; level 2: those slips named, else the topic's
-    idea; level 3: the rule (hints.json's "formulas") for the first failing gradient, a
-    parameter's before dx's (every wrong intermediate reaches it), else the topic's rule."""
+    idea; level 3: the rule (hints.json's "formulas") for the step a recognised slip points
+    at (its key, such as "activation", in the slip's point), else for the first failing
+    gradient, a parameter's before dx's (every wrong intermediate reaches it), else the
+    topic's rule."""
     row = result.first_failure
     if row is None:
         return []
@@ -823,5 +825,7 @@ def advice(result, hints=None):
     failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
                and r.topic == topic and r.check.split(" ")[0] in formulas]
     failing.sort(key=lambda name: name == "dx")
+    step = next((text for key, text in formulas.items() if not key.startswith("d")
+                 and any(key in r.point for r in result.rows if r.point)), None)  # a slip's step
     return ["; ".join(points) or own[0], "; ".join(slips) or own[1],
-            formulas[failing[0]] if failing else own[2]]
+            step or (formulas[failing[0]] if failing else own[2])]

@@ -691,8 +691,11 @@ def test_a_backprop_slip_is_pointed_at_then_named_without_the_fix(slip, tmp_path
     assert "sum, not a mean" not in " ".join(levels) and "bn." not in " ".join(levels)
     assert levels[2] and levels[2] != levels[1] and levels[2].count(" = ") <= 1     # one step
     failing = {row.check.split()[0] for row in result.rows if row.verdict == "WRONG"}
-    assert any(levels[2] == checker.load_hints()["backprop_gated"]["formulas"][g]
-               for g in failing)
+    formulas = checker.load_hints()["backprop_gated"]["formulas"]
+    if "σ for σ′" in slip:                    # a recognised slip: the rule of its own step
+        assert levels[2] == formulas["activation"], levels
+    else:                                     # else a failing gradient's step
+        assert any(levels[2] == formulas[g] for g in failing), levels
     if "sum over tokens" in slip:
         row = next(r for r in result.rows if r.check.startswith("dV"))
         assert "one value per token" in row.message
@@ -717,6 +720,7 @@ def test_the_slip_sigma_for_its_slope_is_named_in_words_in_every_variant(number,
     assert levels[0].startswith("look at the step back through"), levels
     assert f"through {act} (" in levels[1] and "slope" in levels[1], levels
     assert ".df" not in " ".join(levels) and "σ′" not in levels[1]
+    assert levels[2].startswith("an activation step"), levels     # level 3: that step's rule
 
 
 def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
