@@ -857,12 +857,16 @@ def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_p
 
 
 @needs_solutions
-def test_the_capstone_refuses_a_module_unit_with_q_and_k_relabelled(tmp_path):
-    # The gated MLP with its two projections swapped is the gated MLP, not a new design.
-    swapped = ('\n\ndef forward(x, Q, K, V, act="silu"):\n'
-               '    y, cache = bn.gated_mlp_forward(x, K, Q, V, act=act)\n'
-               '    return y, {"cache": cache}\n')
-    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, swapped))
+@pytest.mark.parametrize("y", ["y", "2.0 * y", "y @ np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 0.0], "
+                                "[3.0, 0.0, 1.0]])"])
+@pytest.mark.parametrize("order", ["Q, K", "K, Q"])
+def test_the_capstone_refuses_a_module_unit_relabelled_or_rescaled(tmp_path, order, y):
+    # The gated MLP with its projections swapped, times a constant, or its outputs mixed is
+    # the gated MLP, not a new design (a student's 2 x SwiGLU passed 25 of 25 before).
+    copied = ('\n\ndef forward(x, Q, K, V, act="silu"):\n'
+              f'    y, cache = bn.gated_mlp_forward(x, {order}, V, act=act)\n'
+              f'    return {y}, {{"cache": cache}}\n')
+    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, copied))
     row = next(r for r in result.rows if r.check == "forward differs from gated_mlp")
     assert row.verdict == "WRONG", rows_of(result)
 
