@@ -58,8 +58,11 @@ A check, from the command to the row a student reads:
    solutions (`# BEGIN SOLUTION: todo` ... `# END SOLUTION`, `NAME = value  # ANSWER: todo`)
    and the handout.
 
-Exit status: 0 means done (a student's progress: every exercise; check N: that one) or, for
-grade and handout, that the work ran; 1 not done; 2 bad usage.
+Exercise 20 is optional (Exercise.optional): it needs PyTorch, its check is one SKIPPED row
+without it, and a progress or a grade counts the 19 of the course apart from it.
+
+Exit status: 0 means done (a student's progress: every exercise of the course; check N: that
+one, or skipped) or, for grade and handout, that the work ran; 1 not done; 2 bad usage.
 """
 
 

@@ -15,6 +15,7 @@ from exercises import checker, release
 from exercises.course import COURSE
 
 NUMBERED = list(enumerate(COURSE, start=1))
+REQUIRED = sum(not exercise.optional for exercise in COURSE)   # the course, optional ones apart
 
 
 def shown(path):
@@ -78,6 +79,9 @@ def show_check(number, folder, seconds, level, table=True):
         print("Well done." + (f" Next: python -m exercises check {number + 1}"
                               if number < len(COURSE) else ""))
         return 0
+    if result.status == "skipped":                       # an optional exercise: nothing wrong
+        print(f"Skipped: {result.rows[0].message}")
+        return 0
     row = result.first_failure
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete what is marked TODO.")
@@ -98,19 +102,21 @@ def show_check(number, folder, seconds, level, table=True):
 def show_progress(folder, seconds):
     """The progress over every exercise: exit 0 when every one is done."""
     results = checker.run_exercises(NUMBERED, folder, seconds)
-    done = sum(result.status == "done" for result in results)
-    print(f"Progress [{'#' * done}{'-' * (len(results) - done)}] {done} of {len(results)} done"
+    course = [r for r in results if not r.exercise.optional]     # an optional one: apart
+    done = sum(result.status == "done" for result in course)
+    print(f"Progress [{'#' * done}{'-' * (len(course) - done)}] {done} of {len(course)} done"
           f"   ({shown(folder)})\n{who(folder)}")
     width = max(len(exercise.title) for exercise in COURSE)
     for r in results:
         line = f"  {r.number:>2}  {r.exercise.title:<{width}}  {r.status}"
+        line += " (optional)" if r.exercise.optional else ""
         line += (f" ({r.path.name})" if r.path else
                  f": no {checker.file_name(r.number, r.exercise)} (or .ipynb)")
         row = r.first_failure
         if r.status == "failing" and row is not None:
             line += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
         print(line)
-    nxt = next((r for r in results if r.status != "done"), None)
+    nxt = next((r for r in course if r.status != "done"), None)
     print("\nEvery exercise is done." if nxt is None else
           f"\nNext: python -m exercises check {nxt.number}")
     return 0 if nxt is None else 1
@@ -154,7 +160,7 @@ def grade(submissions, csv_path, seconds, jobs):
     for k, student in enumerate(students):
         results = found[k * len(COURSE):(k + 1) * len(COURSE)]
         name, seed = checker.read_seed(student)
-        done = sum(r.status == "done" for r in results)
+        done = sum(r.status == "done" for r in results if not r.exercise.optional)
         passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
         taken = sum(r.seconds for r in results)
         lines.append([student.name, name, seed if name else "", done, passed, total,
@@ -163,7 +169,7 @@ def grade(submissions, csv_path, seconds, jobs):
             lines[-1] += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
                           f"{r.seconds:.2f}"]
         print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
-              f"{len(COURSE)} {passed:>4} of {total:<4} {taken:>8.1f}")
+              f"{REQUIRED} {passed:>4} of {total:<4} {taken:>8.1f}")
     try:
         with open(csv_path, "w", encoding="utf-8", newline="") as f:
             csv.writer(f).writerows(lines)

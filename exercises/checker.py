@@ -46,7 +46,9 @@ class Exercise:
     function(Checks) adding the rows; writes: bn names the exercise asks the student to
     write (calling one is an ERROR row); diagnose: function(rows) -> [(point, slip)] read
     from which rows fail together; variant: function(rng) -> the student's own problem, a
-    dict whose "y" says it in one line (None: the exercise is the same for everyone)."""
+    dict whose "y" says it in one line (None: the exercise is the same for everyone);
+    optional: an extra beyond the course, counted apart (a progress or a grade is of the
+    others), whose check may be SKIPPED where what it needs is not installed."""
 
     slug: str
     title: str
@@ -54,6 +56,7 @@ class Exercise:
     writes: tuple = ()
     diagnose: Callable | None = None
     variant: Callable | None = None
+    optional: bool = False
 
 
 def file_name(number, exercise):
@@ -65,14 +68,15 @@ class Row:
     """One check. verdict: `ok` when a comparison ran and passed (never otherwise), `WRONG`
     when it ran and failed, `ERROR` when the student's code raised, exited, ended its process
     or called the bn function it is asked to write, `TIMEOUT` past the time limit, `TODO`
-    while the code raises NotImplementedError or an answer is None."""
+    while the code raises NotImplementedError or an answer is None, `SKIPPED` when what an
+    optional exercise needs is not installed."""
     check: str
     topic: str            # the student's function or answer (a key of hints.json)
     expected: str
     got: str
     max_diff: float | None
     rel_err: float | None
-    verdict: str          # ok, WRONG, ERROR, TIMEOUT, TODO
+    verdict: str          # ok, WRONG, ERROR, TIMEOUT, TODO, SKIPPED
     message: str = ""     # what the row tells the student (the shape/value diagnosis)
     point: str = ""       # a recognised slip: where to look (hint level 1)
     slip: str = ""        # ... and the slip named (hint level 2)
@@ -83,7 +87,7 @@ class Result:
     number: int
     exercise: Exercise
     path: Path | None     # the file graded (None: neither exNN.py nor exNN.ipynb)
-    status: str           # done, failing, not started, missing
+    status: str           # done, failing, not started, skipped, missing
     rows: list = field(default_factory=list)
     output: str = ""      # what the student's code printed (its start)
     note: str = ""        # which file was graded and why
@@ -100,9 +104,11 @@ class Result:
 
 
 def status_of(rows):
-    """All ok: "done"; all TODO: "not started"; else (or no row) "failing"."""
+    """All ok: "done"; all TODO: "not started"; all SKIPPED: "skipped"; else (or no row)
+    "failing"."""
     verdicts = {row.verdict for row in rows}
-    return "done" if verdicts == {"ok"} else "not started" if verdicts == {"TODO"} else "failing"
+    return {frozenset({"ok"}): "done", frozenset({"TODO"}): "not started",
+            frozenset({"SKIPPED"}): "skipped"}.get(frozenset(verdicts), "failing")
 
 
 # ----- Values shown and compared -------------------------------------------------------
@@ -408,6 +414,13 @@ class Checks:
         """Row: got_fn() == expected exactly, types included, the expected value not shown
         (a prediction's truth, measured at check time, would give it away)."""
         self._row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
+
+    def skip(self, check, topic, reason):
+        """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
+        index, self.index = self.index, self.index + 1
+        if index >= self.start:                   # (rows before start: an earlier child's)
+            self.rows.append(Row(check, topic, "", "not run", None, None, "SKIPPED", reason))
+            self.report("row", self.rows[-1])
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
@@ -792,8 +805,10 @@ def advice(result, hints=None):
     [] when every row is ok). Level 1, where to look: the points of the slips recognised in
     the rows, else which gradients fail together (gradient_diagnosis) or the exercise's
     diagnose, else the failing topic's hint; level 2: those slips named, else the topic's
-    idea; level 3: the rule (hints.json's "formulas") for the first failing gradient, a
-    parameter's before dx's (every wrong intermediate reaches it), else the topic's rule."""
+    idea; level 3: the rule (hints.json's "formulas") for the step a recognised slip points
+    at (its key, such as "activation", in the slip's point), else for the first failing
+    gradient, a parameter's before dx's (every wrong intermediate reaches it), else the
+    topic's rule."""
     row = result.first_failure
     if row is None:
         return []
@@ -810,5 +825,7 @@ def advice(result, hints=None):
     failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
                and r.topic == topic and r.check.split(" ")[0] in formulas]
     failing.sort(key=lambda name: name == "dx")
+    step = next((text for key, text in formulas.items() if not key.startswith("d")
+                 and any(key in r.point for r in result.rows if r.point)), None)  # a slip's step
     return ["; ".join(points) or own[0], "; ".join(slips) or own[1],
-            formulas[failing[0]] if failing else own[2]]
+            step or (formulas[failing[0]] if failing else own[2])]

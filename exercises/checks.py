@@ -1142,6 +1142,13 @@ def why_ok(why, symmetry):
             and [str(s).strip() for s in why.values()].count(text.strip()) == 1)
 
 
+def off_span(y, h):
+    """The part of y (N, d_out) outside the span of the column h (N,), relative to y: 0 when
+    every column of y is a constant times h."""
+    h = h / max(np.linalg.norm(h), 1e-300)
+    return float(np.linalg.norm(y - np.outer(h, h @ y)) / max(np.linalg.norm(y), 1e-300))
+
+
 def capstone_problem(seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((7, 6))
@@ -1216,11 +1223,16 @@ def design_a_variant(c):
         student = lambda *args: c.call("forward", *args)      # noqa: E731
         for other in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
             def gap(other=other):
+                # Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's
+                # unit j: no new unit if every one is the module's, times any constants
+                # (2 x SwiGLU, V rescaled or mixed), or with Q and K relabelled.
                 x, Q, K, V = capstone_problem(162)
-                y = student(x, Q, K, V, act())[0]
-                # Q and K relabelled is no new unit: the smaller gap of the two orders.
-                return min(bn.rel_error(y, bn.FORMULATIONS[other].forward(x, P, R, V, act=act())[0])
-                           for P, R in ((Q, K), (K, Q)))
+                units = [np.zeros_like(V) for _ in V]
+                for j, E in enumerate(units):
+                    E[j, 0] = 1.0                     # unit j alone, to output 0
+                mine = [np.asarray(student(x, Q, K, E, act())[0]) for E in units]
+                return min(max(off_span(y, bn.FORMULATIONS[other].forward(x, P, R, E, act=act())[0][:, 0])
+                               for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
             c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6", gap,
                     lambda g: g > 1e-6, f"your forward computes {other}: design a new unit")
         report = {}
@@ -1717,3 +1729,57 @@ def factor_truths(v, rng):
         x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": 0.0, "V": 0.0}), tied[0.0])
     return f, closest((0.5, 1.0, 2.0), lambda d: one_key_reference(
         x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": d * lam, "V": lam}), tied[lam])
+
+
+# ----- Exercise 20 (optional): the capstone unit in PyTorch ---------------------------
+
+
+def port_to_pytorch(c):
+    """The student's torch_forward (autograd) and HandBackward (their derivation in torch)
+    against their own NumPy unit of exercise 19, whose backward is first checked against
+    finite differences; one SKIPPED row when PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        c.skip("PyTorch installed", "general", "PyTorch is not installed: this exercise is "
+               "optional (pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+        return
+    rng = c.rng(1)
+    p = {"x": rng.standard_normal((N, D)), "Q": rng.standard_normal((M, D)) / np.sqrt(D),
+         "K": rng.standard_normal((M, D)) / np.sqrt(D), "V": rng.standard_normal((M, D_OUT))}
+    dy, unit = rng.standard_normal((N, D_OUT)), {}
+
+    def numpy_unit():                             # exercise 19's unit, checked once more
+        y, cache = c.call("numpy_forward", **p)
+        grads = c.call("numpy_backward", dy, cache)
+        fd = fd_truth(lambda **kw: c.call("numpy_forward", **kw)[0], p, dy)
+        unit.update({"y": np.asarray(y)} | {k: np.asarray(grads[k]) for k in fd})
+        return max(bn.rel_error(grads[k], fd[k]) for k in fd)
+    c.holds("ex 19's backward vs finite differences", "numpy_backward",
+            "rel error <= 1e-7", numpy_unit, lambda error: error <= 1e-7,
+            "finish exercise 19 first: its backward must agree with finite differences")
+    if not unit:
+        return
+
+    def through_torch(fn, part):                  # y or one gradient, by torch
+        t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in p.items()}
+        y = c.call(fn, *t.values(), in_place=True)   # in place: the gradients reach t
+        if part == "y":
+            return y.detach().numpy()
+        y.backward(torch.tensor(dy))
+        return t[part].grad.numpy()
+    for fn, way, tol in (("torch_forward", "autograd", 1e-10),
+                         ("hand_backward", "HandBackward", 1e-12)):
+        c.close(f"{fn}: y vs your NumPy y", fn, unit["y"], lambda fn=fn: through_torch(fn, "y"),
+                tol=1e-12)
+        for k in "xQKV":
+            c.close(f"d{k} by {way} vs your NumPy d{k}", fn, unit[k],
+                    lambda fn=fn, k=k: through_torch(fn, k), tol=tol)
+
+    def gradcheck():
+        t = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in p.values()]
+        return torch.autograd.gradcheck(lambda *a: c.call("hand_backward", *a, in_place=True),
+                                        t, raise_exception=False)
+    c.holds("torch.autograd.gradcheck(HandBackward)", "hand_backward", "True",
+            gradcheck, lambda passed: passed is True, "torch.autograd.gradcheck found that "
+            "your HandBackward's gradients disagree with finite differences of its forward")

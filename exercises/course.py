@@ -50,4 +50,6 @@ COURSE = [
              checks.adam_and_ties, variant=checks.variant_18),
     Exercise("design_a_variant", "Capstone: design a variant, predict its symmetries",
              checks.design_a_variant),
+    Exercise("port_to_pytorch", "Beyond NumPy: your capstone unit in PyTorch",
+             checks.port_to_pytorch, optional=True),
 ]

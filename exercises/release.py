@@ -140,7 +140,7 @@ def handout(out):
                      "user.email=handout@localhost", "commit", "-q", "-m", "The handout"]):
             subprocess.run(["git", *args], cwd=out, check=True, capture_output=True)
     print(f"wrote {out}: {copied} files, {len(stubs)} stubs made afresh, no solutions. In it: "
-          f"`python -m pytest`, and `python -m exercises` (0 of {len(COURSE)} done)")
+          f"`python -m pytest`, and `python -m exercises` (0 of {sum(not e.optional for e in COURSE)} done)")
     return 0
 
 

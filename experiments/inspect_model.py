@@ -490,33 +490,40 @@ def draw_figure(path, unit_rows, layer_rows, caption):
     col = lambda key: np.array([r[key] for r in layer_rows])          # noqa: E731
     fig = Figure(figsize=(13, 7.5), layout="constrained")
     ax = fig.subplots(2, 3)
-    for key, label in (("median_q_norm", "‖q‖ (gate_proj)"),
-                       ("median_k_norm", "‖k‖ (up_proj)"),
-                       ("median_v_norm", "‖v‖ (down_projᵀ)")):
-        ax[0, 0].plot(L, col(key), "o-", ms=3, label=label)
+    # One meaning per colour across the six panels (Okabe-Ito): q, k, v, the pair (q, k),
+    # the pair (k, v); black is zero. The histograms' layers: the pair's colour, light and
+    # dotted for the first, solid for the last.
+    q, k, v, qk, kv = "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00"
+    for key, label, color in (("median_q_norm", "‖q‖ (gate_proj)", q),
+                              ("median_k_norm", "‖k‖ (up_proj)", k),
+                              ("median_v_norm", "‖v‖ (down_projᵀ)", v)):
+        ax[0, 0].plot(L, col(key), "o-", ms=3, color=color, label=label)
     ax[0, 0].set(title="median row norms (raw weights)", xlabel="layer")
-    for key, label, style in (("median_bal_qk", "(q, k), raw", "o-"),
-                              ("median_bal_kv", "(k, v), raw", "o-"),
-                              ("median_bal_qk_g", "(q, k), gain folded", "s--")):
-        ax[0, 1].plot(L, col(key), style, ms=3, label=label)
+    for key, label, style, color in (("median_bal_qk", "(q, k), raw", "o-", qk),
+                                     ("median_bal_kv", "(k, v), raw", "o-", kv),
+                                     ("median_bal_qk_g", "(q, k), gain folded", "s--", qk)):
+        ax[0, 1].plot(L, col(key), style, ms=3, color=color, label=label)
     ax[0, 1].axhline(0, color="k", lw=0.8)
     ax[0, 1].set(title="median balance (‖a‖²−‖b‖²)/(‖a‖²+‖b‖²)", xlabel="layer")
-    for key, label in (("corr_log_kv", "corr(log‖k‖, log‖v‖)"),
-                       ("corr_log_qk", "corr(log‖q‖, log‖k‖)"),
-                       ("median_abs_cos_qk", "median |cos(q, k)|")):
-        ax[0, 2].plot(L, col(key), "o-", ms=3, label=label)
+    for key, label, style, color in (("corr_log_kv", "corr(log‖k‖, log‖v‖)", "o-", kv),
+                                     ("corr_log_qk", "corr(log‖q‖, log‖k‖)", "o-", qk),
+                                     ("median_abs_cos_qk", "median |cos(q, k)|", "^:", qk)):
+        ax[0, 2].plot(L, col(key), style, ms=3, color=color, label=label)
     ax[0, 2].set(title="norms move together? gate and up aligned?", xlabel="layer")
-    for key, label in (("exchange_dev", "exchange deviation"),
-                       ("linear_dev", "deviation from Bilinear (silu(a) → a/2)"),
-                       ("near_linear_frac", "near-linear fraction of the gate")):
-        ax[1, 0].plot(L, col(key), "o-", ms=3, label=label)
+    for key, label, style, color in (
+            ("exchange_dev", "exchange deviation (q ↔ k)", "o-", qk),
+            ("linear_dev", "deviation from Bilinear (silu(a) → a/2)", "o-", q),
+            ("near_linear_frac", "near-linear fraction of the gate", "s--", q)):
+        ax[1, 0].plot(L, col(key), style, ms=3, color=color, label=label)
     ax[1, 0].set(title="on random tokens x ~ N(0, I) through RMSNorm", xlabel="layer")
     picks = sorted({L[0], L[len(L) // 2], L[-1]})
-    for a, key, name in ((ax[1, 1], "bal_qk", "(q, k)"), (ax[1, 2], "bal_kv", "(k, v)")):
-        for i in picks:
+    shades = list(zip((0.4, 0.7, 1.0), (":", "--", "-")))[-len(picks):]
+    for a, key, name, color in ((ax[1, 1], "bal_qk", "(q, k)", qk),
+                                (ax[1, 2], "bal_kv", "(k, v)", kv)):
+        for i, (alpha, style) in zip(picks, shades):
             values = np.array([u[key] for u in unit_rows if u["layer"] == i])
             a.hist(values[np.isfinite(values)], bins=40, range=(-1, 1), histtype="step",
-                   label=f"layer {i}")
+                   color=color, alpha=alpha, ls=style, lw=1.5, label=f"layer {i}")
         a.axvline(0, color="k", lw=0.8)
         a.set(title=f"balance of {name} per unit (raw)", xlabel="balance", ylabel="units")
     for a in ax.flat:

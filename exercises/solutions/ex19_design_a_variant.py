@@ -103,7 +103,8 @@ WHY = {  # ANSWER: a dict symmetry -> one sentence
 #
 # `forward(x, Q, K, V, act)` returns `(y, cache)` with `y` of shape `(N, d_out)` (x is
 # `(N, d)`); the cache holds what `backward` needs, and σ's arguments under the names
-# `sigma_args` gives (here `"a"` and `"b"`). `backward(dy, cache)` returns
+# `sigma_args` gives (every array σ is applied to: `"a"` and `"b"` if σ(a) and σ(b), `"s"` if
+# σ of a score s). `backward(dy, cache)` returns
 # `{"x": (N, d), "Q": (m, d), "K": (m, d), "V": (m, d_out)}`. `act` is a name, or the
 # Activation object `bn.gradcheck` passes: `bn.get_activation(act)` takes either. The
 # registration below is all the checker needs: the gradient check draws parameters from
