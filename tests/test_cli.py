@@ -93,33 +93,56 @@ def small_tasks(monkeypatch):
 # ----- verify and the exit statuses ------------------------------------------------------
 
 
-def test_main_job_runs_and_agrees():
+def test_main_job_runs_and_agrees(verify_report, monkeypatch):
     # `verify` is the first part of the no-argument run (which then trains for about 30 s:
-    # see test_training.py::test_default_run_is_verify_then_both_quick_experiments).
-    proc = subprocess.run([sys.executable, str(ROOT / "bilinear_numpy.py"), "verify"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
+    # see test_training.py::test_default_run_is_verify_then_both_quick_experiments). Its
+    # report, measured once in this process (conftest.py). Real processes run verify with a
+    # bad value (below) and its report in the main job under an ASCII console (test_console.py,
+    # where the two slowest counts give their theory's value: that test is about printing).
+    failures, lines = verify_report
+    out = "\n".join(lines)
+    assert failures == 0, out
     for heading in ("1. Equivalences", "2. Symmetries", "3. Gradient check", "4. Conservation"):
         assert heading in out
     assert "All checks agree with theory." in out
     assert "DISAGREE" not in out
+    # That count is verify's exit status: 0 when every check agrees.
+    monkeypatch.setattr(cli, "verification_report", lambda seed: failures)
+    assert bn.main(["verify"]) == cli.EXIT_OK == 0
+
+
+def theory_of(expected):
+    """A measurement that gives its theory's value: symmetry_dimension and
+    conservation_law_count (with any seed) as symmetry_dimension_expected and
+    conservation_law_count_expected."""
+    return lambda formulation, act, *sizes, seed=0, **named: expected(formulation, act, *sizes,
+                                                                     **named)
 
 
 def test_report_counts_disagreements(monkeypatch):
-    lines = []
-    assert cli.verification_report(out=lines.append) == 0
     # Make theory wrong on purpose: the report must count it, and main must exit with the
     # status of a disagreement, which no other ending shares (a traceback exits 1).
-    original = bn.symmetry_expected
+    original, real_report, counted = bn.symmetry_expected, cli.verification_report, []
 
     def wrong_theory(f, a, s):
         expected = original(f, a, s)
         return (not expected) if s == "permutation" else expected
 
+    def report(seed):                         # the report main runs, its count kept
+        counted.append(real_report(seed=seed))
+        return counted[-1]
+
     monkeypatch.setattr(bn, "symmetry_expected", wrong_theory)
-    assert cli.verification_report(out=lines.append) > 0
+    monkeypatch.setattr(cli, "verification_report", report)
+    # Sections 5 and 6 (the slowest) count as they measure; here they give their theory.
+    monkeypatch.setattr(bn, "symmetry_dimension", theory_of(bn.symmetry_dimension_expected))
+    monkeypatch.setattr(bn, "conservation_law_count",
+                        theory_of(bn.conservation_law_count_expected))
     assert bn.main(["verify"]) == cli.EXIT_DISAGREES == 3
+    # Every permutation cell of the symmetry table now disagrees, once each.
+    cells = sum(original(f, a, "permutation") is not None
+                for f in bn.FORMULATIONS for a in bn.ACTIVATIONS)
+    assert cells > 0 and counted == [cells]
 
 
 def test_exit_statuses_are_distinct_and_documented():
@@ -486,8 +509,10 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert len(csv_rows(partial)) >= 1 and not (tmp_path / "results" / "text.csv").exists()
 
 
-def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, small_tasks):
+def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, monkeypatch, small_tasks):
     from experiments import outputs
+    for name in ("learning_curves", "reconstruction_grid"):    # the locks, not the pictures
+        monkeypatch.setattr(train_figures, name, lambda *args: args[-1])
     with outputs.one_run_at_a_time(tmp_path, "train-text") as lock:
         assert lock.exists()
         assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 2

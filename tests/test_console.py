@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, inspect_model, train
+from experiments import ablation, inspect_model, train, train_figures
 from safetensors_files import write_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,11 +49,43 @@ def csv_rows(path):
         return list(csv.DictReader(f))
 
 
+# verify's report, all of it printed, with its two slowest measurements (section 5's Jacobian
+# ranks, section 6's Lie algebras: 2.5 s of a fresh process) giving their theory's count: what
+# a console does to the report lies in its printing. They are measured in the tests' own process
+# (conftest.py's verify_report, test_claims.py).
+COUNTS_FROM_THEORY = """
+import bilinear_numpy as bn
+
+def _theory(expected):
+    return lambda formulation, act, *sizes, seed=0, **named: expected(formulation, act, *sizes,
+                                                                     **named)
+
+bn.symmetry_dimension = _theory(bn.symmetry_dimension_expected)
+bn.conservation_law_count = _theory(bn.conservation_law_count_expected)
+"""
+
+
+# The training commands' pictures: a placeholder file where each PNG goes (the drawing
+# functions' last argument), written when it would be drawn. A console prints no picture;
+# the pictures are drawn and checked in test_training.py and test_ablation.py.
+PLACEHOLDER_PICTURES = """
+from pathlib import Path
+from experiments import train_figures
+
+def _placeholder(*args):
+    Path(args[-1]).write_bytes(b"placeholder")
+    return args[-1]
+
+for _name in ("learning_curves", "reconstruction_grid", "ablation_grid"):
+    setattr(train_figures, _name, _placeholder)
+"""
+
+
 def test_main_job_and_train_under_an_ascii_console(tmp_path):
     # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
     # in their --quick form, here one variant, one seed, two steps of the small tasks),
     # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
-    code = SMALL_TASKS + (
+    code = SMALL_TASKS + COUNTS_FROM_THEORY + PLACEHOLDER_PICTURES + (
         'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
         '                        "steps": {"text": 2, "image": 2}}\n'
         "import sys, bilinear_numpy\n"
@@ -100,10 +132,24 @@ class SmallImageTask(train.ImageTask):
         super().__init__(path, stride=40, n_freq=4, d=8, budget_units=6, batch=16, curve_size=16)
 
 
+def placeholder_pictures(monkeypatch, module, names, path_at=-1):
+    """Each drawing function of `names` writes a placeholder where its PNG goes (its argument
+    number path_at), when it is called: the tests below are about when the files are written,
+    not about the pictures (drawn in test_training.py, test_ablation.py, test_inspect.py)."""
+    def placeholder(*args):
+        Path(args[path_at]).write_bytes(b"placeholder")
+        return args[path_at]
+
+    for name in names:
+        monkeypatch.setattr(module, name, placeholder)
+
+
 def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
     # Library use, where nothing replaces unprintable characters: printing the table fails,
     # but the CSV files and figures were written before it.
     monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
+    placeholder_pictures(monkeypatch, train_figures,
+                         ["learning_curves", "reconstruction_grid", "ablation_grid"])
     quiet = {"log": raise_on_non_ascii, "progress_stream": io.StringIO()}
     with pytest.raises(UnicodeEncodeError):
         train.run_task("image", mode="quick", seeds=1, steps=2, variants=["SwiGLU"],
@@ -117,7 +163,8 @@ def test_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
     assert (tmp_path / "ablation" / "figures" / "ablation_grid.png").is_file()
 
 
-def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path):
+def test_inspect_results_are_on_disk_before_they_are_printed(tmp_path, monkeypatch):
+    placeholder_pictures(monkeypatch, inspect_model, ["draw_figure"], path_at=0)
     rng = np.random.default_rng(0)
     p = "model.layers.0."
     weights = {p + "mlp.gate_proj.weight": rng.standard_normal((3, 4)),

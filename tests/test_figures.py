@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import cli
 from experiments import figures as fg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,24 +17,29 @@ NONLINEAR = [a for a in bn.ACTIVATIONS if a != "identity"]
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
-    """`figures --quick --panels`, run once: the folder written, and each figure's
-    matplotlib Figure (kept as the command draws it), by name."""
+    """`figures --quick --panels`, run once: the folder written, each figure's matplotlib
+    Figure (kept as the command draws it) and a renderer for it, and the rows the command
+    computed for it, by name."""
     out = tmp_path_factory.mktemp("figures")
-    figs = {}
+    figs, data = {}, {}
 
-    def keeping(draw):
+    def keeping(name, compute, draw):
+        def compute_and_keep(**sizes):
+            data[name] = compute(**sizes)
+            return data[name]
+
         def draw_and_keep(rows, path):
-            figs[Path(path).stem] = draw(rows, path)
-            return figs[Path(path).stem]
-        return draw_and_keep
+            figs[name] = draw(rows, path)
+            return figs[name]
+        return compute_and_keep, draw_and_keep
 
     with pytest.MonkeyPatch.context() as mp:
         for name, (compute, draw) in fg.FIGURES.items():
-            mp.setitem(fg.FIGURES, name, (compute, keeping(draw)))
+            mp.setitem(fg.FIGURES, name, keeping(name, compute, draw))
         assert bn.main(["figures", "--quick", "--panels", "--out", str(out)]) == 0
-    assert sorted(figs) == sorted(fg.FIGURES)
-    renderers = {name: _renderer(fig) for name, fig in figs.items()}   # drawn once, for the layout
-    return out, figs, renderers
+    assert sorted(figs) == sorted(data) == sorted(fg.FIGURES)
+    renderers = {name: _renderer(fig) for name, fig in figs.items()}
+    return out, figs, renderers, data
 
 
 def test_every_figure_and_csv_is_written(drawn):
@@ -93,9 +97,16 @@ def test_one_step_changes_c_by_exactly_eta_squared_times_gradient_difference():
         assert np.allclose(trained[1] - trained[0], predicted, rtol=1e-9, atol=1e-14), name
 
 
-def test_conservation_drift_slopes():
-    sizes = QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}   # eta <= 0.04
-    rows = fg.conservation_data(**sizes)
+@pytest.fixture(scope="module")
+def drift_rows():
+    """conservation_data at the QUICK sizes with four drift step counts (eta <= 0.04), computed
+    once for the two tests below."""
+    return fg.conservation_data(**(QUICK["fig3_conservation"]
+                                   | {"drift_steps": (25, 50, 100, 200)}))
+
+
+def test_conservation_drift_slopes(drift_rows):
+    rows = drift_rows
     kept, broken = ("rank1_bilinear silu", "gated_mlp relu"), "gated_mlp silu"
     for series in kept:
         assert abs(fg.loglog_slope(*fg.pick(rows, "one step", series)) - 2) < 0.02, series
@@ -177,16 +188,16 @@ def test_data_functions_need_no_matplotlib():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_report_says_where_the_figures_are():
-    lines = []
-    cli.verification_report(out=lines.append)
+def test_report_says_where_the_figures_are(verify_report):
+    lines = verify_report[1]                  # verify's report, measured once (conftest.py)
     assert "python bilinear_numpy.py figures" in lines[-1] and "figures/" in lines[-1]
 
 
-def test_hessian_zero_eigenvalues_equal_the_symmetry_count():
+def test_hessian_zero_eigenvalues_equal_the_symmetry_count(drawn):
     # Figure 6 (derivations.md, 5.8): at a minimum, one zero eigenvalue per continuous
-    # symmetry, and a wide gap to the others.
-    rows = fg.hessian_data(**QUICK["fig6_hessian"])
+    # symmetry, and a wide gap to the others. The rows `figures --quick` computed (QUICK
+    # sizes), read here rather than computed again.
+    rows = drawn[3]["fig6_hessian"]
     for name, act in fg.HESSIAN_CASES:
         series = f"{name} {act}"
         _, (measured, theory) = fg.pick(rows, "zeros", series)
@@ -200,10 +211,9 @@ def test_hessian_zero_eigenvalues_equal_the_symmetry_count():
     assert {s: fg.pick(rows, "zeros", s)[1][1] for s in expected} == expected
 
 
-def test_conservation_figure_shows_swiglu_conserved_pair():
+def test_conservation_figure_shows_swiglu_conserved_pair(drift_rows):
     # SwiGLU conserves ||k_j||^2 - ||v_j||^2: one step changes it at second order in eta.
-    sizes = QUICK["fig3_conservation"] | {"drift_steps": (25, 50, 100, 200)}
-    rows = fg.conservation_data(**sizes)
+    rows = drift_rows
     assert abs(fg.loglog_slope(*fg.pick(rows, "one step", fg.KV_SERIES)) - 2) < 0.02
     assert abs(fg.loglog_slope(*fg.pick(rows, "fixed time", fg.KV_SERIES)) - 1) < 0.2
 
@@ -215,10 +225,10 @@ def test_conservation_figure_shows_swiglu_conserved_pair():
 
 
 def _renderer(fig):
+    # A renderer for the layout fig.savefig drew, the PNG's: no second draw (it would take
+    # as long again, and constrained layout, run again, moves the axes by up to 0.1 pixel).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
+    return FigureCanvasAgg(fig).get_renderer()
 
 
 def _reading_order(fig):
