@@ -355,8 +355,9 @@ def markdown_table(path):
 def side_by_side(old_path, new_path):
     """Two saved runs cell by cell, for a back-to-back comparison of two versions of the code:
     per formulation and activation, "old → new" forward + backward / floor ratios, float32
-    and float64 in two tables, `*` on a missed time target; then the counts of the cells that
-    held in both, were lost (held in the old run only) and were gained.
+    and float64 in two tables, `*` on a missed time target (the new run's targets, for both
+    runs: an old run saved under other targets is judged by today's); then the counts of the
+    cells that held in both, were lost (held in the old run only) and were gained.
 
     Args:
         old_path, new_path: CSVs written by run(), each with the same configurations.
@@ -374,9 +375,12 @@ def side_by_side(old_path, new_path):
             runs.append({(r["formulation"], r["activation"], r["dtype"]): r
                          for r in csv.DictReader(f)})
     old, new = runs
-    timed = [k for k in old if old[k]["time_ok"] != "n/a"]
-    held_old = [k for k in timed if old[k]["time_ok"] == "yes"]
-    held_new = [k for k in timed if new[k]["time_ok"] == "yes"]
+    timed = [k for k in new if new[k]["time_ok"] != "n/a"]
+
+    def ok(run, k):                               # within the new run's target, for both runs
+        return float(run[k]["fb_ratio"]) <= float(new[k]["time_target"])
+    held_old = [k for k in timed if ok(old, k)]
+    held_new = [k for k in timed if ok(new, k)]
     counts = {"held_old": held_old, "held_new": held_new,
               "kept": [k for k in held_old if k in held_new],
               "lost": [k for k in held_old if k not in held_new],
@@ -390,10 +394,11 @@ def side_by_side(old_path, new_path):
             if (name, acts[0], dtype) not in old:
                 continue
 
-            def ratio(r):
-                return f"{float(r['fb_ratio']):.2f}" + ("*" if r["time_ok"] == "no" else "")
+            def ratio(run, k):
+                return f"{float(run[k]['fb_ratio']):.2f}" + ("*" if k in timed and not ok(run, k)
+                                                             else "")
 
-            cells = [f"{ratio(old[(name, a, dtype)])} → {ratio(new[(name, a, dtype)])}"
+            cells = [f"{ratio(old, (name, a, dtype))} → {ratio(new, (name, a, dtype))}"
                      for a in acts]
             target = _targets_text(new[(name, a, dtype)] for a in acts)
             lines.append(f"| `{name}` (≤ {target}) | " + " | ".join(cells) + " |")

@@ -210,15 +210,15 @@ def test_side_by_side_names_each_cell_kept_lost_and_gained(tmp_path):
               sizes={"mlp": (4, 6, 1)}, print_line=lambda line: None)
     with (tmp_path / "run.csv").open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
-    verdicts = {("identity", "float32"): ("yes", "no"), ("relu", "float32"): ("no", "yes"),
-                ("sigmoid", "float64"): ("yes", "yes")}          # lost, gained, kept
+    ratios = {("identity", "float32"): ("1.2", "1.3"), ("relu", "float32"): ("1.3", "1.2"),
+              ("sigmoid", "float64"): ("1.2", "1.2")}           # lost, gained, kept
     old, new = [], []
-    for r in rows:
-        before, after = verdicts.get((r["activation"], r["dtype"]), ("no", "no"))
-        if r["activation"] == "gelu":
-            before = after = "n/a"                               # no target
-        old.append(r | {"time_ok": before, "fb_ratio": "1.2"})
-        new.append(r | {"time_ok": after, "fb_ratio": "1.3"})
+    for r in rows:                    # targets: mlp 1.25 (float32), 1.5 (float64); gelu none
+        before, after = ratios.get((r["activation"], r["dtype"]), ("1.6", "1.6"))
+        # the old run saved other targets and verdicts: the new run's targets judge both
+        old.append(r | {"time_ok": "n/a" if r["activation"] == "gelu" else "yes",
+                        "time_target": "9.99", "fb_ratio": before})
+        new.append(r | {"fb_ratio": after})
     _write_rows(tmp_path / "old.csv", old)
     _write_rows(tmp_path / "new.csv", new)
     table, counts = bench.side_by_side(tmp_path / "old.csv", tmp_path / "new.csv")
@@ -230,8 +230,8 @@ def test_side_by_side_names_each_cell_kept_lost_and_gained(tmp_path):
     assert lines[0].startswith("| float32 (target) |") and lines[4].startswith("| float64 (target) |")
     f32 = [c.strip() for c in lines[2].split("|")]
     assert f32[1] == "`mlp` (≤ 1.25)"
-    assert f32[2:4] == ["1.20 → 1.30*", "1.20* → 1.30"]         # identity lost, relu gained
-    assert f32[7] == "1.20 → 1.30"                              # exact GELU: no mark
+    assert f32[2:4] == ["1.20 → 1.30*", "1.30* → 1.20"]         # identity lost, relu gained
+    assert f32[7] == "1.60 → 1.60"                              # exact GELU: no mark
     with pytest.raises(KeyError):                               # a configuration missing
         _write_rows(tmp_path / "short.csv", new[:-1])
         bench.side_by_side(tmp_path / "old.csv", tmp_path / "short.csv")
