@@ -965,7 +965,6 @@ def gate_temperature(c):
     v = c.variant()
     x, p, dy, truth = unit_rows(c, v, "temperature_forward", "temperature_backward",
                                 extra=("beta",))
-    names = ("Q", "K", "dQ", "dK", "beta", "dbeta")
     values = (p["Q"], p["K"], truth["Q"], truth["K"], p["beta"], truth["beta"])
     scale = max(float(np.max(np.abs(a * b))) for a, b in zip(values[:2] + values[4:5],
                                                              values[2:4] + values[5:]))
@@ -990,12 +989,6 @@ def gate_temperature(c):
 # references below read nothing back: they are the arrays that were written.
 
 
-def balances_reference(Q, K, V):
-    """(b_qk, b_kv), each (m,), from np.linalg.norm of the rows, in float64."""
-    q, k, v = (np.linalg.norm(np.asarray(a, dtype=np.float64), axis=1) ** 2 for a in (Q, K, V))
-    return np.stack([(q - k) / (q + k), (k - v) / (k + v)])
-
-
 def read_raw_from_file_start(path, weights, name):
     """The slip of counting data_offsets from the file's start: that tensor, misread. Found
     from where the tensor's bytes are (the data fill the end of the file), not from the
@@ -1009,16 +1002,19 @@ def read_raw_from_file_start(path, weights, name):
 def odd_unit_measured(weights):
     """(layer, unit) of the unit whose value row's norm is farthest, as a ratio, from its key
     row's: measured on the arrays written (the file's own balances are the student's)."""
-    ratios = np.stack([np.log(np.linalg.norm(weights[f"model.layers.{i}.mlp.down_proj.weight"],
-                                             axis=0)
-                              / np.linalg.norm(weights[f"model.layers.{i}.mlp.up_proj.weight"],
-                                               axis=1)) for i in range(2)])    # (layers, m)
-    layer, unit = np.unravel_index(np.argmax(np.abs(ratios)), ratios.shape)
-    return int(layer), int(unit)
+    layer = lambda i, proj: weights[f"model.layers.{i}.mlp.{proj}.weight"]   # noqa: E731
+    ratios = np.stack([np.log(np.linalg.norm(layer(i, "down_proj"), axis=0)
+                              / np.linalg.norm(layer(i, "up_proj"), axis=1)) for i in range(2)])
+    i, unit = np.unravel_index(np.argmax(np.abs(ratios)), ratios.shape)     # ratios (layers, m)
+    return int(i), int(unit)
 
 
 DECAY_FORMS = ("gated_mlp", "rank1_bilinear", "double_gated_mlp")
 PAIRS = {"qk": "inverse_scaling_pos", "kv": "key_value_rescaling"}  # pair: its rescaling
+TENSORS = {"L1.gate_proj": "model.layers.1.mlp.gate_proj.weight", "L1.norm":
+           "model.layers.1.post_attention_layernorm.weight",
+           "L0.down_proj": "model.layers.0.mlp.down_proj.weight",
+           "embed_tokens": "model.embed_tokens.weight"}     # label: a tensor read_f32_tensor reads
 
 
 def variant_16(rng):
@@ -1037,57 +1033,50 @@ def balanced_truth(form, act):
             if bn.symmetry_deviation(form, act, sym) <= bn.CLAIM_TOL}
 
 
+def checkpoint_rows(c, folder, file, seed):
+    """The rows of one written file: tensors read, one layer (both for file 1) as Q, K, V,
+    and its odd unit."""
+    from exercises.tiny_checkpoint import tiny_weights, write_tiny_checkpoint
+    (folder / f"file{file}").mkdir()
+    path, weights = write_tiny_checkpoint(folder / f"file{file}", seed), tiny_weights(seed)
+    for label, name in TENSORS.items():
+        try:
+            misread = {("the values come from another place in the file: look at where the "
+                        "byte offsets count from", "data_offsets count from the first byte after "
+                        "the header (8 + n), not from the start of the file"):
+                       read_raw_from_file_start(path, weights, name)}
+        except ValueError:                               # those bytes are nowhere else
+            misread = {}
+        c.close(f"read_f32_tensor, file {file}, {label}", "read_f32_tensor", weights[name],
+                lambda name=name: c.call("read_f32_tensor", path, name), tol=0.0, mistakes=misread)
+    c.equal(f"read_f32_tensor, file {file}: float32", "read_f32_tensor", "float32",
+            lambda: str(np.asarray(c.call("read_f32_tensor", path, TENSORS["L1.gate_proj"])).dtype))
+    for i in ((0, 1) if file == 1 else (1,)):
+        QKV = [weights[f"model.layers.{i}.mlp.{proj}.weight"] for proj in ("gate_proj", "up_proj")]
+        QKV.append(weights[f"model.layers.{i}.mlp.down_proj.weight"].T)       # each (m, d)
+        swapped = ("look at which stored projection goes through the gate",
+                   "Q and K swapped: Q is gate_proj (the gate), K is up_proj")
+        for k, name in enumerate("QKV"):
+            c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[k],
+                    lambda i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
+                    mistakes={swapped: QKV[1 - k]} if name != "V" else None)
+    c.predicted(f"unbalanced, file {file}", "unbalanced", odd_unit_measured(weights),
+                lambda: returned(c.call("unbalanced", path), tuple, "a pair of ints (layer, unit)",
+                                 (list, np.ndarray)))
+    return path
+
+
 def read_a_checkpoint(c):
     import shutil
     import tempfile
-    from exercises.tiny_checkpoint import tiny_weights, write_safetensors, write_tiny_checkpoint
-    folder = Path(tempfile.mkdtemp(prefix="check-checkpoint-"))
-    mine = c.variant()
+    from exercises.tiny_checkpoint import write_safetensors
+    folder, mine = Path(tempfile.mkdtemp(prefix="check-checkpoint-")), c.variant()
     try:
-        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):    # your file, and another
-            (folder / f"file{file}").mkdir()
-            path = write_tiny_checkpoint(folder / f"file{file}", seed)
-            weights = tiny_weights(seed)
-            for name in ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
-                         "model.layers.1.post_attention_layernorm.weight",
-                         "model.embed_tokens.weight"):
-                label = (name.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
-                         .replace("mlp.", "").replace("post_attention_layernorm", "norm"))
-                misread = {}
-                try:
-                    misread[("the values come from another place in the file: look at where "
-                             "the byte offsets count from",
-                             "data_offsets count from the first byte after the header "
-                             "(8 + n), not from the start of the file")] = \
-                        read_raw_from_file_start(path, weights, name)
-                except ValueError:
-                    pass
-                c.close(f"read_f32_tensor, file {file}, {label}", "read_f32_tensor",
-                        weights[name], lambda path=path, name=name: c.call("read_f32_tensor", path, name),
-                        tol=0.0, mistakes=misread)
-            c.equal(f"read_f32_tensor, file {file}: float32", "read_f32_tensor", "float32",
-                    lambda path=path: str(np.asarray(c.call(
-                        "read_f32_tensor", path, "model.layers.0.mlp.up_proj.weight")).dtype))
-            for i in ((0, 1) if file == 1 else (1,)):
-                prefix = f"model.layers.{i}.mlp."
-                Q, K = weights[prefix + "gate_proj.weight"], weights[prefix + "up_proj.weight"]
-                QKV = {"Q": Q, "K": K, "V": weights[prefix + "down_proj.weight"].T}   # each (m, d)
-                swapped = ("look at which stored projection goes through the gate",
-                           "Q and K swapped: Q is gate_proj (the gate), K is up_proj")
-                for k, name in enumerate("QKV"):
-                    c.close(f"load_layer, file {file}, layer {i}: {name}", "load_layer", QKV[name],
-                            lambda path=path, i=i, k=k: c.call("load_layer", path, i)[k], tol=0.0,
-                            mistakes={swapped: {"Q": K, "K": Q}[name]} if name != "V" else None)
-        path = folder / "file1" / "tiny_model.safetensors"
+        path = checkpoint_rows(c, folder, 1, mine["file"])
+        checkpoint_rows(c, folder, 2, mine["file"] + 1)                 # and another file
         c.equal("read_f32_tensor, missing name: KeyError", "read_f32_tensor", "KeyError",
                 lambda: raised(lambda: c.call("read_f32_tensor", path,
                                               "model.layers.9.mlp.up_proj.weight"), KeyError))
-        for file, seed in ((1, mine["file"]), (2, mine["file"] + 1)):
-            c.predicted(f"unbalanced, file {file}", "unbalanced",
-                        odd_unit_measured(tiny_weights(seed)),
-                        lambda file=file: returned(c.call(
-                            "unbalanced", folder / f"file{file}" / "tiny_model.safetensors"),
-                            tuple, "a pair of ints (layer, unit)", (list, np.ndarray)))
         half = write_safetensors(folder / "half.safetensors",
                                  {"a": np.ones(3, np.float32), "b": np.ones(2, np.float16)})
         c.equal("read_f32_tensor, F16 tensor: ValueError", "read_f32_tensor", "ValueError",
@@ -1098,8 +1087,9 @@ def read_a_checkpoint(c):
     scale = rng.uniform(0.5, 2.0, (3, M, 1))
     Q, K = rng.standard_normal((M, D)) * scale[0], rng.standard_normal((M, D)) * scale[1]
     V = rng.standard_normal((M, D + 1)) * scale[2]            # d_out = 6 here, m = 4, d = 5
-    expected = balances_reference(Q, K, V)
     q, k, v = (np.linalg.norm(a, axis=1) for a in (Q, K, V))
+    expected = np.stack([(q ** 2 - k ** 2) / (q ** 2 + k ** 2),
+                         (k ** 2 - v ** 2) / (k ** 2 + v ** 2)])
     c.close("unit_balances, random units", "unit_balances", expected,
             lambda: np.stack(c.call("unit_balances", Q, K, V)),
             mistakes={("look at the power of the norms in each balance",
@@ -1171,7 +1161,7 @@ def capstone_deviation(forward, act, symmetry, seed=160):
 
 def short_training(forward, backward, act, steps=300, seed=161):
     """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
-    (loss at the start, loss after `steps`)."""
+    the loss after `steps` over the loss at the start."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((64, 6))
     T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
@@ -1184,15 +1174,20 @@ def short_training(forward, backward, act, steps=300, seed=161):
         losses.append(0.5 * np.sum((y - T) ** 2) / len(x))
         grads = backward((y - T) / len(x), cache)
         params, state = bn.adam_step(params, {k: grads[k] for k in params}, state, lr=1e-2)
-    return losses[0], losses[-1]
+    return losses[-1] / losses[0]
 
 
-@functools.lru_cache(maxsize=None)
-def named_training(formulation):
-    """short_training of a named variant with SiLU: (loss at the start, loss at the end),
-    computed once per process (it does not depend on the student's code)."""
-    return short_training(getattr(bn, f"{formulation}_forward"),
-                          getattr(bn, f"{formulation}_backward"), "silu")
+def new_unit_gap(student, act, other):
+    """Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's unit j of
+    `other`: 0 if every one is the module's, times any constants (2 x SwiGLU, V rescaled or
+    mixed), or with Q and K relabelled."""
+    x, Q, K, V = capstone_problem(162)
+    units = [np.zeros_like(V) for _ in V]
+    for j, E in enumerate(units):
+        E[j, 0] = 1.0                                 # unit j alone, to output 0
+    mine = [np.asarray(student(x, Q, K, E, act)[0]) for E in units]
+    return min(max(off_span(y, bn.FORMULATIONS[other].forward(x, P, R, E, act=act)[0][:, 0])
+                   for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
 
 
 def design_a_variant(c):
@@ -1222,18 +1217,8 @@ def design_a_variant(c):
                 "a Formulation of Q, K, V", registered, bool)
         student = lambda *args: c.call("forward", *args)      # noqa: E731
         for other in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
-            def gap(other=other):
-                # Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's
-                # unit j: no new unit if every one is the module's, times any constants
-                # (2 x SwiGLU, V rescaled or mixed), or with Q and K relabelled.
-                x, Q, K, V = capstone_problem(162)
-                units = [np.zeros_like(V) for _ in V]
-                for j, E in enumerate(units):
-                    E[j, 0] = 1.0                     # unit j alone, to output 0
-                mine = [np.asarray(student(x, Q, K, E, act())[0]) for E in units]
-                return min(max(off_span(y, bn.FORMULATIONS[other].forward(x, P, R, E, act=act())[0][:, 0])
-                               for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
-            c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6", gap,
+            c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6",
+                    lambda other=other: new_unit_gap(student, act(), other),
                     lambda g: g > 1e-6, f"your forward computes {other}: design a new unit")
         report = {}
 
@@ -1263,93 +1248,56 @@ def design_a_variant(c):
                     lambda _, s=symmetry: why_ok(c.answer("WHY"), s),
                     f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
                     f" ...), not the sentence of another key")
-        variants = {"your variant": lambda: short_training(
-                        student, lambda *args: c.call("backward", *args), act()),
-                    "SwiGLU": lambda: named_training("gated_mlp"),
-                    "rank1-silu": lambda: named_training("rank1_bilinear")}
-        for label, train in variants.items():
-            def ratio(train=train):
-                name()                                   # beside your variant: once it is named
-                start, end = train()
-                return end / start
-            c.holds(f"300 Adam steps: {label}", "training", "loss ratio < 0.5", ratio,
-                    lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
+        c.holds("300 Adam steps: your variant", "training", "loss ratio < 0.5",
+                lambda: short_training(student, lambda *args: c.call("backward", *args), act()),
+                lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
     finally:
         for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was
             del bn.FORMULATIONS[key]
 
 
 # ----- Count the continuous symmetries ------------------------------------------------------
-# The references are the checker's own: a loop of the library's backward passes, checked
-# against central differences of its forward passes, and an SVD. bn.symmetry_dimension is
-# not used (the student may not call it either).
+# The truths are central differences of the forward passes (no backward pass, and no
+# bn.symmetry_dimension: the student may not call it either) and ranks known by construction.
 
 
-def jacobian_reference(formulation, act, x, params, order=None, rows="token"):
-    """J (N d_out, P) of the outputs w.r.t. the parameters, from bn's backward passes.
-    order: the parameters' order (default: the dict's); rows="output" orders the rows
-    output-major (a mistake to recognise)."""
-    form = bn.FORMULATIONS[formulation]
-    y, cache = form.forward(x, **params, act=act)
-    J = np.empty((y.size, sum(v.size for v in params.values())))
-    for n, col in np.ndindex(*y.shape):
-        dy = np.zeros_like(y)
-        dy[n, col] = 1.0
-        grads = form.backward(dy, cache)
-        row = n * y.shape[1] + col if rows == "token" else col * y.shape[0] + n
-        J[row] = np.concatenate([grads[name].ravel() for name in (order or params)])
-    return J
-
-
-def fd_jacobian(outputs, params, step, fourth=False):
-    """J (outputs, P) of outputs(params) -> a flat array, by central differences in each
-    entry of the parameters joined in the dict's order (fourth: fourth-order differences)."""
-    names, theta = list(params), np.concatenate([a.ravel() for a in params.values()])
+def fd_jacobian(outputs, params, step=1e-3):
+    """J (outputs, P) of outputs(params) -> a flat array, by fourth-order central differences
+    in each entry of the parameters, joined in the dict's order."""
+    theta = np.concatenate([a.ravel() for a in params.values()])
     splits = np.cumsum([a.size for a in params.values()])[:-1]
 
-    def y(t):
-        parts = dict(zip(names, np.split(t, splits)))
-        return outputs({k: parts[k].reshape(params[k].shape) for k in names})
-    columns = []
-    for e in np.eye(theta.size) * step:
-        d1 = y(theta + e) - y(theta - e)
-        columns.append((8 * d1 - (y(theta + 2 * e) - y(theta - 2 * e))) / (12 * step) if fourth
-                       else d1 / (2 * step))
-    return np.stack(columns, axis=1)
+    def y(t):                                     # the outputs at the flat parameters t
+        return outputs({k: a.reshape(params[k].shape)
+                        for k, a in zip(params, np.split(t, splits))})
+    return np.stack([(8 * (y(theta + e) - y(theta - e)) - y(theta + 2 * e) + y(theta - 2 * e))
+                     / (12 * step) for e in np.eye(theta.size) * step], axis=1)
 
 
-def jacobian_by_differences(formulation, act, x, params, step=1e-6):
-    """J by central differences of bn's forward pass: independent of every backward."""
-    form = bn.FORMULATIONS[formulation]
-    return fd_jacobian(lambda p: form.forward(x, **p, act=act)[0].ravel(), params, step)
+def module_jacobian(name, act, x, params):
+    """J (N d_out, P) of bn's forward of `name`: row n d_out + c is token n, output c."""
+    return fd_jacobian(lambda p: bn.FORMULATIONS[name].forward(x, **p, act=act)[0].ravel(), params)
 
 
-def rank_reference(J):
-    """The rank of J: singular values above 1e-8 of the largest (the gap checked)."""
+def null_count(J):
+    """P − rank J (singular values above 1e-7 of the largest); None when one lies between
+    1e-10 and 1e-5 of it (the rank is then unclear)."""
     rel = np.linalg.svd(J, compute_uv=False)
     rel = rel / rel[0]
-    assert not np.any((rel > 1e-12) & (rel < 1e-5)), "checks.py: an ambiguous test matrix"
-    return int(np.sum(rel > 1e-8))
-
-
-def with_rank(rng, shape, rank, scale=1.0):
-    """A random matrix of the given shape and rank, times scale."""
-    return scale * rng.standard_normal((shape[0], rank)) @ rng.standard_normal((rank, shape[1]))
+    return None if np.any((rel > 1e-10) & (rel < 1e-5)) else J.shape[1] - int(np.sum(rel > 1e-7))
 
 
 def symmetry_problems(seed=170):
     """{label: (formulation, act, x, params)} of the checks: one unit each, d = 5, d_out = 3."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((30, D))
-    unit = bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
-    problems = {f"{name}, {act}": (name, act, x, unit)
-                for name, act in (("gated_mlp", "silu"), ("gated_mlp", "relu"),
-                                  ("rank1_bilinear", "silu"), ("double_gated_mlp", "silu"))}
-    return problems
+    x, unit = rng.standard_normal((30, D)), bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
+    return {f"{name}, {act}": (name, act, x, unit)
+            for name, act in (("gated_mlp", "silu"), ("gated_mlp", "relu"),
+                              ("rank1_bilinear", "silu"), ("double_gated_mlp", "silu"))}
 
 
 # The student's own unit for the count: a form, a scalar function φ and m units. The truth
-# is P − rank J, J by finite differences (fourth order) of the forward below, at check time.
+# is P − rank J, J by finite differences of the forward below, at check time.
 
 SCALARS = {"relu": lambda z: np.maximum(z, 0), "relu²": lambda z: np.maximum(z, 0) ** 2,
            "relu³": lambda z: np.maximum(z, 0) ** 3, "z²": lambda z: z ** 2,
@@ -1375,72 +1323,51 @@ def variant_17(rng):
 
 def count_unit(v, x, p):
     """(y, the arguments of φ) of the unit v (see COUNT_FORMS)."""
-    phi = SCALARS[v["phi"]]
+    b = x @ p["K"].T + p.get("gamma", 0.0)                             # (N, m)
     if v["form"] == "mlp":
-        z = x @ p["K"].T
-        return phi(z) @ p["V"], z
-    if v["form"] == "gated":
-        z = x @ p["Q"].T
-        return (phi(z) * (x @ p["K"].T)) @ p["V"], z
-    if v["form"] == "rank1 with biases":
-        z = (x @ p["Q"].T + p["beta"]) * (x @ p["K"].T + p["gamma"])
-    else:
-        z = (x @ p["Q"].T) * (x @ p["K"].T)
-    return phi(z) @ p["V"], z
+        return SCALARS[v["phi"]](b) @ p["V"], b
+    a = x @ p["Q"].T + p.get("beta", 0.0)
+    z = a if v["form"] == "gated" else a * b
+    return (SCALARS[v["phi"]](z) * (b if v["form"] == "gated" else 1.0)) @ p["V"], z
 
 
-def count_reference(v, rng, n=60, step=1e-3):
+def count_reference(v, rng, n=60):
     """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
-    kink of φ (so that no difference of 2 steps crosses one); a draw whose singular values
-    leave the rank unclear is drawn again."""
+    kink of φ (no difference crosses one); drawn again while the rank is unclear."""
+    m, d = v["m"], v["d"]
     for _ in range(10):
-        count = count_draw(v, rng, n, step)
+        p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d),
+             "K": rng.standard_normal((m, d)) / np.sqrt(d),
+             "V": rng.standard_normal((m, v["d_out"]))}
+        p = ({k: p[k] for k in "KV"} if v["form"] == "mlp" else p) | (
+            {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
+            if "biases" in v["form"] else {})
+        x = rng.standard_normal((20 * n, d))
+        x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
+        count = null_count(fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p))
         if count is not None:
             return count
     raise AssertionError("checks.py: no draw with a clear rank")
 
 
-def count_draw(v, rng, n, step):
-    m, d = v["m"], v["d"]
-    p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d), "K": rng.standard_normal((m, d)) / np.sqrt(d),
-         "V": rng.standard_normal((m, v["d_out"]))}
-    if v["form"] == "mlp":
-        del p["Q"]
-    if v["form"] == "rank1 with biases":
-        p |= {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
-    x = rng.standard_normal((20 * n, d))
-    x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
-    J = fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p, step, fourth=True)
-    rel = np.linalg.svd(J, compute_uv=False)
-    rel = rel / rel[0]
-    if np.any((rel > 1e-10) & (rel < 1e-5)):
-        return None
-    return J.shape[1] - int(np.sum(rel > 1e-7))
-
-
 def diagnose_count_symmetries(rows):
     """[(point, idea)] read from which rows of count_symmetries and numerical_rank fail."""
+    wrong = {row.check: row for row in rows if row.verdict == "WRONG"}
+    ok = {row.check for row in rows if row.verdict == "ok"}
+    counts = [row for row in wrong.values() if row.topic == "count_symmetries"]
     found = []
-    counts = [row for row in rows if row.topic == "count_symmetries" and row.verdict == "WRONG"]
-    def n_params(row):                                  # "count_symmetries, ..., P 13"
-        return int(row.check.rsplit("P ", 1)[1])
-
-    if counts and all(row.got.isdigit() and int(row.got) + int(row.expected) == n_params(row)
-                      for row in counts):
+    if counts and all(row.got.isdigit() and int(row.got) + int(row.expected)     # "..., P 13"
+                      == int(row.check.rsplit("P ", 1)[1]) for row in counts):
         found.append(("in every row your count and the right one add up to P, the number of "
                       "parameters: look at what count_symmetries returns",
                       "your count is the rank of J: the symmetries are the directions J does "
                       "not see, P − rank J"))
-    by_check = {row.check: row for row in rows if row.topic == "numerical_rank"}
-    tiny = by_check.get("numerical_rank, rank 4, times 1e-10")
-    if tiny is not None and tiny.verdict == "WRONG" and by_check.get(
-            "numerical_rank, rank 4 of (20, 9)", tiny).verdict == "ok":
+    if "numerical_rank, rank 4, times 1e-10" in wrong and "numerical_rank, rank 4 of (20, 9)" in ok:
         found.append(("the same matrix has the right rank at scale 1 and a wrong one times "
                       "1e-10: look at what your singular values are compared with",
                       "your threshold is absolute, it does not scale with the matrix: divide "
                       "the singular values by the largest before comparing"))
-    gap = by_check.get("numerical_rank raises in the gap")
-    if gap is not None and gap.verdict == "WRONG":
+    if "numerical_rank raises in the gap" in wrong:
         found.append(("that matrix has a singular value 1e-8 times the largest: read again "
                       "what section 2 asks numerical_rank to do then",
                       "no ValueError for a singular value in the gap (between 1e-12 and 1e-5 "
@@ -1452,35 +1379,32 @@ def count_symmetries(c):
     problems = symmetry_problems()
     name, act, x, unit = problems["gated_mlp, silu"]
     fn = bn.FORMULATIONS[name]
-    J = jacobian_reference(name, act, x, unit)
+    J = module_jacobian(name, act, x, unit)                       # (30 d_out, 13)
+    q, k, v = np.split(J, [D, 2 * D], axis=1)                     # the columns of Q, K, V
     mistakes = {("look at the order of the rows: which output does each row hold?",
                  "the rows are ordered output by output; row n d_out + c must be token n, "
-                 "output c"): jacobian_reference(name, act, x, unit, rows="output"),
+                 "output c"): J.reshape(len(x), D_OUT, -1).transpose(1, 0, 2).reshape(J.shape),
                 ("look at the order of the columns: which parameter does each column hold?",
                  "the columns are not in the order of the keys of params (Q, K, V)"):
-                jacobian_reference(name, act, x, unit, order=("K", "Q", "V")),
+                np.hstack([k, q, v]),
                 ("look at the upstream gradient each backward pass starts from",
                  "dy is not fresh for each output: each row adds up the rows before it"):
                 np.cumsum(J, axis=0),
                 ("look at which axis holds the outputs and which the parameters",
                  "J is transposed: one row per output, one column per parameter"): J.T}
-    c.close("jacobian, SwiGLU unit: vs backward passes", "jacobian", J,
-            lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), mistakes=mistakes)
-    c.close("jacobian, SwiGLU unit: vs differences", "jacobian",
-            jacobian_by_differences(name, act, x, unit),
-            lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), tol=1e-7,
+    c.close("jacobian, SwiGLU unit", "jacobian", J,
+            lambda: c.call("jacobian", fn.forward, fn.backward, x, unit, act), tol=1e-8,
             mistakes=mistakes)
     rng = np.random.default_rng(171)
-    layer = bn.FORMULATIONS["rank1_bilinear"].init(rng, D, 2, D_OUT)
     r1 = bn.FORMULATIONS["rank1_bilinear"]
+    layer = r1.init(rng, D, 2, D_OUT)
     c.close("jacobian, rank-1 ReLU, 2 units", "jacobian",
-            jacobian_reference("rank1_bilinear", "relu", x[:7], layer),
-            lambda: c.call("jacobian", r1.forward, r1.backward, x[:7], layer, "relu"))
-    A = with_rank(rng, (20, 9), 4)
-    for label, matrix in (("rank 4 of (20, 9)", A), ("rank 4, times 1e-10", 1e-10 * A),
-                          ("full rank (9, 20)", rng.standard_normal((9, 20))),
-                          ("SwiGLU unit's J", J)):
-        c.equal(f"numerical_rank, {label}", "numerical_rank", rank_reference(matrix),
+            module_jacobian("rank1_bilinear", "relu", x[:7], layer),
+            lambda: c.call("jacobian", r1.forward, r1.backward, x[:7], layer, "relu"), tol=1e-8)
+    A = rng.standard_normal((20, 4)) @ rng.standard_normal((4, 9))          # rank 4
+    for label, matrix, rank in (("rank 4 of (20, 9)", A, 4), ("rank 4, times 1e-10", 1e-10 * A, 4),
+                                ("full rank (9, 20)", rng.standard_normal((9, 20)), 9)):
+        c.equal(f"numerical_rank, {label}", "numerical_rank", rank,
                 lambda m=matrix: c.call("numerical_rank", m))
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
     s[3] = 1e-8 * s[0]                                   # a singular value in the gap
@@ -1488,13 +1412,12 @@ def count_symmetries(c):
             lambda: raised(lambda: c.call("numerical_rank", (U * s) @ Vt), ValueError))
     for label, (name, act, xs, params) in problems.items():
         P = sum(v.size for v in params.values())
-        count = P - rank_reference(jacobian_reference(name, act, xs, params))
         form = bn.FORMULATIONS[name]
-        c.equal(f"count_symmetries, {label}, P {P}", "count_symmetries", count,
+        c.equal(f"count_symmetries, {label}, P {P}", "count_symmetries",
+                null_count(module_jacobian(name, act, xs, params)),
                 lambda form=form, act=act, xs=xs, params=params: c.call(
                     "count_symmetries", form.forward, form.backward, xs, params, act))
-    k, v = unit["K"][0], unit["V"][0]
-    tangent = np.concatenate([np.zeros(D), k, -v])        # d/dα of (q, α k, v / α) at α = 1
+    tangent = np.concatenate([np.zeros(D), unit["K"][0], -unit["V"][0]])   # d/dα (q, α k, v / α)
     tangent /= np.linalg.norm(tangent)
 
     def alignment():
@@ -1540,86 +1463,58 @@ def variant_18(rng):
                              f"{DECAYS[v['decay']]:g}"}
 
 
-def optimizer_step(optimizer, P, grad, state):
-    """The direction and new state of one step (state None at the start): P moves by −lr
-    times the direction."""
-    if optimizer == "gd":
-        return grad, None
-    if optimizer == "sign":
-        return np.sign(grad), None
-    if optimizer in ("momentum", "nesterov"):                    # β = 0.9
-        m = grad if state is None else 0.9 * state + grad
-        return (m if optimizer == "momentum" else grad + 0.9 * m), m
-    if optimizer == "adagrad":
-        s = grad ** 2 + (0.0 if state is None else state)
-        return grad / (np.sqrt(s) + 1e-8), s
-    if optimizer == "rmsprop":                                   # ρ = 0.9, ε = 1e-8
-        s = 0.1 * grad ** 2 + (0.0 if state is None else 0.9 * state)
-        return grad / (np.sqrt(s) + 1e-8), s
-    state = state or bn.adam_init({"P": P})                      # bn's Adam, lr 1 : its direction
-    moved, state = bn.adam_step({"P": P}, {"P": grad}, state, lr=1.0)
-    return P - moved["P"], state
-
-
 def update(v, P, grad, state, lr, lam):
-    """One step of the variant's optimizer and decay rule on one parameter: (P, state).
-    L2: λ P joins the gradient; decoupled: P − lr λ P beside the step; shrink: P − λ P."""
-    direction, state = optimizer_step(v["optimizer"], P, grad + (lam * P if v["decay"] == "L2"
-                                                                 else 0.0), state)
+    """One step of the variant's optimizer and decay rule on one parameter, as the tables of
+    the exercise give them: (P, state), state None at the start."""
+    g, optimizer = grad + (lam * P if v["decay"] == "L2" else 0.0), v["optimizer"]
+    if optimizer in ("momentum", "nesterov"):                    # β = 0.9
+        state = g if state is None else 0.9 * state + g
+        direction = state if optimizer == "momentum" else g + 0.9 * state
+    elif optimizer in ("rmsprop", "adagrad"):                    # ρ = 0.9, ε = 1e-8
+        s = 0.0 if state is None else state
+        state = 0.9 * s + 0.1 * g ** 2 if optimizer == "rmsprop" else s + g ** 2
+        direction = g / (np.sqrt(state) + 1e-8)
+    elif optimizer == "adam":                                    # bn's Adam, lr 1: its direction
+        moved, state = bn.adam_step({"P": P}, {"P": g}, state or bn.adam_init({"P": P}), lr=1.0)
+        direction = P - moved["P"]
+    else:
+        direction = np.sign(g) if optimizer == "sign" else g
     beside = {"L2": 0.0, "decoupled": lr * lam, "shrink": lam}[v["decay"]]
     return P - lr * direction - beside * P, state
 
 
-def tied_reference(x, T, W, V, v, steps, decay, mistake=None):
-    """The tied unit trained as train_tied asks (lam = decay: the variant's λ or 0);
-    `mistake`: one of TIE_MISTAKES."""
+def train_reference(x, T, W, V, v, steps, lr, lam, mistake=None):
+    """The tied unit as train_tied trains it (lr, lam: floats) or, with lr and lam dicts
+    keyed K, V, the one-key MLP as train_one_key does; `mistake`: a key of MISTAKES."""
     name, act, _ = TIE_FORMS[v["form"]]
-    form, lr = bn.FORMULATIONS[name], OPTIMIZERS[v["optimizer"]]
-    params, states = {"Q": W.copy(), "K": W.copy(), "V": V.copy()}, dict.fromkeys("QKV")
+    form, tied = bn.FORMULATIONS[name], not isinstance(lr, dict)
+    params = {k: a.copy() for k, a in (("Q", W), ("K", W), ("V", V)) if tied or k != "Q"}
+    states = dict.fromkeys(params)
     for _ in range(steps):
-        y, cache = form.forward(x, **params, act=act)
+        y, cache = form.forward(x, params.get("Q", params["K"]), params["K"], params["V"], act=act)
         g = form.backward((y - T) / len(x), cache)
-        if mistake == "aliased":                  # Q and K one array: both moved by dQ + dK
-            g["Q"] = g["K"] = g["Q"] + g["K"]
+        if mistake == "aliased" or not tied:             # one array in both places: dQ + dK
+            g["Q"] = g["K"] = g["Q"] + (0.0 if mistake == "one path" else g["K"])
         for k in params:
-            lam = 0.0 if (mistake == "no decay on V" and k == "V") else \
-                decay * (0.5 if mistake == "half decay" else 1.0)
-            params[k], states[k] = update(v, params[k], g[k],
-                                          None if mistake == "fresh state" else states[k], lr, lam)
-    return params
-
-
-def one_key_reference(x, T, W, V, v, lr, steps, decay, mistake=None):
-    """h(x Kᵀ) V trained as train_one_key asks (lr, decay: dicts keyed K, V); `mistake`:
-    one of ONE_KEY_MISTAKES."""
-    name, act, _ = TIE_FORMS[v["form"]]
-    form = bn.FORMULATIONS[name]
-    params, states = {"K": W.copy(), "V": V.copy()}, dict.fromkeys("KV")
-    for _ in range(steps):
-        y, cache = form.forward(x, params["K"], params["K"], params["V"], act=act)
-        g = form.backward((y - T) / len(x), cache)
-        grads = {"K": g["Q"] + (0.0 if mistake == "one path" else g["K"]), "V": g["V"]}
-        for k in params:
-            rate = lr["K"] if mistake == "one rate" else lr[k]
-            params[k], states[k] = update(v, params[k], grads[k], states[k], rate, decay[k])
+            rate, decay = (lr, lam) if tied else (lr["K" if mistake == "one rate" else k], lam[k])
+            decay *= {"half decay": 0.5, "no decay on V": float(k != "V")}.get(mistake, 1.0)
+            state = None if mistake == "fresh state" else states[k]
+            params[k], states[k] = update(v, params[k], g[k], state, rate, decay)
     return params
 
 
 # key -> (where to look: hint level 1, the slip named: hint level 2)
-TIE_MISTAKES = {
+MISTAKES = {
     "aliased": ("Q and K move together: look at how they are made from W and how each step "
                 "updates them",
                 "Q and K are one array (no copy), updated in place: both move by dQ + dK"),
     "half decay": ("every parameter ends as if the decay were weaker: look at the size of "
                    "the decay's term",
                    "the decay is half as strong as your variant's rule makes it"),
-    "no decay on V": ("look at which parameters the decay reaches",
-                      "V is not decayed: the decay is on Q, K and V"),
+    "no decay on V": ("look at which parameters the decay reaches", "V is not decayed"),
     "fresh state": ("look at the state you give the optimizer at each step",
                     "the optimizer restarted at every step: a fresh state in place of the one "
                     "the last step returned"),
-}
-ONE_KEY_MISTAKES = {
     "one path": ("look at the keys' gradient: how many paths lead from K to the output",
                  "the key gradient counts one of the two places the key enters"),
     "one rate": ("look at which rate each parameter moves with",
@@ -1638,29 +1533,15 @@ def one_key_gradient_rows(c, v, x, T, K, V):
     dy = (y - T) / len(x)                                   # dL/dy
     truth = fd_truth(lambda K, V: form.forward(x, K, K, V, act=act)[0], {"K": K, "V": V}, dy)
     share = form.backward(dy, cache)                        # K's two places, one at a time
-    point = ONE_KEY_MISTAKES["one path"][0]
-    slips = [((point, f"{ONE_KEY_MISTAKES['one path'][1]}: only the place where it stands "
-                      f"for {place}"), {"K": share[place], "V": share["V"]}) for place in "QK"]
+    point, slip = MISTAKES["one path"]
+    slips = [((point, f"{slip}: only the place where it stands for {place}"),
+              {"K": share[place], "V": share["V"]}) for place in "QK"]
     gradient_rows(c, "one_key_gradients", (x, T, K, V, v), truth, slips)
 
 
 def flat(params, keys):
     """The arrays of params[keys] flattened and joined: one vector to compare."""
-    return np.concatenate([params[k].ravel() for k in keys])
-
-
-def closest(candidates, run, target):
-    """The candidate f whose run(f) ends nearest the target (both {"K", "V"}); a run that
-    diverges is never the nearest."""
-    with np.errstate(all="ignore"):
-        errors = [bn.rel_error(flat(run(f), "KV"), flat(target, "KV")) for f in candidates]
-    return candidates[int(np.argmin(np.nan_to_num(errors, nan=np.inf)))]
-
-
-def untie_reference(v, x, T, Q, K, V, lr, steps, record=np.linalg.norm):
-    name, act, _ = TIE_FORMS[v["form"]]
-    return gd_reference(name, act, x, T, {"Q": Q, "K": K, "V": V}, lr, steps,
-                        lambda p: record(p["Q"] - p["K"]))
+    return np.concatenate([np.asarray(params[k]).ravel() for k in keys])
 
 
 def adam_and_ties(c):
@@ -1680,55 +1561,52 @@ def adam_and_ties(c):
     c.close("update, your rule, 3 steps", "update",
             three_steps(lambda P, g, s: update(v, P, g, s, lr, lam)),
             lambda: three_steps(lambda P, g, s: c.call("update", P, g, s, lr, lam, v)))
-    for label, decay in (("no decay", 0.0), ("decay", lam)):
-        reference = flat(tied_reference(x, T, W, V, v, 30, decay), "QKV")
-        mistakes = {text: flat(tied_reference(x, T, W, V, v, 30, decay, key), "QKV")
-                    for key, text in TIE_MISTAKES.items()}
-        c.close(f"train_tied, {label}", "train_tied", reference,
-                lambda decay=decay: flat(c.call("train_tied", x, T, W, V, lr, 30, decay, v), "QKV"),
-                tol=1e-8, mistakes={k: m for k, m in mistakes.items()   # 1e-8: an Adam of
-                                    if bn.rel_error(m, reference) > 1e-8})   # your own rounds
+    one_key_gradient_rows(c, v, x, T, W, V)
+    none = {"K": 0.0, "V": 0.0}
+    for check, rates, decays in (("train_tied, no decay", lr, 0.0), ("train_tied, decay", lr, lam),
+                                 ("train_one_key, K at lr/2", {"K": lr / 2, "V": lr}, none),
+                                 ("train_one_key, K at lr", {"K": lr, "V": lr}, none),
+                                 ("train_one_key, K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},
+                                  {"K": 2 * lam, "V": lam})):
+        topic, keys = check.split(",")[0], "QKV" if check.startswith("train_tied") else "KV"
+        reference = flat(train_reference(x, T, W, V, v, 30, rates, decays), keys)
+        wrong = {MISTAKES[k]: flat(train_reference(x, T, W, V, v, 30, rates, decays, k), keys)
+                 for k in MISTAKES}
+        c.close(check, topic, reference, lambda topic=topic, rates=rates, decays=decays, keys=keys:
+                flat(c.call(topic, x, T, W, V, rates, 30, decays, v), keys), tol=1e-8,
+                mistakes={k: m for k, m in wrong.items()                  # 1e-8: an Adam of
+                          if bn.rel_error(m, reference) > 1e-8})          # your own rounds
     unchanged(c, "train_tied leaves W, V unchanged", "train_tied", [W, V],
               lambda: c.call("train_tied", x, T, W, V, lr, 3, lam, v, in_place=True))
-    one_key_gradient_rows(c, v, x, T, W, V)
-    for label, rates, decay in (("K at lr/2", {"K": lr / 2, "V": lr}, {"K": 0.0, "V": 0.0}),
-                                ("K at lr", {"K": lr, "V": lr}, {"K": 0.0, "V": 0.0}),
-                                ("K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},
-                                 {"K": 2 * lam, "V": lam})):
-        reference = flat(one_key_reference(x, T, W, V, v, rates, 30, decay), "KV")
-        mistakes = {text: flat(one_key_reference(x, T, W, V, v, rates, 30, decay, key), "KV")
-                    for key, text in ONE_KEY_MISTAKES.items()}
-        c.close(f"train_one_key, {label}", "train_one_key", reference,
-                lambda rates=rates, decay=decay: flat(c.call(
-                    "train_one_key", x, T, W, V, rates, 30, decay, v), "KV"), tol=1e-8,
-                mistakes={k: m for k, m in mistakes.items() if bn.rel_error(m, reference) > 1e-8})
     Q = rng.standard_normal((M, D)) / np.sqrt(D)
     K, V0 = Q + 1e-6 * rng.standard_normal(Q.shape), rng.standard_normal((M, D_OUT)) / 2
-    c.close("untie_history, your form, gd", "untie_history",
-            untie_reference(v, x, T, Q, K, V0, 0.05, 300),
+    history = lambda norm: gd_reference(*TIE_FORMS[v["form"]][:2], x, T,   # noqa: E731
+                                        {"Q": Q, "K": K, "V": V0}, 0.05, 300,
+                                        lambda p: norm(p["Q"] - p["K"]))
+    c.close("untie_history, your form, gd", "untie_history", history(np.linalg.norm),
             lambda: c.call("untie_history", x, T, Q, K, V0, 0.05, 300, v), tol=1e-6,
             mistakes={("look at the norm you record", "max|Q − K| in place of the Frobenius "
-                       "norm ‖Q − K‖"): untie_reference(v, x, T, Q, K, V0, 0.05, 300,
-                                                         lambda a: np.max(np.abs(a)))})
+                       "norm ‖Q − K‖"): history(lambda a: np.max(np.abs(a)))})
     for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
         predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
                        lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")
 
 
 def factor_truths(v, rng):
-    """(f, c), measured on a random problem: the key rate f·lr, then the key decay c·λ,
-    whose one-key MLP ends nearest the tied unit after 30 steps."""
-    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
-    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
+    """(f, c), measured: the key rate f·lr, then the key decay c·λ, with which 3 steps of
+    update on a gradient 2 g (the one-key MLP's key at the tie: dQ + dK, dQ = dK = g) follow
+    the tied factor's steps on g, for random parameters and gradients."""
     lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
-    tied = {}
-    for decay in (0.0, lam):
-        end = tied_reference(x, T, W, V, v, 30, decay)
-        tied[decay] = {"K": end["Q"], "V": end["V"]}
-    f = closest((0.25, 0.5, 1.0), lambda f: one_key_reference(
-        x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": 0.0, "V": 0.0}), tied[0.0])
-    return f, closest((0.5, 1.0, 2.0), lambda d: one_key_reference(
-        x, T, W, V, v, {"K": f * lr, "V": lr}, 30, {"K": d * lam, "V": lam}), tied[lam])
+    P, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
+
+    def gap(rate, decay, tied_decay):            # tied factor vs the one key, after 3 steps
+        tied, key, s, t = P, P, None, None
+        for g in G:
+            tied, s = update(v, tied, g, s, lr, tied_decay)
+            key, t = update(v, key, 2 * g, t, rate, decay)
+        return bn.rel_error(tied, key)
+    f = min((0.25, 0.5, 1.0), key=lambda f: gap(f * lr, 0.0, 0.0))
+    return f, min((0.5, 1.0, 2.0), key=lambda d: gap(f * lr, d * lam, lam))
 
 
 # ----- Exercise 20 (optional): the capstone unit in PyTorch ---------------------------
