@@ -882,7 +882,8 @@ RANK_FORMS = ("B Cᵀ", "B Cᵀ + C Bᵀ", "B Bᵀ + S")        # B, C (d, k); S
 
 def variant_13(rng):
     v = {"form": pick(rng, RANK_FORMS), "d": int(rng.integers(5, 10)), "k": int(rng.integers(1, 4))}
-    return v | {"y": f"A = {v['form']} with {'B' if 'S' in v['form'] else 'B, C'} of shape (d, k), d = {v['d']}, k = {v['k']}"
+    factors = "B" if "S" in v["form"] else "B, C"
+    return v | {"y": f"A = {v['form']} with {factors} of shape (d, k), d = {v['d']}, k = {v['k']}"
                      + (", S a random antisymmetric (d, d)" if "S" in v["form"] else "")}
 
 
@@ -905,7 +906,8 @@ def higher_rank(c):
             lambda: c.call("eigen_factors", A)[2],
             mistakes={("the right eigenvalues in another order: look at the sort key",
                        "sorted by λ, not by |λ|"): -np.sort(-lam_ref, axis=1),
-                      ("the right eigenvalues in the reverse order: look at the direction of the sort",
+                      ("the right eigenvalues in the reverse order: look at the direction of "
+                       "the sort",
                        "smallest first: largest |λ| first"): lam_ref[:, ::-1]})
     c.close("eigen_factors: sum_i Q_i K_i^T = sym(A)", "eigen_factors",
             0.5 * (A + A.transpose(0, 2, 1)),
@@ -927,7 +929,8 @@ def higher_rank(c):
 
 
 def variant_14(rng):
-    v = draw_unit(rng, powers=(1, 2), branches=BRANCH[1:]) | {"bias": pick(rng, ("inside", "outside"))}
+    v = draw_unit(rng, powers=(1, 2), branches=BRANCH[1:])
+    v["bias"] = pick(rng, ("inside", "outside"))
     return v | {"y": unit_text(v)}
 
 
@@ -1218,7 +1221,8 @@ def design_a_variant(c):
             def claim_and_measure(symmetry=symmetry):
                 claim = c.answer("KEEPS")[symmetry]
                 dev = capstone_deviation(student, act(), symmetry)
-                agrees[symmetry] = isinstance(claim, (bool, np.bool_)) and claim == (dev <= CLAIM_TOL)
+                agrees[symmetry] = (isinstance(claim, (bool, np.bool_))
+                                    and claim == (dev <= CLAIM_TOL))
                 return f"{claim}, dev {dev:.1e}"             # both, whole, in the got column
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
                     claim_and_measure, lambda _, s=symmetry: agrees[s],
@@ -1285,12 +1289,13 @@ def variant_17(rng):
     form = pick(rng, tuple(COUNT_FORMS))      # no unit of the module's: its σ only with biases
     phis = ("z²", "z³", "tanh") + ("relu²", "relu³") * (form in ("mlp", "gated")) + \
         ("silu", "sigmoid") * (form == "rank1 with biases")
-    v = {"form": form, "phi": pick(rng, phis), "m": pick(rng, (1, 2) if "rank1" in form else (1, 2, 3)),
+    v = {"form": form, "phi": pick(rng, phis),
+         "m": pick(rng, (1, 2) if "rank1" in form else (1, 2, 3)),
          "d": COUNT_D, "d_out": COUNT_D_OUT}
     shown = v["phi"] if v["phi"][0] == "z" else v["phi"][:4].replace("relu", "relu(z)") + \
         v["phi"][4:] if v["phi"].startswith("relu") else v["phi"] + "(z)"
-    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} unit{'s' * (v['m'] > 1)}, "
-                     f"d = {COUNT_D}, d_out = {COUNT_D_OUT}"}
+    return v | {"y": f"{COUNT_FORMS[form]} with φ(z) = {shown}, m = {v['m']} "
+                     f"unit{'s' * (v['m'] > 1)}, d = {COUNT_D}, d_out = {COUNT_D_OUT}"}
 
 
 def count_unit(v, x, p):
