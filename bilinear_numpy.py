@@ -226,12 +226,13 @@ def get_activation(act: str | Activation) -> Activation:
 # The cache also keeps sigma's arguments (z, s or a), which a backward need not read:
 # gradcheck (section 3) reads them to keep its probes away from a kink (relu at 0).
 # Speed shows where it is bought, with what it saves: sigma and sigma' block by block
-# (_sigma_and_slope), the full bilinear form's outer products block by block, rank r as
-# one matrix product (_as_columns). A step marked * writes in place (`*=`, `out=`) into an
-# array the pair has just made and reads no more: one new (N, m) array fewer, and at these
-# sizes a new one costs its memory pages anew (glibc returns arrays above 32 MiB to the
-# system). Each such step multiplies in the order its comment writes, so the numbers are
-# those of that plain expression (tests/test_one_pair.py checks it bit for bit).
+# (_sigma_and_slope; the double-gated form's four factors too, in its own loop), the full
+# bilinear form's outer products block by block, rank r as one matrix product (_as_columns).
+# A step marked * writes in place (`*=`, `out=`) into an array the pair has just made and
+# reads no more: one new (N, m) array fewer, and at these sizes a new one costs its memory
+# pages anew (glibc returns arrays above 32 MiB to the system). Each such step multiplies in
+# the order its comment writes, brackets first, so the numbers are those of that plain
+# expression (tests/test_one_pair.py checks it bit for bit).
 
 _ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of outer products
@@ -556,15 +557,15 @@ def gated_mlp_backward(dy, cache):
 def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V  (* elementwise).
 
-    Both factors go through sigma, so exchanging Q and K changes nothing again, for every
-    sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma that scales by
-    a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would do); among the six
-    activations, identity and relu (alpha > 0). It separates the two symmetries the gated
-    MLP breaks.
+    Both factors go through sigma, so exchanging Q and K changes nothing, as in the rank-1
+    form, for every sigma, while inverse scaling (alpha Q, K / alpha) holds only for a sigma
+    that scales by a constant, sigma(alpha z) = c(alpha) sigma(z) (relu(z)^2 would, though it
+    is not one of the six); among the six activations, identity and relu (alpha > 0). It
+    separates the two symmetries the gated MLP breaks.
 
-    Args: x (..., d); Q, K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, sigma_a, sigma_prime_a,
-        sigma_b, sigma_prime_b, h (each (N, m))}.
+    Args: x (..., d); Q, K (m, d); V (m, d_out) (_RANK1_AXES, section (5)); one float dtype.
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, a, b, h, slope_a = sigma'(a)
+        sigma(b), slope_b = sigma(a) sigma'(b) (each (N, m)): h's slopes in a and in b}.
     Source: this project's ablation form (not in the paper); derivations.md, sections
         2.8 and 4.6.
     """
@@ -572,13 +573,22 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     a = X @ Q.T                                   # (N, m)       a = x Q^T
     b = X @ K.T                                   # (N, m)       b = x K^T
-    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m) sigma(a); sigma'(a)
-    sigma_b, sigma_prime_b = _sigma_and_slope(act, b)   # (N, m) sigma(b); sigma'(b)
-    h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
+    # The backward needs sigma(a), sigma'(a), sigma(b), sigma'(b) only as the two products
+    # slope_a = sigma'(a) sigma(b) and slope_b = sigma(a) sigma'(b) (3.8: R3, then R2), so the
+    # cache keeps those: five (N, m) arrays, not seven. A deliberate loop over blocks of
+    # tokens (_ACT_BLOCK elements, so _sigma_and_slope's own loop runs once) makes the four
+    # factors of a block while they are in the CPU cache, and never whole: four (N, m) arrays
+    # the pair does not make. Each block is written into its rows of three new arrays.
+    h, slope_a, slope_b = np.empty_like(a), np.empty_like(a), np.empty_like(a)
+    for rows in _blocks(len(a), a.shape[1], _ACT_BLOCK):
+        sigma_a, sigma_prime_a = _sigma_and_slope(act, a[rows])   # sigma(a); sigma'(a)
+        sigma_b, sigma_prime_b = _sigma_and_slope(act, b[rows])   # sigma(b); sigma'(b)
+        np.multiply(sigma_a, sigma_b, out=h[rows])                # h = sigma(a) sigma(b)
+        np.multiply(sigma_prime_a, sigma_b, out=slope_a[rows])    # sigma'(a) sigma(b)
+        np.multiply(sigma_a, sigma_prime_b, out=slope_b[rows])    # sigma(a) sigma'(b)
     y = h @ V                                     # (N, d_out)   y = h V
-    cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
-                          sigma_a=sigma_a, sigma_prime_a=sigma_prime_a, sigma_b=sigma_b,
-                          sigma_prime_b=sigma_prime_b, h=h)
+    cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, h=h,
+                          slope_a=slope_a, slope_b=slope_b)
     return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
 
@@ -587,15 +597,12 @@ def double_gated_mlp_backward(dy, cache):
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (m, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY = _checked_dy(dy, cache, "double_gated_mlp_forward")   # (N, d_out)
     x, Q, K, V, h = cache["x"], cache["Q"], cache["K"], cache["V"], cache["h"]
-    sigma_a, sigma_prime_a = cache["sigma_a"], cache["sigma_prime_a"]
-    sigma_b, sigma_prime_b = cache["sigma_b"], cache["sigma_prime_b"]
+    slope_a, slope_b = cache["slope_a"], cache["slope_b"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = sigma_prime_a * sigma_b                  # (N, m)       sigma'(a) sigma(b)
-    da *= dh                                      # (N, m)       da = dh sigma'(a) sigma(b) *
-    db = sigma_a * sigma_prime_b                  # (N, m)       sigma(a) sigma'(b)
-    db *= dh                                      # (N, m)       db = dh sigma(a) sigma'(b) *
+    da = slope_a * dh                             # (N, m)  da = (sigma'(a) sigma(b)) dh: R3, R2
+    db = np.multiply(slope_b, dh, out=dh)         # (N, m)  db = (sigma(a) sigma'(b)) dh, over dh *
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
