@@ -950,8 +950,7 @@ def gate_temperature(c):
     x, p, dy, truth = unit_rows(c, v, "temperature_forward", "temperature_backward",
                                 extra=("beta",))
     values = (p["Q"], p["K"], truth["Q"], truth["K"], p["beta"], truth["beta"])
-    scale = max(float(np.max(np.abs(a * b))) for a, b in zip(values[:2] + values[4:5],
-                                                             values[2:4] + values[5:]))
+    scale = max(float(np.max(np.abs(p[k] * truth[k]))) for k in ("Q", "K", "beta"))
 
     def residual(grads):
         r = np.asarray(c.call("temperature_residual", *grads, v), dtype=float)
