@@ -1122,24 +1122,17 @@ def off_span(y, h):
     return float(np.linalg.norm(y - np.outer(h, h @ y)) / max(np.linalg.norm(y), 1e-300))
 
 
-def capstone_problem(seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((7, 6))
-    Q, K = rng.standard_normal((5, 6)) / np.sqrt(6), rng.standard_normal((5, 6)) / np.sqrt(6)
-    return x, Q, K, rng.standard_normal((5, 3)) / np.sqrt(5)
-
-
 def capstone_deviation(forward, act, symmetry, seed=160):
     """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
-    x, Q, K, V = capstone_problem(seed)
-    y = forward(x, Q, K, V, act)[0]
+    x, p = draw("gated_mlp", seed)                         # x (N, d); Q, K (m, d); V (m, d_out)
+    y = forward(x, p["Q"], p["K"], p["V"], act)[0]
     if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
-        return bn.rel_error(y, forward(-x, Q, K, V, act)[0])
-    alpha = np.geomspace(0.5, 2, 5) * (-1 if symmetry == "inverse_scaling_neg" else 1)
+        return bn.rel_error(y, forward(-x, p["Q"], p["K"], p["V"], act)[0])
+    alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     # The change of Q, K and V alone, the same for every unit of these three parameters:
     # bn's, named by a form that has them (your unit's own theory is not consulted).
-    p = bn.transform_params("gated_mlp", {"Q": Q, "K": K, "V": V}, symmetry, alpha)
-    return bn.rel_error(y, forward(x, p["Q"], p["K"], p["V"], act)[0])
+    t = bn.transform_params("gated_mlp", p, symmetry, alpha)
+    return bn.rel_error(y, forward(x, t["Q"], t["K"], t["V"], act)[0])
 
 
 def short_training(forward, backward, act, steps=300, seed=161):
@@ -1164,8 +1157,8 @@ def new_unit_gap(student, act, other):
     """Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's unit j of
     `other`: 0 if every one is the module's, times any constants (2 x SwiGLU, V rescaled or
     mixed), or with Q and K relabelled."""
-    x, Q, K, V = capstone_problem(162)
-    units = [np.zeros_like(V) for _ in V]
+    x, p = draw("gated_mlp", 162)
+    Q, K, units = p["Q"], p["K"], [np.zeros_like(p["V"]) for _ in range(M)]
     for j, E in enumerate(units):
         E[j, 0] = 1.0                                 # unit j alone, to output 0
     mine = [np.asarray(student(x, Q, K, E, act)[0]) for E in units]
