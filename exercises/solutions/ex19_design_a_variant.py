@@ -36,7 +36,7 @@
 #   scaling, "sign" or "odd" for parity). That is all a checker can read in a sentence:
 #   that it is on the subject; whether its reasoning is right, the KEEPS rows measure;
 # - 300 Adam steps (lr 1e-2) on a small regression: the loss must fall to **less than half**
-#   its start (loss ratio < 0.5), for your unit as for SwiGLU and the rank-1 unit beside it.
+#   its start (loss ratio < 0.5), as it does for SwiGLU and the rank-1 unit.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.get_activation(act)`, for a name or an Activation (gradcheck passes the latter):
