@@ -1196,17 +1196,12 @@ def design_a_variant(c):
             c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6",
                     lambda other=other: new_unit_gap(student, act(), other),
                     lambda g: g > 1e-6, f"your forward computes {other}: design a new unit")
-        report = {}
-
-        def gradcheck_error(tensor):
-            if "report" not in report:
-                # N = 5, d = 4, m = 3, d_out = 2: a shape slip shows as a shape
-                report["report"] = bn.gradcheck(name(), act(), x_shape=(5, 4))
-            return next(row.rel_error for row in report["report"].rows if row.tensor == tensor)
-
+        # One report for the four rows; N = 5, d = 4, m = 3, d_out = 2: a shape slip shows
+        report = functools.lru_cache(lambda: bn.gradcheck(name(), act(), x_shape=(5, 4)))
         for tensor in ("x", "Q", "K", "V"):
             c.holds(f"bn.gradcheck: d{tensor}", "backward", "rel error <= 1e-7",
-                    lambda t=tensor: gradcheck_error(t), lambda e: e <= 1e-7,
+                    lambda t=tensor: next(r.rel_error for r in report().rows if r.tensor == t),
+                    lambda e: e <= 1e-7,
                     "your backward disagrees with finite differences of your forward")
         agrees = {}
         for symmetry in CAPSTONE_SYMMETRIES:
