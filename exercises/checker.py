@@ -101,6 +101,8 @@ def status_of(rows):
     verdicts = {row.verdict for row in rows}
     return {frozenset({"ok"}): "done", frozenset({"TODO"}): "not started",
             frozenset({"SKIPPED"}): "skipped"}.get(frozenset(verdicts), "failing")
+
+
 # ----- Values shown and compared -------------------------------------------------------
 
 
