@@ -5,7 +5,7 @@
     python -m exercises check N [--hint L]   exercise N's rows, and hints 1 to L (of 3)
     python -m exercises handout DIR          instructors: the repository, stubs, no solutions
     python -m exercises grade SUBS --csv F   instructors: a class, one folder per student
-    python -m exercises release [--write]    instructors: the stubs made from solutions/
+    python -m exercises.release [--write]    instructors: the stubs made from solutions/
 
 In a notebook: save, then `import exercises; exercises.check(1)` in a cell.
 

@@ -155,8 +155,7 @@ def grade(submissions, csv_path, seconds, jobs):
     return 0
 
 
-COMMANDS = {"check": "N", "start": None, "grade": "SUBMISSIONS", "handout": "DIR",
-            "release": None}                            # each command and what it is given
+COMMANDS = {"check": "N", "start": None, "grade": "SUBMISSIONS", "handout": "DIR"}  # and its TARGET
 
 
 def build_parser():
@@ -173,7 +172,6 @@ def build_parser():
     parser.add_argument("--name", help="start: your name")
     parser.add_argument("--csv", type=Path, help="grade: the CSV written")
     parser.add_argument("--jobs", type=int, help="grade: children at a time (default: cores)")
-    parser.add_argument("--write", action="store_true", help="release: rewrite the stubs")
     return parser
 
 
@@ -193,8 +191,6 @@ def main(argv=None):
                            f"{given or 'no ' + repr(args.target)}")
     if args.command == "handout":
         return release.handout(Path(args.target))
-    if args.command == "release":
-        return release.main(["--write"] if args.write else [])
     if not 0 <= args.time_limit <= 1e6:                  # also NaN and inf
         return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds, got "
                            f"{args.time_limit}")
