@@ -335,14 +335,18 @@ class Checks:
 
     def call(self, name, *args, in_place=False, **kwargs):
         """The student's function `name` on copies of the arguments (in_place: on the
-        arguments themselves). Afterwards the working folder and bilinear_numpy are put
-        back; a call of a bn function the exercise asks to write, or a table changed,
-        raises Refused (an ERROR row)."""
+        arguments themselves), guarded."""
         fn = getattr(self.module, name, None)
         if not callable(fn):
             raise NameError(f"{name} is not defined as a function in the file")
         if not in_place:
             args, kwargs = copy.deepcopy((args, kwargs))  # nothing handed over comes back changed
+        return self.guarded(fn, *args, **kwargs)
+
+    def guarded(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs), the student's code; afterwards the working folder and
+        bilinear_numpy are put back, and a call of a bn function the exercise asks to write,
+        or a table changed, raises Refused (an ERROR row)."""
         CALLED.clear()
         try:
             return fn(*args, **kwargs)
@@ -474,29 +478,19 @@ def load_module(path):
 def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
     """Import the student's file and run its checks here: a Result. The import is the row
     before the first (index -1), shown only when it fails. While it runs, the bn functions
-    of exercise.writes are wrapped in a tripwire; they, bilinear_numpy's tables and the
-    working folder are put back after the import and at the end."""
-    report = report or (lambda kind, value: None)
-    original, cwd = library_state(), os.getcwd()
+    of exercise.writes are wrapped in a tripwire; bilinear_numpy and the working folder are
+    put back after the import, after each call and at the end."""
+    original = library_state()
     for name in exercise.writes:
         setattr(bn, name, tripwire(name, getattr(bn, name)))
+    checks = Checks(None, exercise, number, path, report, start, seed, stuck)
     try:
-        watched = library_state()
-        report("running", (-1, "import the file", "general", "imports"))
+        checks.report("running", (-1, "import the file", "general", "imports"))
         try:
-            module = load_module(path)
-            changed = restore_library(watched)
-            problem = f"your file replaces {', '.join(changed[:3])} when imported" \
-                if changed else ""
+            checks.module = checks.guarded(load_module, path)
         except BaseException as error:  # noqa: B036 -- the student's exception is a row
-            restore_library(watched)
-            problem = exception_message(error, path)
-        os.chdir(cwd)
-        checks = Checks(None if problem else module, exercise, number, path, report, start,
-                        seed, stuck)
-        if problem:
             checks._add(Row("import the file", "general", "imports", "raised", None, None,
-                            "ERROR", problem))
+                            "ERROR", exception_message(error, path)))
             return Result(number, exercise, Path(path), "failing", checks.rows)
         try:
             exercise.check(checks)
@@ -507,7 +501,7 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
         return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
     finally:
         restore_library(original)
-        os.chdir(cwd)
+        os.chdir(checks.cwd)
 
 
 IN_CHILD = False                                   # True in a child (set by child_main)

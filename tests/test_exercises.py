@@ -211,6 +211,8 @@ HOSTILE = {
                 "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(8)'],\n"
                 "                 start_new_session=True)\nraise ValueError('started one')\n",
          ("import the file", "ERROR", "ValueError: started one")),
+    15: (".py", "import bilinear_numpy as bn\nbn.ACTIVATIONS['relu'] = bn.ACTIVATIONS['silu']\n",
+         ("import the file", "ERROR", "replaced bn.ACTIVATIONS['relu']; the checker put it back")),
 }
 
 
