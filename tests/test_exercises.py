@@ -381,7 +381,7 @@ def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_p
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)
                                                for cell in py_percent_cells(text)])
     nbformat.write(notebook, tmp_path / name(1).replace(".py", ".ipynb"))    # saved, then run
-    kernel = {"metadata": {"path": str(ROOT / "exercises")}}   # opened in exercises/, as Jupyter does
+    kernel = {"metadata": {"path": str(ROOT / "exercises")}}      # Jupyter: the file's folder
     nbclient.NotebookClient(notebook, timeout=120, resources=kernel).execute()
     printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)
     assert printed.count("Exercise 1: ") == 1 and "TIMEOUT" not in printed, printed
