@@ -17,7 +17,11 @@ In a notebook: save, then `import exercises; exercises.check(1)` in a cell.
    c.predicted (exact, types included), c.holds (a property). The student's code runs only
    inside c.call and c.answer, on copies; whatever it raises is a row (checker.Row: ok,
    WRONG, ERROR, TIMEOUT, TODO), and so is a call of a bn function the exercise asks the
-   student to write. A wrong array's message diagnoses its shape or value ("a transpose?").
+   student to write or a change of bilinear_numpy's tables (put back, as is the working
+   folder). The expected values are computed there, at check time, for the student's own
+   variant (c.variant, c.rng: drawn from the seed in student.json). A wrong array's
+   message diagnoses its shape or value ("a transpose?"); a wrong value that a known
+   slip gives is recognised (mistakes={(point, slip): value}).
 3. Each check has a time limit: past it the child writes its stack and ends; the parent
    kills the child's process tree, empties its temporary folder, writes a TIMEOUT row (the
    line) and starts a new child at the next check. Inside a child a check does nothing.
@@ -28,7 +32,8 @@ In a notebook: save, then `import exercises; exercises.check(1)` in a cell.
    makes the stubs from the solutions and the handout.
 
 Exercise 20 is optional (it needs PyTorch; without it, one SKIPPED row) and counted apart.
-Exit status: 0 done (or, for grade, handout and release, the work ran); 1 not done; 2 bad usage.
+Exit status: 0 done (grade, handout: the work ran); 1 not done (release: a stub differs); 2 bad
+usage.
 """
 
 
