@@ -587,8 +587,9 @@ def _run_child(number, path, scratch, start, seconds, seed, stuck):
     trace = Path(f"{events}.trace")
     events.touch()
     temp.mkdir()
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(temp), TEMP=str(temp),
-               TMP=str(temp), **{CHILD_MARK: "1"})
+    env = dict(os.environ, PYTHONIOENCODING="utf-8",      # print("σ") is no error on Windows
+               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp),
+               **{CHILD_MARK: "1"})
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
             f"c.child_main(sys.argv[1:])")             # on sys.path: the repository, not the folder
     args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
