@@ -601,7 +601,7 @@ def gradient_rows(c, fn, args, truth, slips=()):
     """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
     computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
     (checker.gradient_diagnosis reads which of them fail together); slips: [((point, slip),
-    the gradients that slip gives)], recognised in a wrong gradient (see slip_truths)."""
+    the gradients that slip gives)], recognised in a wrong gradient (see backward_rows)."""
     for name, expected in truth.items():
         mistakes = {key: wrong[name] for key, wrong in slips
                     if bn.rel_error(wrong[name], expected) > 1e-8}
@@ -684,30 +684,34 @@ def slipped(act, z0):
     return lambda z: s0 + s0 * (z - z0)
 
 
-def slip_truths(forward, inputs, dy, z0s, names):
-    """[((point, slip), gradients)]: fd_truth of `forward(acts, **inputs)` with one
-    activation at a time (of names {key: σ's name}, applied at z0s[key]) slipped."""
-    found = []
-    for key, act in names.items():
-        if act == "identity":
-            continue
-        acts = {k: functools.partial(sigma, n) for k, n in names.items()} | \
-            {key: slipped(act, z0s[key])}
-        where = "the gate's activation" if key == "sigma" else "the other factor's activation"
-        found.append(((f"look at the step back through {where}: what multiplies the "
-                       f"gradient there",
-                       f"the step back through {act} ({where}) multiplies by the value "
-                       f"of {act} itself where the chain rule needs its slope"),
-                      fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)))
-    return found
+def backward_rows(c, fn, v, forward, inputs, dy, z0s):
+    """Rows: each gradient of the student's fn(dy, *inputs, v) against fd_truth of
+    forward(acts, **inputs), acts {key: σ} the variant's activations v[key] for the keys of
+    z0s; the slip σ for σ′ of each activation (slipped at z0s[key]) is recognised."""
+    acts = {key: functools.partial(sigma, v[key]) for key in z0s}
+    slips = []
+    for key, z0 in z0s.items():                   # the identity has no slope to mistake
+        act, where = v[key], ("the gate's activation" if key == "sigma"
+                              else "the other factor's activation")
+        if act != "identity":
+            slips.append(((f"look at the step back through {where}: what multiplies the "
+                           f"gradient there",
+                           f"the step back through {act} ({where}) multiplies by the value "
+                           f"of {act} itself where the chain rule needs its slope"),
+                          fd_truth(lambda **kw: forward(acts | {key: slipped(act, z0)}, **kw),
+                                   inputs, dy)))
+    truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
+    gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
+    return truth
 
 
-def unit_problem(c, extra=()):
-    """The student's numbers: x (N, d), Q, K (m, d), V (m, d_out), the extra parameters
-    (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
+def unit_problem(c, extra=(), r=None):
+    """The student's numbers: x (N, d), Q, K (m, d) (or (m, d, r)), V (m, d_out), the extra
+    parameters (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
     rng = c.rng(1)
     x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+    shape = (M, D) if r is None else (M, D, r)
+    p = {"Q": rng.standard_normal(shape) / np.sqrt(D), "K": rng.standard_normal(shape) / np.sqrt(D),
          "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
     sizes = {"c": M, "e": M, "f": D_OUT}
     for name in extra:
@@ -720,11 +724,9 @@ def unit_rows(c, v, forward, backward, extra=()):
     x, p, dy = unit_problem(c, extra)
     c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
             lambda: c.call(forward, x, *p.values(), v))
-    truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
     a, b = unit_inputs(x, p, v)
-    slips = slip_truths(lambda acts, x, **kw: own_unit(x, kw, v, acts), {"x": x} | p, dy,
-                        {"sigma": a, "branch": b}, {k: v[k] for k in ("sigma", "branch")})
-    gradient_rows(c, backward, (dy, x, *p.values(), v), truth, slips)
+    truth = backward_rows(c, backward, v, lambda acts, x, **kw: own_unit(x, kw, v, acts),
+                          {"x": x} | p, dy, {"sigma": a, "branch": b})
     return x, p, dy, truth
 
 
@@ -774,23 +776,13 @@ def rank_r_scores_of(x, Q, K, v):
 
 def backprop_rank_r(c):
     v = c.variant()
-    rng = c.rng(1)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
-         "K": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
-    dy = rng.standard_normal((N, D_OUT))
-    c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
+    x, p, dy = unit_problem(c, r=v["r"])
+    s = rank_r_scores_of(x, p["Q"], p["K"], v)                                # (N, m)
+    c.close("rank_r_scores, your variant", "rank_r_scores", s,
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
-
-    def forward(acts, x, Q, K, V):
-        return acts["sigma"](rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
-    names = {"sigma": v["sigma"]}
-    gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
-                  fd_truth(lambda **kw: forward({"sigma": functools.partial(sigma, v["sigma"])},
-                                                **kw), {"x": x} | p, dy),
-                  slip_truths(forward, {"x": x} | p, dy,
-                              {"sigma": rank_r_scores_of(x, p["Q"], p["K"], v)}, names))
+    backward_rows(c, "rank_r_bilinear_backward", v,
+                  lambda acts, x, Q, K, V: acts["sigma"](rank_r_scores_of(x, Q, K, v))
+                  ** v["power"] @ V, {"x": x} | p, dy, {"sigma": s})
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------
