@@ -306,7 +306,7 @@ def test_a_change_of_folder_is_undone_and_every_row_is_checked(tmp_path):
     before = os.getcwd()
     (tmp_path / name(4)).write_text(HOSTILE[4][1], encoding="utf-8")
     result = checker.check_file(4, COURSE[3], tmp_path / name(4))
-    assert os.getcwd() == before and len(result.rows) == 7, rows_of(result)
+    assert os.getcwd() == before and len(result.rows) == 6, rows_of(result)
 
 
 def test_a_replaced_library_table_is_put_back(tmp_path):
