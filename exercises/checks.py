@@ -499,25 +499,6 @@ def cell_truth(name, act):
                  for sym in ("exchange", "inverse_scaling_pos"))
 
 
-def ablation_rows():
-    """A hand-made CSV table (strings, as csv.DictReader gives them, every column of
-    results/ablation.csv): 3 seeds of two variants, in shuffled order, with a third variant
-    and another task that must be ignored."""
-    from experiments import ablation, train
-    values = {("rank1_bilinear", "silu"): [2.10, 2.15, 2.08],
-              ("gated_mlp", "silu"): [2.12, 2.13, 2.11], ("gated_mlp", "relu"): [9.0, 9.0, 9.0]}
-    rows = []
-    for task in ("text", "image"):
-        for (f, a), vs in values.items():
-            cell = ablation.variant_of(f, a)
-            exchange, scaling = ablation.CELLS[cell][2:]
-            even, count = ablation.FUNCTION_PROPERTIES[cell]
-            rows += [dict(zip(ablation.COLUMNS, map(str, (
-                task, f, a, exchange, scaling, 1000, s, v + (task == "image"),
-                train.TASKS[task].metric, even, count)))) for s, v in enumerate(vs)]
-    return rows[::-1]
-
-
 def kind_of(value):
     """What a returned value is, for a row on its type: "array (3,)" for numbers of that
     shape (an array, list or tuple of them), else the name of its type."""
@@ -554,32 +535,28 @@ def symmetry_ablation(c):
         c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
                     lambda name=name, act=act: returned(c.call("measured_cell", name, act),
                                                         tuple, *PAIR_OF_BOOLS))
-    tables = {"hand-made table": (ablation_rows(), ("rank1_bilinear", "silu"), ("gated_mlp", "silu"))}
     path = ablation_results()
     if not path.is_file():
         c.equal("results/ablation.csv exists (python bilinear_numpy.py train ablation --out .)",
                 "paired_difference", True, path.is_file)
-    else:
-        with path.open(encoding="utf-8", newline="") as f:
-            tables["ablation.csv"] = (list(csv.DictReader(f)), *(ablation.CELLS[n][:2]
-                                                              for n in (v["keeps"], v["breaks"])))
-    rows, keeps, breaks = tables["hand-made table"]
+        return
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    names = v["keeps"], v["breaks"]                           # your comparison, read from it
+    keeps, breaks = (ablation.CELLS[n][:2] for n in names)    # as (formulation, activation)
     c.equal("paired_difference returns an array (3,)", "paired_difference", "array (3,)",
             lambda: kind_of(c.call("paired_difference", rows, "text", keeps, breaks)))
-    for label, (rows, keeps, breaks) in tables.items():
-        names = [ablation.variant_of(*keeps), ablation.variant_of(*breaks)]
-        for task in ("text", "image"):
-            d = ablation.paired_difference(rows, task, *names)
-            c.close(f"paired_difference, {label}, {task}", "paired_difference",
-                    [d["mean"], d["low"], d["high"]],
-                    lambda rows=rows, task=task, keeps=keeps, breaks=breaks: c.call(
-                        "paired_difference", rows, task, keeps, breaks), tol=1e-9)
-        c.predicted(f"effect, {label}", "effect",
-                    {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
-                     for task in ("text", "image")},
-                    lambda rows=rows, keeps=keeps, breaks=breaks: returned(c.call(
-                        "effect", rows, keeps, breaks), dict,
-                        'the dict {"text": verdict, "image": verdict}'))
+    for task in ("text", "image"):
+        d = ablation.paired_difference(rows, task, *names)
+        c.close(f"paired_difference, ablation.csv, {task}", "paired_difference",
+                [d["mean"], d["low"], d["high"]],
+                lambda task=task: c.call("paired_difference", rows, task, keeps, breaks),
+                tol=1e-9)
+    c.predicted("effect, ablation.csv", "effect",
+                {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
+                 for task in ("text", "image")},
+                lambda: returned(c.call("effect", rows, keeps, breaks), dict,
+                                 'the dict {"text": verdict, "image": verdict}'))
 
 
 def ablation_results():
