@@ -212,12 +212,6 @@ def rank1(c):
 # ----- The gated MLP and the GLU family ---------------------------------------------------
 
 
-def llama_ffn(x, w1, w2, w3):
-    """A feed-forward as common code writes it: nn.Linear(x) = x W^T, so
-    y = w2(silu(w1(x)) * w3(x)) with w1, w3 of shape (m, d) and w2 of shape (d, m)."""
-    return (sigma("silu", x @ w1.T) * (x @ w3.T)) @ w2.T
-
-
 def gated_mlp(c):
     x, p = draw("gated_mlp", seed=5)
     Q, K, V = p["Q"], p["K"], p["V"]
@@ -239,7 +233,9 @@ def gated_mlp(c):
     rng = np.random.default_rng(50)
     w1, w3 = rng.standard_normal((M, D)), rng.standard_normal((M, D))
     w2 = rng.standard_normal((D, M))                          # d_out = d here
-    c.close("gated(from_common_code) = llama_ffn", "from_common_code", llama_ffn(x, w1, w2, w3),
+    # The feed-forward as common code writes it (nn.Linear(x) = x Wᵀ): w2(silu(w1(x)) * w3(x)).
+    llama_ffn = (sigma("silu", x @ w1.T) * (x @ w3.T)) @ w2.T
+    c.close("gated(from_common_code) = llama_ffn", "from_common_code", llama_ffn,
             lambda: bn.gated_mlp_forward(x, *c.call("from_common_code", w1, w2, w3), "silu")[0])
     c.answer_is("M_GATED", 2 * 3072 * 768 // (3 * 768))
 
@@ -713,8 +709,6 @@ def variant_9(rng):
 
 
 def backprop_gated(c):
-    """The worked example of a variant of one's own: the unit is drawn from the student's
-    seed (variant_9) and the truth is computed now, by finite differences of its forward."""
     v = c.variant()
     x, p, dy = unit_problem(c)
     f = lambda z: own_unit(z, p, v)                                   # noqa: E731
