@@ -426,15 +426,12 @@ def exchange_symmetry(c):
 def inverse_scaling(c):
     x, p = draw("gated_mlp", seed=7)
     Q, K, V = p["Q"], p["K"], p["V"]
-    for sign, symmetry in (("> 0", "inverse_scaling_pos"), ("< 0", "inverse_scaling_neg")):
-        alpha = np.array([0.5, 1.0, 2.0, 3.0]) * (1 if sign == "> 0" else -1)   # one per unit
-        scaled = bn.transform_params("gated_mlp", p, symmetry, alpha)
-        c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
-                np.stack([scaled["Q"], scaled["K"]]),
-                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
-                mistakes={("Q is right, K is not: look at what the symmetry does to K",
-                           "K is multiplied by α: it is divided, K / α"):
-                          np.stack([scaled["Q"], K * alpha[:, None]])})
+    alpha = np.array([0.5, 1.0, 2.0, 3.0])[:, None]                  # one per unit: (m, 1)
+    c.close("inverse_scale, per-unit alpha > 0", "inverse_scale", np.stack([alpha * Q, K / alpha]),
+            lambda: np.stack(c.call("inverse_scale", Q, K, alpha[:, 0])),
+            mistakes={("Q is right, K is not: look at what the symmetry does to K",
+                       "K is multiplied by α: it is divided, K / α"):
+                      np.stack([alpha * Q, K * alpha])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
     c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError",
