@@ -512,18 +512,17 @@ def symmetry_ablation(c):
         c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
                     lambda name=name, act=act: returned(c.call("predict_cell", name, act),
                                                         tuple, *PAIR_OF_BOOLS))
+    alpha = np.geomspace(0.5, 2.0, M)[:, None]                      # one per unit: (m, 1)
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
                                         ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
         x, p = draw(name, seed=80 + seed)
-        alpha = np.geomspace(0.5, 2.0, M)
-        form = bn.FORMULATIONS[name]
-        y = form.forward(x, **p, act=act)[0]
-        scaled = bn.transform_params(name, p, "inverse_scaling_pos", alpha)
-        expected = [bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act)[0]),
-                    bn.rel_error(y, form.forward(x, **scaled, act=act)[0])]
+        forward = bn.FORMULATIONS[name].forward
+        y = forward(x, **p, act=act)[0]
+        expected = [bn.rel_error(y, forward(x, p["K"], p["Q"], p["V"], act)[0]),           # (K, Q)
+                    bn.rel_error(y, forward(x, alpha * p["Q"], p["K"] / alpha, p["V"], act)[0])]
         c.close(f"deviations, {name}, {act}", "deviations", expected,
-                lambda form=form, act=act, x=x, p=p, alpha=alpha: c.call(
-                    "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
+                lambda forward=forward, act=act, x=x, p=p: c.call(
+                    "deviations", forward, x, p["Q"], p["K"], p["V"], act, alpha[:, 0]), tol=1e-6)
     for name, act in v["cells"]:                       # hidden: they are the predictions' truth
         c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
                     lambda name=name, act=act: returned(c.call("measured_cell", name, act),
