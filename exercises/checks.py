@@ -279,7 +279,8 @@ def pair_unit(v, x, Q, K, V):
 def pair_deviation(v, change, seed_rng):
     """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
     x = seed_rng.standard_normal((12, D))
-    Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    Q = seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    K = seed_rng.standard_normal((M, D)) / np.sqrt(D)
     V = seed_rng.standard_normal((M, D_OUT))
     return bn.rel_error(pair_unit(v, x, Q, K, V), pair_unit(v, x, *change(Q, K), V))
 
@@ -577,8 +578,8 @@ def gradient_rows(c, fn, args, truth, slips=()):
         def got(name=name):
             grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
-                raise KeyError(f"expected a dict with the key {name!r}; got "
-                               f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
+                keys = sorted(grads) if isinstance(grads, dict) else type(grads).__name__
+                raise KeyError(f"expected a dict with the key {name!r}; got {keys}")
             return grads[name]
         c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7,
                 mistakes=mistakes)
