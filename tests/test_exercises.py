@@ -524,11 +524,14 @@ def test_exercise_8_answered_for_one_seeds_cells_fails_another_seeds(tmp_path):
     assert all(r.verdict != "ok" for r in other.rows if r.topic == "predict_cell"), rows_of(other)
 
 
+@needs_solutions
 def test_exercise_8s_todo_agrees_with_its_text_and_its_csv_has_the_columns_it_names():
     # The TODO of paired_difference asks for what the text asks (an array, not a dict), and
     # results/ablation.csv, which the checker hands paired_difference, has every column
-    # the text tells students to read.
-    text = (ROOT / "exercises" / name(8)).read_text(encoding="utf-8")      # the stub's text
+    # the text tells students to read. The stub's text is made from the solution (the stub
+    # itself is the student's to edit).
+    solution = checker.SOLUTIONS_FOLDER / name(8)
+    text = make_stub(solution.read_text(encoding="utf-8"))
     todo = next(line for line in text.splitlines() if "TODO" in line and "paired" in line)
     assert "np.array([mean, low, high])" in todo and "dict" not in todo, todo
     assert "Return `np.array([mean, low, high])`" in text
@@ -825,9 +828,11 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
 # ----- The capstone works as printed ---------------------------------------------------------
 
 
+@needs_solutions
 def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_argument():
     import bilinear_numpy as bn
-    text = (ROOT / "exercises" / name(19)).read_text(encoding="utf-8")   # the stub's text
+    solution = checker.SOLUTIONS_FOLDER / name(19)        # the stub's text, made from it
+    text = make_stub(solution.read_text(encoding="utf-8"))
     assert all(f'"{key}"' in text for key in bn.SYMMETRIES) and "six" in text
     assert "five" not in text and "1e-7" in text and "1e-10" in text
     assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
@@ -904,10 +909,13 @@ def test_a_row_shows_a_float_as_a_float_and_an_empty_set_as_a_set():
     assert checker.describe(set()) == "set()" and checker.describe({}) == "{}"
 
 
-def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkeypatch, capsys):
+def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkeypatch, capsys,
+                                                                        tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)              # import torch: ImportError
     number = next(n for n, e in NUMBERED if e.optional)
-    result = checker.check_file(number, COURSE[number - 1], ROOT / "exercises" / name(number))
+    unsolved = tmp_path / name(number)                           # not the student's own file
+    unsolved.write_text("def torch_forward(*args):\n    pass\n", encoding="utf-8")
+    result = checker.check_file(number, COURSE[number - 1], unsolved)
     assert result.status == "skipped" and [r.verdict for r in result.rows] == ["SKIPPED"]
     assert "PyTorch is not installed" in result.rows[0].message
     assert sum(not e.optional for e in COURSE) == 19            # the progress counts these
