@@ -27,16 +27,6 @@ def shown(path):
     return str(path) if text.startswith("..") else text
 
 
-def find_exercise(key):
-    """Exercise number from '3', '03', 'ex03', 'ex03_full_bilinear' or 'full_bilinear'."""
-    key = key.strip().lower().removesuffix(".py").removesuffix(".ipynb")
-    for number, exercise in NUMBERED:
-        if key in (str(number), f"{number:02d}", f"ex{number:02d}", exercise.slug,
-                   f"ex{number:02d}_{exercise.slug}"):
-            return number
-    return None
-
-
 def who(folder):
     name, seed = checker.read_seed(folder)
     return (f"Student: {name} (seed {seed})" if name else
@@ -56,8 +46,8 @@ def format_rows(rows):
     return "\n".join(lines)
 
 
-def show_check(number, folder, seconds, level, table=True):
-    """`check N` (table=True) or `hint N`: exit 0 when exercise N is done."""
+def show_check(number, folder, seconds, level):
+    """`check N`: the rows of exercise N and hints 1 to `level`; exit 0 when it is done."""
     exercise = COURSE[number - 1]
     result = checker.run_exercise(number, exercise, folder, seconds)
     print(f"Exercise {number}: {exercise.title}\n{who(folder)}")
@@ -66,42 +56,27 @@ def show_check(number, folder, seconds, level, table=True):
     if result.status == "missing":
         print(f"\nmissing: {result.note}")
         return 1
-    print(f"File: {shown(result.path)} ({result.note})\n")
-    if table:
-        print(format_rows(result.rows) + "\n")
+    print(f"File: {shown(result.path)} ({result.note})\n\n{format_rows(result.rows)}\n")
     print(f"Result: {result.status} ({result.passed} of {len(result.rows)} checks ok, "
           f"{result.seconds:.1f} s)")
-    lines = result.output.strip().splitlines()
-    if table and lines:
-        print("\nYour code printed:\n  " + "\n  ".join(lines[:20])
-              + (f"\n  ... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""))
-    if result.status == "done":
-        print("Well done." + (f" Next: python -m exercises check {number + 1}"
-                              if number < len(COURSE) else ""))
+    if result.status in ("done", "skipped"):             # skipped: an optional exercise
+        print("Well done." if result.status == "done" else
+              f"Skipped: {result.rows[0].message}")
         return 0
-    if result.status == "skipped":                       # an optional exercise: nothing wrong
-        print(f"Skipped: {result.rows[0].message}")
-        return 0
-    row = result.first_failure
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete what is marked TODO.")
-    elif not table:                                      # hint N: the first failing row still
-        print(f"First failing check: {row.check} ({row.verdict})"
-              + (f": {row.message}" if row.message else ""))
-    levels = checker.advice(result)[:level]
     names = ("where to look", "the slip" if any(r.slip for r in result.rows) else "the idea",
              "the rule")
-    for k, text in enumerate(levels, start=1):
+    for k, text in enumerate(checker.advice(result)[:level], start=1):
         print(f"Hint {k} of 3{'' if k == 1 else ', ' + names[k - 1]}: {text}")
-    if len(levels) < 3:
-        print(f"More: python -m exercises {'check' if table else 'hint'} {number} "
-              f"{'--hint' if table else '--level'} {len(levels) + 1}")
+    if level < 3:
+        print(f"More: python -m exercises check {number} --hint {level + 1}")
     return 1
 
 
 def show_progress(folder, seconds):
     """The progress over every exercise: exit 0 when every one is done."""
-    results = checker.run_exercises(NUMBERED, folder, seconds)
+    results = checker.parallel(lambda job: checker.run_exercise(*job, folder, seconds), NUMBERED)
     course = [r for r in results if not r.exercise.optional]     # an optional one: apart
     done = sum(result.status == "done" for result in course)
     print(f"Progress [{'#' * done}{'-' * (len(course) - done)}] {done} of {len(course)} done"
@@ -114,7 +89,7 @@ def show_progress(folder, seconds):
                  f": no {checker.file_name(r.number, r.exercise)} (or .ipynb)")
         row = r.first_failure
         if r.status == "failing" and row is not None:
-            line += f": {row.check}: {'not written yet' if row.verdict == 'TODO' else row.verdict}"
+            line += f": {row.check}: {row.verdict}"
         print(line)
     nxt = next((r for r in course if r.status != "done"), None)
     print("\nEvery exercise is done." if nxt is None else
@@ -152,10 +127,9 @@ def grade(submissions, csv_path, seconds, jobs):
     began = time.monotonic()
     tasks = [(student, number, exercise) for student in students for number, exercise in NUMBERED]
     found = checker.parallel(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks, jobs)
-    header = ["student", "name", "seed", "done", "passed", "total", "seconds"] + [
+    lines = [["student", "name", "seed", "done", "passed", "total", "seconds"] + [
         f"ex{n:02d}_{part}" for n, _ in NUMBERED
-        for part in ("passed", "total", "status", "file", "seconds")]
-    lines = [header]
+        for part in ("passed", "total", "status", "file", "seconds")]]
     print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
     for k, student in enumerate(students):
         results = found[k * len(COURSE):(k + 1) * len(COURSE)]
@@ -181,38 +155,29 @@ def grade(submissions, csv_path, seconds, jobs):
     return 0
 
 
+COMMANDS = {"check": "N", "start": None, "grade": "SUBMISSIONS", "handout": "DIR"}  # and its TARGET
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m exercises", description=
                                      "The course's checker (see exercises/__init__.py).")
-
-    def folder_options(p, default):                      # before or after the command
-        p.add_argument("--folder", type=Path, default=default,
-                       help="the exercise files of this folder (default: exercises/)")
-        p.add_argument("--time-limit", type=float, metavar="SECONDS", default=default,
-                       help=f"per check (default {checker.TIME_LIMIT:g}; 0: none)")
-
-    folder_options(parser, None)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command, text in (("check", "the checks of one exercise, a row each"),
-                          ("hint", "the hints for the first failing check")):
-        p = sub.add_parser(command, help=text)
-        p.add_argument("exercise", help="its number (1, 2, ...) or name (full_bilinear)")
-        p.add_argument("--hint" if command == "check" else "--level", dest="level", type=int,
-                       choices=(1, 2, 3), default=1 if command == "check" else 2)
-        folder_options(p, argparse.SUPPRESS)             # keep values given before the command
-    p = sub.add_parser("start", help="set your seed once: start --name YOURNAME")
-    p.add_argument("--name", required=True)
-    folder_options(p, argparse.SUPPRESS)
-    p = sub.add_parser("grade", help="grade a class: one folder per student")
-    p.add_argument("submissions", type=Path)
-    p.add_argument("--csv", type=Path, required=True)
-    p.add_argument("--jobs", type=int, default=None, help="children at a time (default: cores)")
-    folder_options(p, argparse.SUPPRESS)
-    sub.add_parser("handout", help="a copy of the repository for students").add_argument(
-        "out", type=Path)
-    sub.add_parser("release", help="the stubs made from the solutions").add_argument(
-        "--write", action="store_true", help="rewrite exercises/exNN_*.py")
+    parser.add_argument("command", nargs="?", choices=COMMANDS, help="none: your progress")
+    parser.add_argument("target", nargs="?", help="check N, grade SUBMISSIONS, handout DIR")
+    parser.add_argument("--folder", type=Path, default=checker.PACKAGE,
+                        help="the exercise files of this folder (default: exercises/)")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        default=checker.TIME_LIMIT, help="per check (0: none)")
+    parser.add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
+                        help="check N: hints up to this level")
+    parser.add_argument("--name", help="start: your name")
+    parser.add_argument("--csv", type=Path, help="grade: the CSV written")
+    parser.add_argument("--jobs", type=int, help="grade: children at a time (default: cores)")
     return parser
+
+
+def usage_error(text):
+    print(f"error: {text}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None):
@@ -220,36 +185,30 @@ def main(argv=None):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
+    given = COMMANDS.get(args.command)
+    if (args.target is None) != (given is None):
+        return usage_error(f"{args.command or 'the progress'} takes "
+                           f"{given or 'no ' + repr(args.target)}")
     if args.command == "handout":
-        return release.handout(args.out)
-    if args.command == "release":
-        return release.main(["--write"] if args.write else [])
-    folder = args.folder or checker.PACKAGE
-    seconds = checker.TIME_LIMIT if args.time_limit is None else args.time_limit
-    if not 0 <= seconds <= 1e6:                          # also NaN and inf
-        print(f"error: --time-limit: expected 0 (none) to 1e6 seconds, got {seconds}",
-              file=sys.stderr)
-        return 2
+        return release.handout(Path(args.target))
+    if not 0 <= args.time_limit <= 1e6:                  # also NaN and inf
+        return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds, got "
+                           f"{args.time_limit}")
     if args.command == "grade":
-        if not args.submissions.is_dir():
-            print(f"error: {args.submissions} is not a folder", file=sys.stderr)
-            return 2
-        return grade(args.submissions, args.csv, seconds, args.jobs)
-    if not folder.is_dir():
-        print(f"error: folder {shown(folder)} does not exist", file=sys.stderr)
-        return 2
-    folder = folder.resolve()
+        if args.csv is None or not Path(args.target).is_dir():
+            return usage_error(f"grade SUBMISSIONS --csv FILE: {args.target} is a folder?")
+        return grade(Path(args.target), args.csv, args.time_limit, args.jobs)
+    if not args.folder.is_dir():
+        return usage_error(f"folder {shown(args.folder)} does not exist")
+    folder = args.folder.resolve()
     if args.command == "start":
-        return start(folder, args.name)
-    number = find_exercise(args.exercise) if args.command in ("check", "hint") else None
-    if args.command in ("check", "hint") and number is None:
-        print(f"error: no exercise {args.exercise!r}; expected 1 to {len(COURSE)} or a name: "
-              f"{', '.join(e.slug for e in COURSE)}", file=sys.stderr)
-        return 2
+        return start(folder, args.name) if args.name else usage_error("start --name YOURNAME")
     try:
-        if number is not None:
-            return show_check(number, folder, seconds, args.level, args.command == "check")
-        return show_progress(folder, seconds)
+        if args.command is None:
+            return show_progress(folder, args.time_limit)
+        if args.target not in [str(n) for n, _ in NUMBERED]:
+            return usage_error(f"no exercise {args.target!r}: expected 1 to {len(COURSE)}")
+        return show_check(int(args.target), folder, args.time_limit, args.hint)
     except checker.Nested:
         print("(exercises: no check here: this file is being run by the checker)")
         return 0

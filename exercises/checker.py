@@ -1,9 +1,5 @@
-"""The checker: rows, the child process that makes them, and what they tell the student.
-
-The design, step by step, is the docstring of exercises/__init__.py; this file follows its
-order: rows and comparisons; Checks (the `c` of checks.py); one exercise in this process
-(check_file, and child_main around it); the file graded; the parent; advice.
-"""
+"""The checker: rows, the child process that makes them, and what they tell the student
+(the design, step by step: the docstring of exercises/__init__.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +32,6 @@ SEED_FILE = "student.json"                         # {"name": ..., "seed": ...},
 CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
 TIME_LIMIT = 10.0                                  # seconds per check (the import is one)
 SLACK = 60.0                                       # a child silent this long past it is killed
-OUTPUT_KEPT = 4000                                 # characters of a child's output kept
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
 
 
@@ -46,9 +41,7 @@ class Exercise:
     function(Checks) adding the rows; writes: bn names the exercise asks the student to
     write (calling one is an ERROR row); diagnose: function(rows) -> [(point, slip)] read
     from which rows fail together; variant: function(rng) -> the student's own problem, a
-    dict whose "y" says it in one line (None: the exercise is the same for everyone);
-    optional: an extra beyond the course, counted apart (a progress or a grade is of the
-    others), whose check may be SKIPPED where what it needs is not installed."""
+    dict whose "y" says it in one line; optional: counted apart from the course."""
 
     slug: str
     title: str
@@ -89,7 +82,6 @@ class Result:
     path: Path | None     # the file graded (None: neither exNN.py nor exNN.ipynb)
     status: str           # done, failing, not started, skipped, missing
     rows: list = field(default_factory=list)
-    output: str = ""      # what the student's code printed (its start)
     note: str = ""        # which file was graded and why
     variant: str = ""     # the student's own variant, when the exercise draws one
     seconds: float = 0.0
@@ -275,14 +267,11 @@ def variant_text(exercise, number, seed):
     """The student's variant in one line ("y = ...   ({the rest})"), or "" when there is none."""
     if exercise.variant is None:
         return ""
-    try:
-        chosen = own_variant(exercise, number, seed)
-        return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
-    except Exception as error:                            # a bug in checks.py: said, not raised
-        return f"(not drawn: a bug in exercises/checks.py: {type(error).__name__}: {error})"
+    chosen = own_variant(exercise, number, seed)
+    return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
 
 
-# ----- The object a check function fills -----------------------------------------------
+# ----- The library, as the student's code finds it ---------------------------------------
 
 
 class Refused(Exception):
@@ -290,6 +279,14 @@ class Refused(Exception):
 
 
 CALLED = []      # the bn functions of an exercise's `writes` called (see check_file)
+
+
+def tripwire(name, fn):
+    """fn, noting in CALLED each call (Checks.call reads it)."""
+    def noted(*args, **kwargs):
+        CALLED.append(name)
+        return fn(*args, **kwargs)
+    return noted
 
 
 def library_state():
@@ -310,13 +307,16 @@ def restore_library(saved):
     return changed
 
 
+# ----- The object a check function fills -----------------------------------------------
+
+
 class Checks:
     """`c`, what a check function of checks.py gets: the student's module, and the methods
-    that add rows (close, equal, answer_is, predicted, holds) around calls of the student's
-    code (call, answer). `report(kind, value)` hears ("running", (index, check, topic,
-    expected)) before a row and ("row", Row) after. Rows before index `start` are skipped (an
-    earlier child ran them); a row whose topic is in `stuck` is TIMEOUT without running (that
-    function did not return before). `seed` is the student's, for c.rng and c.variant."""
+    that add rows (close, equal, answer_is, predicted, holds, skip) around calls of the
+    student's code (call, answer). Each row is reported twice: ("running", (index, check,
+    topic, expected)) before it runs, ("row", Row) after. Rows before index `start` are not
+    run (an earlier child ran them); a row whose topic is in `stuck` is TIMEOUT without
+    running (that function did not return before). `seed` draws c.rng and c.variant."""
 
     def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0,
                  stuck=()):
@@ -334,15 +334,19 @@ class Checks:
         return own_variant(self.exercise, self.number, self.seed)
 
     def call(self, name, *args, in_place=False, **kwargs):
-        """Call the student's function `name` on copies of the arguments (in_place: on the
-        arguments themselves, to see whether it changes them). Afterwards the working folder
-        and bilinear_numpy's tables are put back, and a call of a bn function the exercise
-        asks to write, or a table changed, raises Refused (an ERROR row)."""
+        """The student's function `name` on copies of the arguments (in_place: on the
+        arguments themselves), guarded."""
         fn = getattr(self.module, name, None)
         if not callable(fn):
             raise NameError(f"{name} is not defined as a function in the file")
         if not in_place:
             args, kwargs = copy.deepcopy((args, kwargs))  # nothing handed over comes back changed
+        return self.guarded(fn, *args, **kwargs)
+
+    def guarded(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs), the student's code; afterwards the working folder and
+        bilinear_numpy are put back, and a call of a bn function the exercise asks to write,
+        or a table changed, raises Refused (an ERROR row)."""
         CALLED.clear()
         try:
             return fn(*args, **kwargs)
@@ -364,36 +368,35 @@ class Checks:
             raise NotImplementedError(f"{name} is still None")
         return getattr(self.module, name)
 
+    def _add(self, row):
+        self.rows.append(row)
+        self.report("row", row)
+
     def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
         """One row: got_fn() (the student's code) compared by compare(got)."""
         index, self.index = self.index, self.index + 1
         if index < self.start:
             return
-        expected_text = expected if expected is HIDDEN else describe(expected)
-        self.report("running", (index, check, topic, expected_text))
+        shown = expected if expected is HIDDEN else describe(expected)
+        self.report("running", (index, check, topic, shown))
         if topic in self.stuck:
-            row = Row(check, topic, expected_text, "not run", None, None, "TIMEOUT",
-                      f"not run: {topic} did not return in an earlier check")
-        else:
-            try:
-                got = got_fn()
-            except NotImplementedError as error:
-                row = Row(check, topic, expected_text, "not written", None, None, "TODO",
-                          str(error) or f"{topic}: not written yet")
-            except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
-                row = Row(check, topic, expected_text, "raised", None, None, "ERROR",
-                          exception_message(error, self.path))
-            else:
-                try:
-                    verdict, got_text, diff, rel, message = compare(got)
-                except Exception as error:                # a comparison that cannot run fails
-                    verdict, got_text, diff, rel, message = (
-                        "WRONG", describe(got), None, None, f"could not compare: {error}")
-                point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
-                row = Row(check, topic, expected_text, got_text, diff, rel, verdict, message,
-                          point, slip)
-        self.rows.append(row)
-        self.report("row", row)
+            return self._add(Row(check, topic, shown, "not run", None, None, "TIMEOUT",
+                                 f"not run: {topic} did not return in an earlier check"))
+        try:
+            got = got_fn()
+        except NotImplementedError as error:
+            return self._add(Row(check, topic, shown, "not written", None, None, "TODO",
+                                 str(error) or f"{topic}: not written yet"))
+        except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
+            return self._add(Row(check, topic, shown, "raised", None, None, "ERROR",
+                                 exception_message(error, self.path)))
+        try:
+            verdict, got_text, diff, rel, message = compare(got)
+        except Exception as error:                        # a comparison that cannot run fails
+            verdict, got_text, diff, rel, message = (
+                "WRONG", describe(got), None, None, f"could not compare: {error}")
+        point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
+        self._add(Row(check, topic, shown, got_text, diff, rel, verdict, message, point, slip))
 
     def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
         """Row: got_fn() equals the array `expected` to rel_error <= tol. mistakes:
@@ -417,10 +420,8 @@ class Checks:
 
     def skip(self, check, topic, reason):
         """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
-        index, self.index = self.index, self.index + 1
-        if index >= self.start:                   # (rows before start: an earlier child's)
-            self.rows.append(Row(check, topic, "", "not run", None, None, "SKIPPED", reason))
-            self.report("row", self.rows[-1])
+        self._row(check, topic, "", lambda: None, lambda got: ("SKIPPED", "not run", None,
+                                                               None, reason))
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
@@ -432,102 +433,6 @@ class Checks:
 
 
 # ----- One exercise in this process (the child, or a developer test) --------------------
-
-
-def load_module(path):
-    """Import a .py file, or a notebook's code cells joined (notebook_code), under a private
-    name, not kept in sys.modules."""
-    path = Path(path)
-    module = types.ModuleType(f"_exercise_{path.stem}")
-    module.__file__ = str(path)
-    source = notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes()
-    sys.modules[module.__name__] = module                # while it runs (a @dataclass needs it)
-    try:
-        exec(compile(source, str(path), "exec"), vars(module))
-    finally:
-        sys.modules.pop(module.__name__, None)
-    return module
-
-
-def tripwire(name, fn):
-    """fn, noting in CALLED each call (Checks.call reads it)."""
-    def noted(*args, **kwargs):
-        CALLED.append(name)
-        return fn(*args, **kwargs)
-    return noted
-
-
-def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
-    """Import the student's file and run its checks here: a Result. The import is the row
-    before the first (index -1). The bn functions of exercise.writes are wrapped in a
-    tripwire while it runs (so that a call of one is named); they, bilinear_numpy's tables
-    and the working folder are put back after the import and at the end."""
-    report = report or (lambda kind, value: None)
-    original, cwd = library_state(), os.getcwd()
-    for name in exercise.writes:
-        setattr(bn, name, tripwire(name, getattr(bn, name)))
-    try:
-        watched = library_state()
-        report("running", (-1, "import the file", "general", "imports"))
-        try:
-            module = load_module(path)
-            changed = restore_library(watched)
-            problem = f"your file replaces {', '.join(changed[:3])} when imported" \
-                if changed else ""
-        except BaseException as error:  # noqa: B036 -- the student's exception is a row
-            restore_library(watched)
-            problem = exception_message(error, path)
-        os.chdir(cwd)
-        if problem:
-            row = Row("import the file", "general", "imports", "raised", None, None, "ERROR",
-                      problem)
-            report("row", row)
-            return Result(number, exercise, Path(path), "failing", [row])
-        checks = Checks(module, exercise, number, path, report, start, seed, stuck)
-        try:
-            exercise.check(checks)
-        except Exception as error:                       # a bug in checks.py: a row, not a crash
-            checks.rows.append(Row("the checks themselves", "general", "-", "crashed", None,
-                                   None, "ERROR", f"a bug in exercises/checks.py, not in your "
-                                   f"file: {type(error).__name__}: {error}"))
-            report("row", checks.rows[-1])
-        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
-    finally:
-        restore_library(original)
-        os.chdir(cwd)
-
-
-IN_CHILD = False                                   # True in a child (set by child_main)
-
-
-def child_main(argv):
-    """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
-    Writes one JSON line per event to EVENTS. Each step (a check, or the checks' own work
-    between two) has SECONDS: past them, faulthandler writes the stack to EVENTS.trace and
-    ends the process (exit status 1), whatever the student's code is doing."""
-    global IN_CHILD
-    import faulthandler
-    from exercises.course import COURSE
-    IN_CHILD = True
-    events_path, number, path, start, seed, stuck, seconds = argv
-    number, seconds = int(number), float(seconds)
-    with open(events_path, "a", encoding="utf-8") as events, \
-            open(events_path + ".trace", "w", encoding="utf-8") as trace:
-        def report(kind, value):
-            faulthandler.cancel_dump_traceback_later()
-            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
-                         + "\n")
-            events.flush()
-            if seconds > 0 and kind != "end":
-                faulthandler.dump_traceback_later(seconds, exit=True, file=trace)
-        check_file(number, COURSE[number - 1], path, report, int(start), int(seed),
-                   tuple(filter(None, stuck.split(","))))
-        report("end", True)
-    sys.stdout.flush()
-    os._exit(0)             # threads and handlers the student left do not keep it alive
-
-
-# ----- Which file, and notebooks -------------------------------------------------------
 
 
 def notebook_code(path):
@@ -553,6 +458,81 @@ def notebook_code(path):
         parts.append("\n".join(("# " + line) if line.lstrip().startswith(("%", "!")) else line
                                for line in source.splitlines()))
     return "\n\n".join(parts) + "\n"
+
+
+def load_module(path):
+    """Import a .py file, or a notebook's code cells joined, under a private name."""
+    path = Path(path)
+    module = types.ModuleType(f"_exercise_{path.stem}")
+    module.__file__ = str(path)
+    source = notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes()
+    sys.modules[module.__name__] = module                # while it runs (a @dataclass needs it)
+    try:
+        exec(compile(source, str(path), "exec"), vars(module))
+    finally:
+        sys.modules.pop(module.__name__, None)
+    return module
+
+
+def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
+    """Import the student's file and run its checks here: a Result. The import is the row
+    before the first (index -1), shown only when it fails. While it runs, the bn functions
+    of exercise.writes are wrapped in a tripwire; bilinear_numpy and the working folder are
+    put back after the import, after each call and at the end."""
+    original = library_state()
+    for name in exercise.writes:
+        setattr(bn, name, tripwire(name, getattr(bn, name)))
+    checks = Checks(None, exercise, number, path, report, start, seed, stuck)
+    try:
+        checks.report("running", (-1, "import the file", "general", "imports"))
+        try:
+            checks.module = checks.guarded(load_module, path)
+        except BaseException as error:  # noqa: B036 -- the student's exception is a row
+            checks._add(Row("import the file", "general", "imports", "raised", None, None,
+                            "ERROR", exception_message(error, path)))
+            return Result(number, exercise, Path(path), "failing", checks.rows)
+        try:
+            exercise.check(checks)
+        except Exception as error:                       # a bug in checks.py: a row, not a crash
+            checks._add(Row("the checks themselves", "general", "-", "crashed", None, None,
+                            "ERROR", f"a bug in exercises/checks.py, not in your file: "
+                            f"{type(error).__name__}: {error}"))
+        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
+    finally:
+        restore_library(original)
+        os.chdir(checks.cwd)
+
+
+IN_CHILD = False                                   # True in a child (set by child_main)
+
+
+def child_main(argv):
+    """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
+    Writes one JSON line per event to EVENTS. Each step (a check, or the checks' own work
+    between two) has SECONDS: past them, faulthandler writes the stack to EVENTS.trace and
+    ends the process, whatever the student's code is doing."""
+    global IN_CHILD
+    import faulthandler
+    from exercises.course import COURSE
+    IN_CHILD = True
+    events_path, number, path, start, seed, stuck, seconds = argv
+    number, seconds = int(number), float(seconds)
+    with open(events_path, "a", encoding="utf-8") as events, \
+            open(events_path + ".trace", "w", encoding="utf-8") as trace:
+        def report(kind, value):
+            faulthandler.cancel_dump_traceback_later()
+            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
+                         + "\n")
+            events.flush()
+            if seconds > 0 and kind != "end":
+                faulthandler.dump_traceback_later(seconds, exit=True, file=trace)
+        check_file(number, COURSE[number - 1], path, report, int(start), int(seed),
+                   tuple(filter(None, stuck.split(","))))
+        report("end", True)
+    os._exit(0)             # threads and handlers the student left do not keep it alive
+
+
+# ----- Which file, and whose -----------------------------------------------------------
 
 
 def graded_file(number, exercise, folder):
@@ -586,18 +566,6 @@ class Nested(RuntimeError):
 STOP = threading.Event()                           # set on Ctrl-C: every child is killed
 
 
-def inside_checker():
-    """True in a process the checker started: a check asked for there does nothing. The
-    child, its environment and (on Linux) every process in the child's session say so, so
-    a student's `python -m exercises` run with the environment wiped is caught too."""
-    if IN_CHILD or os.environ.get(CHILD_MARK):
-        return True
-    try:                                                 # the session leader: a checker child?
-        return b"child_main" in Path(f"/proc/{os.getsid(0)}/cmdline").read_bytes()
-    except (AttributeError, OSError):                    # no sessions (Windows) or no /proc
-        return False
-
-
 def kill_tree(proc):
     """Kill the child and every process it started (its own process group or session)."""
     if os.name == "nt":
@@ -609,46 +577,28 @@ def kill_tree(proc):
             pass
 
 
-def _drain(fd, kept):
-    """Read the child's output (the pipe `fd`, closed at the end) to its end, keeping the
-    first OUTPUT_KEPT bytes as text. A raw fd: a process of the student's that outlives the
-    kill (a session of its own) and holds the pipe keeps this thread, not the checker."""
-    size = 0
-    with open(fd, "rb", buffering=0) as stream:
-        for chunk in iter(lambda: stream.read(4096), b""):
-            if size < OUTPUT_KEPT:
-                kept.append(chunk[:OUTPUT_KEPT - size])
-            size += len(chunk)
-    if size > OUTPUT_KEPT:
-        kept.append(f"\n... ({size - OUTPUT_KEPT} more bytes not shown)".encode())
-
-
-def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
-    """One child from check `start` on: (rows, running, how it ended: "ended",
-    "timeout" or "crashed", where (the line of a time-out), output, exit status); `running`
-    is the (index, check, topic, expected) it did not finish, None between checks. The child
-    keeps its own time limit (child_main); the parent kills it only when it is silent for
-    SLACK seconds more, and always kills what it started and empties its temporary folder."""
+def _run_child(number, path, scratch, start, seconds, seed, stuck):
+    """One child from check `start` on: (rows, running, how it ended: "ended", "timeout" or
+    "crashed", where (the line of a time-out), exit status); `running` is the (index, check,
+    topic, expected) it did not finish, None between checks. The child keeps its own time
+    limit (child_main); the parent kills it only when it is silent for SLACK seconds more,
+    and always kills what it started and empties its temporary folder."""
     events, temp = Path(scratch) / f"events-{start}.jsonl", Path(scratch) / f"tmp-{start}"
     trace = Path(f"{events}.trace")
     events.touch()
     temp.mkdir()
-    env = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1", TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp),
+    env = dict(os.environ, PYTHONIOENCODING="utf-8",      # print("σ") is no error on Windows
+               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp),
                **{CHILD_MARK: "1"})
     code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
-            f"c.child_main(sys.argv[1:])")             # -c: no exercises.py of a folder shadows it
+            f"c.child_main(sys.argv[1:])")             # on sys.path: the repository, not the folder
     args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
             str(seed), ",".join(stuck), str(seconds)]
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
         else {"start_new_session": True}
-    kept, overdue = [], False
-    output, into = os.pipe()
-    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=into, stderr=subprocess.STDOUT,
-                          env=env, cwd=cwd, **group) as proc:
-        os.close(into)                                    # the child holds it now
-        drainer = threading.Thread(target=_drain, args=(output, kept), daemon=True)
-        drainer.start()
+    overdue = False
+    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env, cwd=path.parent, **group) as proc:
         try:
             while proc.poll() is None and not STOP.is_set() and not overdue:
                 time.sleep(0.02)
@@ -656,7 +606,6 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
         finally:
             kill_tree(proc)                               # also what the student's code started
             proc.wait()
-            drainer.join(timeout=2)
     shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
     rows, running, ended = [], None, "crashed"
     for line in events.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -677,10 +626,9 @@ def _run_child(number, path, cwd, scratch, start, seconds, seed, stuck):
     if ended != "ended" and (overdue or stack.strip()):
         ended = "timeout"                                 # the line it was on, from the stack
         line = next((n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
-                     if Path(f).name == Path(path).name), None)
-        where = f" (line {line} of {Path(path).name})" if line else ""
-    printed = b"".join(kept).decode("utf-8", errors="replace")
-    return rows, running, ended, where, printed, proc.returncode
+                     if Path(f).name == path.name), None)
+        where = f" (line {line} of {path.name})" if line else ""
+    return rows, running, ended, where, proc.returncode
 
 
 def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
@@ -688,7 +636,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
     student's file. A child runs the checks; one that times out or ends its process costs
     its check a row, and a new child goes on from the next check (the later rows of the
     function that did not return are TIMEOUT, not run). Raises Nested inside a checked file."""
-    if inside_checker():
+    if IN_CHILD or os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
     path, note = graded_file(number, exercise, folder)
@@ -696,20 +644,19 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
     seed = read_seed(folder)[1]
-    variant = variant_text(exercise, number, seed)
-    rows, output, start, stuck = [], "", 0, []
+    rows, start, stuck = [], 0, []
     with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
         while not STOP.is_set():
-            new, running, ended, where, printed, code = _run_child(
-                number, path, path.parent, scratch, start, seconds, seed, stuck)
-            rows, output = rows + new, (output + printed)[:OUTPUT_KEPT + 100]
+            new, running, ended, where, code = _run_child(number, path, scratch, start,
+                                                          seconds, seed, stuck)
+            rows += new
             if ended == "ended":
                 break
             verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
             what = (f"stopped at its time limit of {seconds:g} s{where}: a loop that never "
                     f"ends? (--time-limit SECONDS changes it)" if ended == "timeout" else
                     f"the process ended (exit status {code}): does your code call os._exit, "
-                    f"or crash Python? It printed: {printed[-300:].strip() or '(nothing)'}")
+                    f"or crash Python?")
             if running is None:                           # between checks: the checks' own work
                 rows.append(Row("the checks", "general", "-", ended, None, None, verdict,
                                 f"{verdict}: between checks, {what}"))
@@ -721,8 +668,8 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
                 break
             stuck.append(topic)                           # its later rows: not run
             start = index + 1                             # the rows before it are kept
-    return Result(number, exercise, path, status_of(rows), rows, output, note, variant,
-                  time.monotonic() - began)
+    return Result(number, exercise, path, status_of(rows), rows, note,
+                  variant_text(exercise, number, seed), time.monotonic() - began)
 
 
 def parallel(fn, items, jobs=None):
@@ -739,13 +686,6 @@ def parallel(fn, items, jobs=None):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_exercises(numbered, folder, seconds=TIME_LIMIT):
-    """run_exercise for each (number, exercise), in parallel (see parallel)."""
-    if inside_checker():
-        raise Nested("a file being checked asked for a check: nothing done")
-    return parallel(lambda job: run_exercise(*job, folder, seconds), numbered)
-
-
 # ----- What a failing exercise tells the student: the one place -------------------------
 
 
@@ -757,58 +697,41 @@ def load_hints(path=HINTS_FILE):
 
 
 def gradient_diagnosis(rows):
-    """The one rule for every backward pass, read from which gradients fail together (rows
-    named "dNAME vs ..."): [(where to look, the idea)], or [] when there is no such row,
-    none is wrong, or one did not run (no pattern to read)."""
+    """Where to look in a backward pass, read from which gradients fail together (rows named
+    "dNAME vs ..."): [(point, "")], or [] when none is wrong or one did not run."""
     wrong, right = [], []
     for row in rows:
         found = re.match(r"d(\w+) vs ", row.check)
-        if not found:
-            continue
-        if row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+        if found and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
             return []
-        (wrong if row.verdict == "WRONG" else right).append(found.group(1))
-    wrong, right = list(dict.fromkeys(wrong)), [t for t in dict.fromkeys(right) if t not in wrong]
-    names = lambda ts: ", ".join("d" + t for t in ts)            # noqa: E731
-    params = [t for t in wrong if t != "x"]
+        if found:
+            (wrong if row.verdict == "WRONG" else right).append("d" + found.group(1))
+    wrong = list(dict.fromkeys(wrong))
+    right = [name for name in dict.fromkeys(right) if name not in wrong]
     if not wrong:
         return []
     if not right:
-        return [("every gradient is wrong: look at the first step back from y, the one every "
-                 "other gradient starts from",
-                 "the slip comes before the gradients part ways: the gradient of the quantity "
-                 "that multiplies V, which every later step reuses")]
-    if wrong == ["x"]:
-        return [("only dx is wrong: look at every path from x to the output",
-                 "every parameter's gradient is right, so every intermediate gradient is too; "
-                 "dx must collect what comes back along each path x takes")]
-    if len(params) == 1 and "x" not in wrong:
-        return [(f"only d{params[0]} is wrong: look at the last step, where {params[0]} enters",
-                 f"the other gradients are right, so the gradient arriving at the step where "
-                 f"{params[0]} enters is right too: the slip is in that step alone (which factor "
-                 f"multiplies it, the order of a product, or how a parameter every token shares "
-                 f"collects its gradient)")]
-    if "x" in wrong:
-        return [(f"{names(wrong)} are wrong and {names(right)} right: look at the step that "
-                 f"leads to {', '.join(params)} (and on to x) but not to {', '.join(right)}",
-                 f"the gradient reaching the quantity where {' and '.join(params)} "
-                 f"{'enters' if len(params) == 1 else 'enter'} is wrong; the steps that lead "
-                 f"to {names(right)} share none of it, so the slip sits between them")]
-    return [(f"{names(wrong)} are wrong while dx is right: look at the last steps, from the "
-             f"intermediate gradients to {names(wrong)}",
-             "dx is right, so every intermediate gradient is: the slip is in the final "
-             "products that make these")]
+        point = ("every gradient is wrong: look at the first step back from y, the one every "
+                 "other gradient starts from")
+    elif wrong == ["dx"]:
+        point = "only dx is wrong: look at every path from x to the output"
+    elif len(wrong) == 1:
+        point = (f"only {wrong[0]} is wrong: look at the last step, where {wrong[0][1:]} "
+                 f"enters")
+    else:
+        point = (f"{', '.join(wrong)} are wrong and {', '.join(right)} right: look at the "
+                 f"steps that lead to the first and not to the second")
+    return [(point, "")]
 
 
 def advice(result, hints=None):
-    """What the exercise's failing rows tell the student: hint levels 1, 2, 3 (each a text;
-    [] when every row is ok). Level 1, where to look: the points of the slips recognised in
-    the rows, else which gradients fail together (gradient_diagnosis) or the exercise's
-    diagnose, else the failing topic's hint; level 2: those slips named, else the topic's
-    idea; level 3: the rule (hints.json's "formulas") for the step a recognised slip points
-    at (its key, such as "activation", in the slip's point), else for the first failing
-    gradient, a parameter's before dx's (every wrong intermediate reaches it), else the
-    topic's rule."""
+    """What the exercise's failing rows tell the student: hint levels 1, 2, 3 ([] when every
+    row is ok). 1, where to look: the points of the slips recognised in the rows, else which
+    gradients fail together (gradient_diagnosis) or the exercise's diagnose, else the
+    failing topic's hint; 2: those slips named, else the topic's idea; 3: the rule
+    (hints.json's "formulas") for the step a recognised slip points at (its key in the
+    slip's point), else for the first failing gradient (a parameter's before dx's), else
+    the topic's rule."""
     row = result.first_failure
     if row is None:
         return []
@@ -819,13 +742,13 @@ def advice(result, hints=None):
     if not found and result.status == "failing":
         found = gradient_diagnosis(result.rows) or list(
             result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
-    points = list(dict.fromkeys(p for p, _ in found))
-    slips = list(dict.fromkeys(s for _, s in found))
+    points = "; ".join(dict.fromkeys(p for p, _ in found))
+    slips = "; ".join(dict.fromkeys(s for _, s in found if s))
     formulas = table.get("formulas", {})
     failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
                and r.topic == topic and r.check.split(" ")[0] in formulas]
     failing.sort(key=lambda name: name == "dx")
     step = next((text for key, text in formulas.items() if not key.startswith("d")
                  and any(key in r.point for r in result.rows if r.point)), None)  # a slip's step
-    return ["; ".join(points) or own[0], "; ".join(slips) or own[1],
+    return [points or own[0], slips or own[1],
             step or (formulas[failing[0]] if failing else own[2])]

@@ -160,9 +160,6 @@ def static_query(c):
             lambda: c.call("absorb_query", Q, K),
             mistakes={("look at the orientation of Q when it moves into the keys",
                       "K Q in place of K Qᵀ: x Q Kᵀ = x (K Qᵀ)ᵀ"): K @ Q})
-    c.close("mlp(K') = static query, every act", "absorb_query",
-            all_acts(lambda a: bn.static_query_mlp_forward(x, Q, K, V, a)[0]),
-            lambda: all_acts(lambda a: bn.mlp_forward(x, c.call("absorb_query", Q, K), V, a)[0]))
     c.answer_is("EXTRA_PARAMS", 768 * 768)
     c.answer_is("MORE_EXPRESSIVE", False)
 
@@ -183,15 +180,8 @@ def full_bilinear(c):
         c.close(f"bilinear_forward, {act}", "bilinear_forward",
                 bn.bilinear_forward(x, A, V, act)[0],
                 lambda act=act: c.call("bilinear_forward", x, A, V, act))
-    A_sym = 0.5 * (A + A.transpose(0, 2, 1))
-    c.close("symmetric_part(A)", "symmetric_part", A_sym, lambda: c.call("symmetric_part", A))
-    c.close("output unchanged with sym(A), every act", "symmetric_part",
-            all_acts(lambda a: bn.bilinear_forward(x, A, V, a)[0]),
-            lambda: all_acts(lambda a: bn.bilinear_forward(x, c.call("symmetric_part", A),
-                                                            V, a)[0]))
-    c.holds("scores of A - sym(A) are 0", "bilinear_scores", "max|s| < 1e-12",
-            lambda: float(np.max(np.abs(c.call("bilinear_scores", x, A - A_sym)))),
-            lambda s: s < 1e-12)
+    c.close("symmetric_part(A)", "symmetric_part", 0.5 * (A + A.transpose(0, 2, 1)),
+            lambda: c.call("symmetric_part", A))
     c.answer_is("ANTISYMMETRIC_SCORE", 0)
 
 
@@ -203,10 +193,6 @@ def rank1(c):
     Q, K, V = p["Q"], p["K"], p["V"]
     c.close("outer_interaction: A_j = q_j^T k_j", "outer_interaction",
             np.einsum("jd,je->jde", Q, K), lambda: c.call("outer_interaction", Q, K))
-    c.close("bilinear(outer) = rank-1, every act", "outer_interaction",
-            all_acts(lambda a: bn.rank1_bilinear_forward(x, Q, K, V, a)[0]),
-            lambda: all_acts(lambda a: bn.bilinear_forward(x, c.call("outer_interaction", Q, K),
-                                                            V, a)[0]))
     for act in ("identity", "relu"):
         c.close(f"rank1_forward, {act}", "rank1_forward",
                 bn.rank1_bilinear_forward(x, Q, K, V, act)[0],
@@ -224,12 +210,6 @@ def rank1(c):
 
 
 # ----- The gated MLP and the GLU family ---------------------------------------------------
-
-
-def llama_ffn(x, w1, w2, w3):
-    """A feed-forward as common code writes it: nn.Linear(x) = x W^T, so
-    y = w2(silu(w1(x)) * w3(x)) with w1, w3 of shape (m, d) and w2 of shape (d, m)."""
-    return (sigma("silu", x @ w1.T) * (x @ w3.T)) @ w2.T
 
 
 def gated_mlp(c):
@@ -253,7 +233,9 @@ def gated_mlp(c):
     rng = np.random.default_rng(50)
     w1, w3 = rng.standard_normal((M, D)), rng.standard_normal((M, D))
     w2 = rng.standard_normal((D, M))                          # d_out = d here
-    c.close("gated(from_common_code) = llama_ffn", "from_common_code", llama_ffn(x, w1, w2, w3),
+    # The feed-forward as common code writes it (nn.Linear(x) = x Wᵀ): w2(silu(w1(x)) * w3(x)).
+    llama_ffn = (sigma("silu", x @ w1.T) * (x @ w3.T)) @ w2.T
+    c.close("gated(from_common_code) = llama_ffn", "from_common_code", llama_ffn,
             lambda: bn.gated_mlp_forward(x, *c.call("from_common_code", w1, w2, w3), "silu")[0])
     c.answer_is("M_GATED", 2 * 3072 * 768 // (3 * 768))
 
@@ -297,7 +279,8 @@ def pair_unit(v, x, Q, K, V):
 def pair_deviation(v, change, seed_rng):
     """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
     x = seed_rng.standard_normal((12, D))
-    Q, K = seed_rng.standard_normal((M, D)) / np.sqrt(D), seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    Q = seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    K = seed_rng.standard_normal((M, D)) / np.sqrt(D)
     V = seed_rng.standard_normal((M, D_OUT))
     return bn.rel_error(pair_unit(v, x, Q, K, V), pair_unit(v, x, *change(Q, K), V))
 
@@ -444,15 +427,12 @@ def exchange_symmetry(c):
 def inverse_scaling(c):
     x, p = draw("gated_mlp", seed=7)
     Q, K, V = p["Q"], p["K"], p["V"]
-    for sign, symmetry in (("> 0", "inverse_scaling_pos"), ("< 0", "inverse_scaling_neg")):
-        alpha = np.array([0.5, 1.0, 2.0, 3.0]) * (1 if sign == "> 0" else -1)   # one per unit
-        scaled = bn.transform_params("gated_mlp", p, symmetry, alpha)
-        c.close(f"inverse_scale, per-unit alpha {sign}", "inverse_scale",
-                np.stack([scaled["Q"], scaled["K"]]),
-                lambda alpha=alpha: np.stack(c.call("inverse_scale", Q, K, alpha)),
-                mistakes={("Q is right, K is not: look at what the symmetry does to K",
-                           "K is multiplied by α: it is divided, K / α"):
-                          np.stack([scaled["Q"], K * alpha[:, None]])})
+    alpha = np.array([0.5, 1.0, 2.0, 3.0])[:, None]                  # one per unit: (m, 1)
+    c.close("inverse_scale, per-unit alpha > 0", "inverse_scale", np.stack([alpha * Q, K / alpha]),
+            lambda: np.stack(c.call("inverse_scale", Q, K, alpha[:, 0])),
+            mistakes={("Q is right, K is not: look at what the symmetry does to K",
+                       "K is multiplied by α: it is divided, K / α"):
+                      np.stack([alpha * Q, K * alpha])})
     c.close("inverse_scale, alpha = -1.5", "inverse_scale", np.stack([-1.5 * Q, K / -1.5]),
             lambda: np.stack(c.call("inverse_scale", Q, K, -1.5)))
     c.equal("inverse_scale(alpha = 0) raises", "inverse_scale", "ValueError",
@@ -513,25 +493,6 @@ def cell_truth(name, act):
                  for sym in ("exchange", "inverse_scaling_pos"))
 
 
-def ablation_rows():
-    """A hand-made CSV table (strings, as csv.DictReader gives them, every column of
-    results/ablation.csv): 3 seeds of two variants, in shuffled order, with a third variant
-    and another task that must be ignored."""
-    from experiments import ablation, train
-    values = {("rank1_bilinear", "silu"): [2.10, 2.15, 2.08],
-              ("gated_mlp", "silu"): [2.12, 2.13, 2.11], ("gated_mlp", "relu"): [9.0, 9.0, 9.0]}
-    rows = []
-    for task in ("text", "image"):
-        for (f, a), vs in values.items():
-            cell = ablation.variant_of(f, a)
-            exchange, scaling = ablation.CELLS[cell][2:]
-            even, count = ablation.FUNCTION_PROPERTIES[cell]
-            rows += [dict(zip(ablation.COLUMNS, map(str, (
-                task, f, a, exchange, scaling, 1000, s, v + (task == "image"),
-                train.TASKS[task].metric, even, count)))) for s, v in enumerate(vs)]
-    return rows[::-1]
-
-
 def kind_of(value):
     """What a returned value is, for a row on its type: "array (3,)" for numbers of that
     shape (an array, list or tuple of them), else the name of its type."""
@@ -552,48 +513,43 @@ def symmetry_ablation(c):
         c.predicted(f"predict_cell, {name}, {act}", "predict_cell", cell_truth(name, act),
                     lambda name=name, act=act: returned(c.call("predict_cell", name, act),
                                                         tuple, *PAIR_OF_BOOLS))
+    alpha = np.geomspace(0.5, 2.0, M)[:, None]                      # one per unit: (m, 1)
     for seed, (name, act) in enumerate((("double_gated_mlp", "silu"), ("double_gated_mlp", "relu"),
                                         ("gated_mlp", "relu"), ("rank1_bilinear", "gelu"))):
         x, p = draw(name, seed=80 + seed)
-        alpha = np.geomspace(0.5, 2.0, M)
-        form = bn.FORMULATIONS[name]
-        y = form.forward(x, **p, act=act)[0]
-        scaled = bn.transform_params(name, p, "inverse_scaling_pos", alpha)
-        expected = [bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act)[0]),
-                    bn.rel_error(y, form.forward(x, **scaled, act=act)[0])]
+        forward = bn.FORMULATIONS[name].forward
+        y = forward(x, **p, act=act)[0]
+        expected = [bn.rel_error(y, forward(x, p["K"], p["Q"], p["V"], act)[0]),           # (K, Q)
+                    bn.rel_error(y, forward(x, alpha * p["Q"], p["K"] / alpha, p["V"], act)[0])]
         c.close(f"deviations, {name}, {act}", "deviations", expected,
-                lambda form=form, act=act, x=x, p=p, alpha=alpha: c.call(
-                    "deviations", form.forward, x, p["Q"], p["K"], p["V"], act, alpha), tol=1e-6)
+                lambda forward=forward, act=act, x=x, p=p: c.call(
+                    "deviations", forward, x, p["Q"], p["K"], p["V"], act, alpha[:, 0]), tol=1e-6)
     for name, act in v["cells"]:                       # hidden: they are the predictions' truth
         c.predicted(f"measured_cell, {name}, {act}", "measured_cell", cell_truth(name, act),
                     lambda name=name, act=act: returned(c.call("measured_cell", name, act),
                                                         tuple, *PAIR_OF_BOOLS))
-    tables = {"hand-made table": (ablation_rows(), ("rank1_bilinear", "silu"), ("gated_mlp", "silu"))}
     path = ablation_results()
     if not path.is_file():
         c.equal("results/ablation.csv exists (python bilinear_numpy.py train ablation --out .)",
                 "paired_difference", True, path.is_file)
-    else:
-        with path.open(encoding="utf-8", newline="") as f:
-            tables["ablation.csv"] = (list(csv.DictReader(f)), *(ablation.CELLS[n][:2]
-                                                              for n in (v["keeps"], v["breaks"])))
-    rows, keeps, breaks = tables["hand-made table"]
+        return
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    names = v["keeps"], v["breaks"]                           # your comparison, read from it
+    keeps, breaks = (ablation.CELLS[n][:2] for n in names)    # as (formulation, activation)
     c.equal("paired_difference returns an array (3,)", "paired_difference", "array (3,)",
             lambda: kind_of(c.call("paired_difference", rows, "text", keeps, breaks)))
-    for label, (rows, keeps, breaks) in tables.items():
-        names = [ablation.variant_of(*keeps), ablation.variant_of(*breaks)]
-        for task in ("text", "image"):
-            d = ablation.paired_difference(rows, task, *names)
-            c.close(f"paired_difference, {label}, {task}", "paired_difference",
-                    [d["mean"], d["low"], d["high"]],
-                    lambda rows=rows, task=task, keeps=keeps, breaks=breaks: c.call(
-                        "paired_difference", rows, task, keeps, breaks), tol=1e-9)
-        c.predicted(f"effect, {label}", "effect",
-                    {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
-                     for task in ("text", "image")},
-                    lambda rows=rows, keeps=keeps, breaks=breaks: returned(c.call(
-                        "effect", rows, keeps, breaks), dict,
-                        'the dict {"text": verdict, "image": verdict}'))
+    for task in ("text", "image"):
+        d = ablation.paired_difference(rows, task, *names)
+        c.close(f"paired_difference, ablation.csv, {task}", "paired_difference",
+                [d["mean"], d["low"], d["high"]],
+                lambda task=task: c.call("paired_difference", rows, task, keeps, breaks),
+                tol=1e-9)
+    c.predicted("effect, ablation.csv", "effect",
+                {task: ablation.verdict(task, ablation.paired_difference(rows, task, *names))
+                 for task in ("text", "image")},
+                lambda: returned(c.call("effect", rows, keeps, breaks), dict,
+                                 'the dict {"text": verdict, "image": verdict}'))
 
 
 def ablation_results():
@@ -615,15 +571,15 @@ def gradient_rows(c, fn, args, truth, slips=()):
     """Rows: each gradient of the student's fn(*args) against `truth` ({name: array},
     computed at check time by fd_truth), one row a tensor, named "dNAME vs finite differences"
     (checker.gradient_diagnosis reads which of them fail together); slips: [((point, slip),
-    the gradients that slip gives)], recognised in a wrong gradient (see slip_truths)."""
+    the gradients that slip gives)], recognised in a wrong gradient (see backward_rows)."""
     for name, expected in truth.items():
         mistakes = {key: wrong[name] for key, wrong in slips
                     if bn.rel_error(wrong[name], expected) > 1e-8}
         def got(name=name):
             grads = c.call(fn, *args)
             if not isinstance(grads, dict) or name not in grads:
-                raise KeyError(f"expected a dict with the key {name!r}; got "
-                               f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
+                keys = sorted(grads) if isinstance(grads, dict) else type(grads).__name__
+                raise KeyError(f"expected a dict with the key {name!r}; got {keys}")
             return grads[name]
         c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7,
                 mistakes=mistakes)
@@ -698,30 +654,34 @@ def slipped(act, z0):
     return lambda z: s0 + s0 * (z - z0)
 
 
-def slip_truths(forward, inputs, dy, z0s, names):
-    """[((point, slip), gradients)]: fd_truth of `forward(acts, **inputs)` with one
-    activation at a time (of names {key: σ's name}, applied at z0s[key]) slipped."""
-    found = []
-    for key, act in names.items():
-        if act == "identity":
-            continue
-        acts = {k: functools.partial(sigma, n) for k, n in names.items()} | \
-            {key: slipped(act, z0s[key])}
-        where = "the gate's activation" if key == "sigma" else "the other factor's activation"
-        found.append(((f"look at the step back through {where}: what multiplies the "
-                       f"gradient there",
-                       f"the step back through {act} ({where}) multiplies by the value "
-                       f"of {act} itself where the chain rule needs its slope"),
-                      fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)))
-    return found
+def backward_rows(c, fn, v, forward, inputs, dy, z0s):
+    """Rows: each gradient of the student's fn(dy, *inputs, v) against fd_truth of
+    forward(acts, **inputs), acts {key: σ} the variant's activations v[key] for the keys of
+    z0s; the slip σ for σ′ of each activation (slipped at z0s[key]) is recognised."""
+    acts = {key: functools.partial(sigma, v[key]) for key in z0s}
+    slips = []
+    for key, z0 in z0s.items():                   # the identity has no slope to mistake
+        act, where = v[key], ("the gate's activation" if key == "sigma"
+                              else "the other factor's activation")
+        if act != "identity":
+            slips.append(((f"look at the step back through {where}: what multiplies the "
+                           f"gradient there",
+                           f"the step back through {act} ({where}) multiplies by the value "
+                           f"of {act} itself where the chain rule needs its slope"),
+                          fd_truth(lambda **kw: forward(acts | {key: slipped(act, z0)}, **kw),
+                                   inputs, dy)))
+    truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
+    gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
+    return truth
 
 
-def unit_problem(c, extra=()):
-    """The student's numbers: x (N, d), Q, K (m, d), V (m, d_out), the extra parameters
-    (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
+def unit_problem(c, extra=(), r=None):
+    """The student's numbers: x (N, d), Q, K (m, d) (or (m, d, r)), V (m, d_out), the extra
+    parameters (c, e: (m,), f: (d_out,), beta: (m,) in [0.5, 2]) and dy."""
     rng = c.rng(1)
     x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D)) / np.sqrt(D), "K": rng.standard_normal((M, D)) / np.sqrt(D),
+    shape = (M, D) if r is None else (M, D, r)
+    p = {"Q": rng.standard_normal(shape) / np.sqrt(D), "K": rng.standard_normal(shape) / np.sqrt(D),
          "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
     sizes = {"c": M, "e": M, "f": D_OUT}
     for name in extra:
@@ -734,11 +694,9 @@ def unit_rows(c, v, forward, backward, extra=()):
     x, p, dy = unit_problem(c, extra)
     c.close(f"{forward}, your variant", forward, own_unit(x, p, v),
             lambda: c.call(forward, x, *p.values(), v))
-    truth = fd_truth(lambda x, **kw: own_unit(x, kw, v), {"x": x} | p, dy)
     a, b = unit_inputs(x, p, v)
-    slips = slip_truths(lambda acts, x, **kw: own_unit(x, kw, v, acts), {"x": x} | p, dy,
-                        {"sigma": a, "branch": b}, {k: v[k] for k in ("sigma", "branch")})
-    gradient_rows(c, backward, (dy, x, *p.values(), v), truth, slips)
+    truth = backward_rows(c, backward, v, lambda acts, x, **kw: own_unit(x, kw, v, acts),
+                          {"x": x} | p, dy, {"sigma": a, "branch": b})
     return x, p, dy, truth
 
 
@@ -748,8 +706,6 @@ def variant_9(rng):
 
 
 def backprop_gated(c):
-    """The worked example of a variant of one's own: the unit is drawn from the student's
-    seed (variant_9) and the truth is computed now, by finite differences of its forward."""
     v = c.variant()
     x, p, dy = unit_problem(c)
     f = lambda z: own_unit(z, p, v)                                   # noqa: E731
@@ -788,23 +744,13 @@ def rank_r_scores_of(x, Q, K, v):
 
 def backprop_rank_r(c):
     v = c.variant()
-    rng = c.rng(1)
-    x = rng.standard_normal((N, D))
-    p = {"Q": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
-         "K": rng.standard_normal((M, D, v["r"])) / np.sqrt(D),
-         "V": rng.standard_normal((M, D_OUT)) / np.sqrt(M)}
-    dy = rng.standard_normal((N, D_OUT))
-    c.close("rank_r_scores, your variant", "rank_r_scores", rank_r_scores_of(x, p["Q"], p["K"], v),
+    x, p, dy = unit_problem(c, r=v["r"])
+    s = rank_r_scores_of(x, p["Q"], p["K"], v)                                # (N, m)
+    c.close("rank_r_scores, your variant", "rank_r_scores", s,
             lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
-
-    def forward(acts, x, Q, K, V):
-        return acts["sigma"](rank_r_scores_of(x, Q, K, v)) ** v["power"] @ V
-    names = {"sigma": v["sigma"]}
-    gradient_rows(c, "rank_r_bilinear_backward", (dy, x, *p.values(), v),
-                  fd_truth(lambda **kw: forward({"sigma": functools.partial(sigma, v["sigma"])},
-                                                **kw), {"x": x} | p, dy),
-                  slip_truths(forward, {"x": x} | p, dy,
-                              {"sigma": rank_r_scores_of(x, p["Q"], p["K"], v)}, names))
+    backward_rows(c, "rank_r_bilinear_backward", v,
+                  lambda acts, x, Q, K, V: acts["sigma"](rank_r_scores_of(x, Q, K, v))
+                  ** v["power"] @ V, {"x": x} | p, dy, {"sigma": s})
 
 
 # ----- Symmetry gives a conservation law --------------------------------------------------

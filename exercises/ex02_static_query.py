@@ -56,8 +56,8 @@ def static_query_forward(x, Q, K, V, act="relu"):
 # %% [markdown]
 # ## 2. Absorb the query into the keys
 #
-# Return `K' = K Qᵀ`, shape `(m, d)`. The checker verifies that
-# `bn.mlp_forward(x, K', V, act)` equals `σ(x Q Kᵀ) V` for every activation.
+# Return `K' = K Qᵀ`, shape `(m, d)`. Then
+# `bn.mlp_forward(x, K', V, act)` equals `σ(x Q Kᵀ) V` for every activation (Try it shows it).
 
 
 # %%

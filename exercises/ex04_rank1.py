@@ -50,8 +50,8 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
 # ## 1. The outer product
 #
 # Return `A` of shape `(m, d, d)` with `A[j] = q_jᵀ k_j`, i.e. `A[j, a, b] = Q[j, a] K[j, b]`.
-# One `np.einsum`, or broadcasting with `[:, :, None]` and `[:, None, :]`. The checker
-# verifies that `bn.bilinear_forward(x, A, V, act)` equals the rank-1 layer for every σ.
+# One `np.einsum`, or broadcasting with `[:, :, None]` and `[:, None, :]`. Then
+# `bn.bilinear_forward(x, A, V, act)` equals the rank-1 layer for every σ (Try it shows it).
 
 
 # %%

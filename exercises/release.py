@@ -1,26 +1,16 @@
-"""Make the students' files from the solutions (for instructors and developers).
+"""The students' files made from the solutions, and the handout (for instructors).
 
-A solution file marks what the student writes in two ways:
+A solution marks what the student writes as a block or an answer (which may go on over
+several lines; its first line carries the marker):
 
-    def mlp_forward(x, K, V, act="relu"):
-        '''...'''
-        # BEGIN SOLUTION: z = x K^T, then y = sigma(z) V
-        z = x @ K.T
-        return bn.ACTIVATIONS[act].f(z) @ V
-        # END SOLUTION
+    # BEGIN SOLUTION: z = x K^T, then y = sigma(z) V      ->  # TODO: z = x K^T, then ...
+    ...                                                       raise NotImplementedError(...)
+    # END SOLUTION
+    N_PARAMS = 2 * 768 * 3072  # ANSWER: an int           ->  N_PARAMS = None  # TODO: an int
 
-    N_PARAMS = 2 * 768 * 3072  # ANSWER: the number of parameters, an int
-
-An answer may go on over several lines (a long dict); its first line carries the marker.
-
-In the student's file the block becomes a `# TODO:` line with the text after the colon and
-`raise NotImplementedError(...)`, and the answer becomes `None  # TODO: ...`. Links to
-`../../derivations.md` (from exercises/solutions/) become `../derivations.md`. Everything
-else is copied as it is, so the text of a stub and of its solution cannot drift apart.
-
-    python -m exercises release [--write]   list (rewrite) the stubs that differ from their
-                                            solutions (also: python -m exercises.release)
-    python -m exercises handout DIR         the whole repository for students (handout())
+Links to `../../derivations.md` become `../derivations.md`; everything else is copied, so a
+stub and its solution cannot drift apart. `python -m exercises.release [--write]` lists
+(rewrites) the stubs that differ from their solutions.
 """
 
 from __future__ import annotations
@@ -139,34 +129,25 @@ def handout(out):
         for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=handout", "-c",   # checkout
                      "user.email=handout@localhost", "commit", "-q", "-m", "The handout"]):
             subprocess.run(["git", *args], cwd=out, check=True, capture_output=True)
+    required = sum(not exercise.optional for exercise in COURSE)
     print(f"wrote {out}: {copied} files, {len(stubs)} stubs made afresh, no solutions. In it: "
-          f"`python -m pytest`, and `python -m exercises` (0 of {sum(not e.optional for e in COURSE)} done)")
+          f"`python -m pytest`, and `python -m exercises` (0 of {required} done)")
     return 0
 
 
 def main(argv=()):
-    """Exit 1 when a stub differs from its solution; with "--write" in argv, rewrite it."""
-    if set(argv) - {"--write"}:
-        print(f"usage: python -m exercises.release [--write]\n{__doc__}", file=sys.stderr)
-        return 2
-    write = "--write" in argv
+    """Exit 1 when a stub differs from its solution; with "--write" in argv, rewrite them."""
     if not checker.SOLUTIONS_FOLDER.is_dir():
         print("no exercises/solutions/ here (a handout): nothing to release", file=sys.stderr)
         return 2
-    differ = 0
-    for solution, student in pairs():
-        stub = make_stub(solution.read_text(encoding="utf-8"))
-        if student.is_file() and student.read_text(encoding="utf-8") == stub:
-            continue
-        if write:
-            student.write_text(stub, encoding="utf-8", newline="\n")
-            print(f"wrote {student.name}")
-        else:
-            differ += 1
-            print(f"differs from its solution: {student.name}")
-    if not write:
-        print(f"{differ} stub(s) differ from their solutions" if differ else
-              "every stub matches its solution")
+    differ = [student.name for solution, student in pairs() if not student.is_file() or
+              student.read_text(encoding="utf-8") != make_stub(solution.read_text("utf-8"))]
+    if "--write" in argv:
+        write_stubs(checker.PACKAGE)
+        print("".join(f"wrote {name}\n" for name in differ) + "every stub is made afresh")
+        return 0
+    print("".join(f"differs from its solution: {name}\n" for name in differ)
+          + (f"{len(differ)} stub(s) differ" if differ else "every stub matches its solution"))
     return 1 if differ else 0
 
 

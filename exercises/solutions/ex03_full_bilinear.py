@@ -74,7 +74,7 @@ def bilinear_forward(x, A, V, act="identity"):
 # ## 2. Only the symmetric part matters
 #
 # Return `(A_j + A_jᵀ) / 2` for every unit: transpose the *last two* axes of `A`
-# (`A.transpose(0, 2, 1)`), not the first. The checker verifies that the output does not
+# (`A.transpose(0, 2, 1)`), not the first. Try it shows that the scores do not
 # change, and that the scores of the rest, `A − sym(A)`, are zero.
 
 
