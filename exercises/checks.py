@@ -1087,9 +1087,7 @@ def short_training(forward, backward, act, steps=300, seed=161):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((64, 6))
     T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
-    params = {"Q": rng.standard_normal((8, 6)) / np.sqrt(6),
-              "K": rng.standard_normal((8, 6)) / np.sqrt(6),
-              "V": rng.standard_normal((8, 3)) / np.sqrt(8)}
+    params = bn.FORMULATIONS["gated_mlp"].init(rng, 6, 8, 3)     # Q, K (8, 6), V (8, 3)
     state, losses = bn.adam_init(params), []
     for _ in range(steps + 1):
         y, cache = forward(x, params["Q"], params["K"], params["V"], act)
