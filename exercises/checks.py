@@ -1242,15 +1242,12 @@ def count_unit(v, x, p):
 def count_reference(v, rng, n=60):
     """P − rank J for the unit v at random parameters and n tokens kept 0.02 away from any
     kink of φ (no difference crosses one); drawn again while the rank is unclear."""
-    m, d = v["m"], v["d"]
     for _ in range(10):
-        p = {"Q": rng.standard_normal((m, d)) / np.sqrt(d),
-             "K": rng.standard_normal((m, d)) / np.sqrt(d),
-             "V": rng.standard_normal((m, v["d_out"]))}
+        p = bn.FORMULATIONS["gated_mlp"].init(rng, v["d"], v["m"], v["d_out"])   # Q, K, V
         p = ({k: p[k] for k in "KV"} if v["form"] == "mlp" else p) | (
-            {"beta": rng.standard_normal(m), "gamma": rng.standard_normal(m)}
+            {"beta": rng.standard_normal(v["m"]), "gamma": rng.standard_normal(v["m"])}
             if "biases" in v["form"] else {})
-        x = rng.standard_normal((20 * n, d))
+        x = rng.standard_normal((20 * n, v["d"]))
         x = x[np.min(np.abs(count_unit(v, x, p)[1]), axis=1) > 0.02][:n]
         count = null_count(fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p))
         if count is not None:
