@@ -289,18 +289,29 @@ def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
                    args=lambda v: (v,), mine=", your unit"):
     """Rows: the prediction function(*args(v)) for the student's variant and three more of
     its family (label(v) names them; the four labels differ: four questions), against
-    truth(v, rng), measured now; convert: the student's answer as the truth is written
-    (e.g. a float)."""
-    own, more, draw = c.variant(), [], c.rng(1, 3)
+    truth(v, rng), measured now; the four truths are not all the same, so that no answer
+    that ignores its unit passes every row; convert: the student's answer as the truth is
+    written (e.g. a float)."""
+    own, draw = c.variant(), c.rng(1, 3)
+    units, truths, fallback = [own], [truth(own, c.rng(2, 1))], None
     for _ in range(1000):                         # a family has far more than four members
         v = c.exercise.variant(draw)
-        if label(v) not in {label(u) for u in [own] + more}:
-            more.append(v)
-        if len(more) == 3:
+        if label(v) in {label(u) for u in units}:
+            continue
+        t = truth(v, c.rng(2, len(units) + 1))
+        if len(units) == 3 and all(t == u for u in truths):
+            fallback = fallback or (v, t)         # kept if no member answers otherwise
+            continue                              # the last one differs from the others
+        units.append(v)
+        truths.append(t)
+        if len(units) == 4:
             break
-    for i, v in enumerate([own] + more, 1):
-        c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function,
-                    truth(v, c.rng(2, i)), lambda v=v: convert(c.call(function, *args(v))))
+    if len(units) == 3 and fallback:              # a family with one answer for all
+        units.append(fallback[0])
+        truths.append(fallback[1])
+    for i, (v, t) in enumerate(zip(units, truths), 1):
+        c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function, t,
+                    lambda v=v: convert(c.call(function, *args(v))))
 
 
 def set_text(value):

@@ -903,6 +903,20 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tm
     assert "count_symmetries(" not in try_it and "SWIGLU" not in text
 
 
+def test_no_answer_that_ignores_its_unit_passes_every_predicted_row():
+    # A family whose truth is the same for 9 members in 10 (as "no exponent" was in exercise
+    # 7, "not kept" in 6 and 12): the four rows of predicted_rows still ask for two answers.
+    import dataclasses
+    import types
+    family = dataclasses.replace(COURSE[6], variant=lambda rng: {"k": int(rng.integers(1000))})
+    for seed in range(20):
+        c = checker.Checks(types.ModuleType("student"), family, 7, seed=seed)
+        truths = []
+        c.predicted = lambda label, function, truth, got: truths.append(truth)
+        checks.predicted_rows(c, "f", lambda v, rng: v["k"] % 10 == 0, lambda v: str(v["k"]))
+        assert len(truths) == 4 and len(set(truths)) == 2, (seed, truths)
+
+
 def test_a_row_shows_a_float_as_a_float_and_an_empty_set_as_a_set():
     assert [checker.describe(v) for v in (1.0, np.float32(3), np.array(2.0), 1, 0.5)] == \
         ["1.0", "3.0", "2.0", "1", "0.5"]
