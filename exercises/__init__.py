@@ -7,7 +7,8 @@
     python -m exercises grade SUBS --csv F   instructors: a class, one folder per student
     python -m exercises.release [--write]    instructors: the stubs made from solutions/
 
-In a notebook: save, then `import exercises; exercises.check(1)` in a cell.
+In a notebook: run its Setup cell (it finds the repository), save, then
+`import exercises; exercises.check(1)` in a cell.
 
 1. course.py lists the exercises. Exercise N is exNN_<slug>.ipynb when that exists, else
    exNN_<slug>.py (file times never decide; every view names the file graded).

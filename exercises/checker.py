@@ -716,8 +716,8 @@ def gradient_diagnosis(rows):
     elif wrong == ["dx"]:
         point = "only dx is wrong: look at every path from x to the output"
     elif len(wrong) == 1:
-        point = (f"only {wrong[0]} is wrong: look at the last step, where {wrong[0][1:]} "
-                 f"enters")
+        point = (f"only {wrong[0]} is wrong: look at the step of your forward where "
+                 f"{wrong[0][1:]} enters (the rest of the backward pass is right)")
     else:
         point = (f"{', '.join(wrong)} are wrong and {', '.join(right)} right: look at the "
                  f"steps that lead to the first and not to the second")

@@ -134,7 +134,7 @@ def key_value_memory(c):
     c.close("memory_contributions, relu", "memory_contributions",
             sigma("relu", K @ x[1])[:, None] * V,
             lambda: c.call("memory_contributions", x[1], K, V, "relu"))
-    c.close("sum of contributions = mlp output", "memory_contributions",
+    c.close("contributions summed = the MLP's output", "memory_contributions",
             bn.mlp_forward(x[2], K, V, "silu")[0],
             lambda: np.sum(c.call("memory_contributions", x[2], K, V, "silu"), axis=0))
     for i in range(3):
