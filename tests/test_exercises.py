@@ -610,7 +610,7 @@ def test_your_unit_and_three_more_are_four_distinct_questions(number):
     for seed in range(40):
         c = checker.Checks(SimpleNamespace(f=lambda *args: 0), COURSE[number - 1], number,
                            seed=seed)
-        checks.predicted_rows(c, "f", lambda v, rng: 0, LABELS[number])
+        checks.predicted_rows(c, "f", lambda v, rng: LABELS[number](v), LABELS[number])
         own = LABELS[number](checker.own_variant(COURSE[number - 1], number, seed))
         labels = [own] + [row.check.split(": ", 1)[1] for row in c.rows[1:]]
         assert len(c.rows) == 4 and len(set(labels)) == 4, (seed, labels)
