@@ -579,7 +579,7 @@ def back_to_back(old_rev, print_line=print):
     on this machine, and docs/speed.md's tables re-made from the two runs.
 
     Run from the clone's root: `python -m experiments.bench OLD_REV` (one BLAS thread; about
-    40 minutes on an idle 2-core machine). Writes results/bench_back_to_back_OLD_REV.csv
+    50 minutes on an idle 2-core machine). Writes results/bench_back_to_back_OLD_REV.csv
     (old_rev's run, from a `git archive` of it in a temporary folder), results/bench.csv
     (this code's run), results/bench_run.txt (the commits, `uptime` before and after each
     run, the wall times), and points docs/speed.md's two generated tables at them. The
