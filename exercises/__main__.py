@@ -194,6 +194,8 @@ def main(argv=None):
     if not 0 <= args.time_limit <= 1e6:                  # also NaN and inf
         return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds, got "
                            f"{args.time_limit}")
+    if args.jobs is not None and args.jobs < 1:
+        return usage_error(f"--jobs: expected 1 or more children at a time, got {args.jobs}")
     if args.command == "grade":
         if args.csv is None or not Path(args.target).is_dir():
             return usage_error(f"grade SUBMISSIONS --csv FILE: {args.target} is a folder?")

@@ -341,6 +341,10 @@ def test_bad_usage_exits_2_and_a_missing_file_says_so(tmp_path):
     assert main(["check", "999"]) == 2 and main(["check"]) == 2 and main(["check", "ex01"]) == 2
     assert main(["--time-limit", "-1"]) == 2 and main(["--time-limit", "nan"]) == 2
     assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv")]) == 2   # no student
+    (tmp_path / "alice").mkdir()
+    for jobs in ("0", "-3"):                      # refused before any grading
+        assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--jobs", jobs]) == 2
+    assert not (tmp_path / "g.csv").exists()
     result = checker.run_exercise(1, COURSE[0], tmp_path)
     assert result.status == "missing" and "ex01_key_value_memory.py" in result.note
 
