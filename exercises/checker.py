@@ -1,47 +1,46 @@
-"""The checker: rows, the child process that makes them, and what they tell the student
-(the design, step by step: the docstring of exercises/__init__.py)."""
+"""The checker: rows, the child that answers and the parent that judges, and what the rows
+tell the student (the design, step by step: the docstring of exercises/__init__.py)."""
 
 from __future__ import annotations
 
-import copy
-import json
+import builtins
 import os
+import queue
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
-import types
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 import bilinear_numpy as bn
+from exercises import protocol, sandbox
 
 PACKAGE = Path(__file__).resolve().parent          # exercises/
 ROOT = PACKAGE.parent                              # the repository
 SOLUTIONS_FOLDER = PACKAGE / "solutions"
-HINTS_FILE = PACKAGE / "hints.json"
 SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
 CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
-TIME_LIMIT = 10.0                                  # seconds per check (the import is one)
-SLACK = 60.0                                       # a child silent this long past it is killed
+TIME_LIMIT = 10.0                                  # seconds per call of the student's code
+GRACE = 1.0                                        # past the limit, for the child's trace
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
+WHEN_GRADED = "checked when graded"                # a reading answer's row in a handout
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """slug: the file's topic (exNN_slug.py) and its hints' key; title: one line; check:
-    function(Checks) adding the rows; writes: bn names the exercise asks the student to
-    write (calling one is an ERROR row); diagnose: function(rows) -> [(point, slip)] read
-    from which rows fail together; variant: function(rng) -> the student's own problem, a
-    dict whose "y" says it in one line; optional: counted apart from the course."""
+    """One exercise, read from its file of checks (exercises/checks/exNN_slug.py): slug
+    (the file's topic), title (one line), check (function(Checks) adding the rows), writes
+    (bn names the exercise asks the student to write: calling one is an ERROR row),
+    diagnose (function(rows) -> [(point, slip)] read from which rows fail together),
+    variant (function(rng) -> the student's own problem, a dict whose "y" says it in one
+    line), hints ({topic or "general": [level 1, 2, 3]}, and "formulas" for a backward
+    pass), optional (counted apart from the course)."""
 
     slug: str
     title: str
@@ -49,6 +48,7 @@ class Exercise:
     writes: tuple = ()
     diagnose: Callable | None = None
     variant: Callable | None = None
+    hints: dict = field(default_factory=dict)
     optional: bool = False
 
 
@@ -64,7 +64,7 @@ class Row:
     while the code raises NotImplementedError or an answer is None, `SKIPPED` when what an
     optional exercise needs is not installed."""
     check: str
-    topic: str            # the student's function or answer (a key of hints.json)
+    topic: str            # the student's function or answer (a key of the hints)
     expected: str
     got: str
     max_diff: float | None
@@ -271,59 +271,210 @@ def variant_text(exercise, number, seed):
     return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
 
 
-# ----- The library, as the student's code finds it ---------------------------------------
+# ----- What the student's code did, as the checker learns it ------------------------------
 
 
-class Refused(Exception):
-    """The student's code called a function it is asked to write, or replaced a library table."""
+class StudentError(Exception):
+    """The student's code raised (the child's report): `where` is the line of their file."""
+    where = ""
 
 
-CALLED = []      # the bn functions of an exercise's `writes` called (see check_file)
+class Refused(StudentError):
+    """The student's code called a function it is asked to write, or replaced a library name."""
 
 
-def tripwire(name, fn):
-    """fn, noting in CALLED each call (Checks.call reads it)."""
-    def noted(*args, **kwargs):
-        CALLED.append(name)
-        return fn(*args, **kwargs)
-    return noted
+class TimedOut(StudentError):
+    """The student's code did not return within the time limit (the child was ended)."""
 
 
-def library_state():
-    """What bilinear_numpy holds: its names and its two registries, to put back."""
-    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
+class Ended(StudentError):
+    """The child's process ended (os._exit, a crash) before it replied."""
 
 
-def restore_library(saved):
-    """Put back every name and registry entry of `saved` (new entries stay); return the
-    names that had been changed."""
-    changed = []
-    for label, table, before in zip(("bn.", "bn.FORMULATIONS", "bn.ACTIVATIONS"),
-                                    (vars(bn), bn.FORMULATIONS, bn.ACTIVATIONS), saved):
-        for key, value in before.items():
-            if table.get(key, saved) is not value:
-                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
-                table[key] = value
-    return changed
+BUILTIN_ERRORS = {name: getattr(builtins, name) for name in ("ValueError", "TypeError", "KeyError", "IndexError", "NameError",
+                   "AttributeError", "ZeroDivisionError", "NotImplementedError",
+                   "ArithmeticError", "LookupError", "RuntimeError", "AssertionError",
+                   "FileNotFoundError", "OSError", "ImportError", "ModuleNotFoundError",
+                   "RecursionError", "OverflowError", "FloatingPointError",
+                   "UnboundLocalError", "StopIteration", "MemoryError")}
 
 
-# ----- The object a check function fills -----------------------------------------------
+def student_error(report, path):
+    """The exception the checker raises for the child's report of what the code raised: of
+    the first builtin type among the student's exception's classes (so a check can catch a
+    ValueError the code raised), marked StudentError, its text as the student sees it."""
+    names = [str(n) for n in report.get("types", [])] or ["Exception"]
+    message = str(report.get("message", ""))
+    if names[0] == "SystemExit":
+        message = "your code called sys.exit() or exit(): return a value instead"
+    elif names[0] == "KeyboardInterrupt":
+        message = "raised KeyboardInterrupt (or Ctrl-C was pressed)"
+    base = next((BUILTIN_ERRORS[n] for n in names if BUILTIN_ERRORS.get(n)), Exception)
+    error = type(names[0], (StudentError, base), {})(message)
+    line = report.get("line")
+    error.where = f" ({Path(path).name}, line {line})" if path and line else ""
+    return error
+
+
+def exception_message(error):
+    """'TypeError: message (ex01_x.py, line 12)': a row's words for what the code raised."""
+    if isinstance(error, (TimedOut, Ended, Refused)):
+        return str(error)
+    return f"{type(error).__name__}: {error}{getattr(error, 'where', '')}"
+
+
+class Session:
+    """The child of one check: started at the first request (a fresh scratch folder, the
+    course and the submission copied in, the student's file imported), started again after
+    a time-out or an end, ended by close(). Requests wait at most `seconds` (0: no limit)."""
+
+    def __init__(self, exercise, path, submission, seconds):
+        self.exercise, self.path, self.submission, self.seconds = (exercise, path, submission,
+                                                                   seconds)
+        self.proc = self.scratch = self.shared = None
+        self.ids, self.imported = 0, None       # imported: None, or the import's error
+
+    def folder(self):
+        """A folder for files the checker writes and the student's code reads (read-only
+        to it), the same for every child of this session."""
+        if self.shared is None:
+            self.shared = Path(tempfile.mkdtemp(prefix="exercises-files-"))
+        return self.shared
+
+    def start(self):
+        self.scratch = sandbox.new_scratch()
+        sandbox.write_files(self.scratch / "submission", self.submission)
+        work = self.scratch / "work"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env.update(PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(work),
+                   TEMP=str(work), TMP=str(work), **{CHILD_MARK: "1"})
+        code = (f"import sys; sys.path[0:1] = [{str(self.scratch / 'course')!r}, "
+                f"{str(self.scratch / 'submission')!r}]; "
+                f"from exercises.child import main; main(sys.argv[1:])")
+        argv = [sys.executable, "-c", code, str(self.scratch / "submission" / self.path.name),
+                ",".join(self.exercise.writes), str(self.seconds), str(work / "trace.txt")]
+        self.proc = sandbox.start(argv, self.scratch, env, self.folder())
+        self.replies = queue.Queue()
+        threading.Thread(target=self.read_replies, args=(self.proc.stdout, self.replies),
+                         daemon=True).start()
+        try:
+            reply = self.exchange({"op": "import"})
+        except StudentError as error:             # the import timed out or ended the child
+            self.imported = error
+            raise
+        self.imported = student_error(reply["error"], self.path) if "error" in reply else False
+
+    @staticmethod
+    def read_replies(stream, replies):
+        while True:
+            try:
+                replies.put(protocol.receive(stream))
+            except (EOFError, OSError, ValueError, protocol.ProtocolError) as error:
+                replies.put(error)
+                return
+
+    def exchange(self, request):
+        """Send one request; its reply (a dict), or TimedOut or Ended raised (and the child
+        ended, to be started again at the next request)."""
+        self.ids += 1
+        try:
+            protocol.send(self.proc.stdin, request | {"id": self.ids})
+        except (OSError, ValueError):
+            pass                                  # the child is gone: its end says why
+        deadline = time.monotonic() + self.seconds + GRACE if self.seconds > 0 else None
+        while True:
+            try:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0)
+                reply = self.replies.get(timeout=left)
+            except queue.Empty:
+                where = self.trace_line()
+                self.close()
+                raise TimedOut(f"stopped at its time limit of {self.seconds:g} s{where}: a "
+                               f"loop that never ends? (--time-limit SECONDS changes it)")
+            if isinstance(reply, Exception):
+                try:
+                    code = self.proc.wait(timeout=5)
+                except Exception:                 # noqa: BLE001 -- still running: no status
+                    code = None
+                self.close()
+                raise Ended(f"the process ended (exit status {code}): does your code call "
+                            f"os._exit, or crash Python?")
+            if reply.get("id") == self.ids:
+                return reply
+
+    def trace_line(self):
+        """' (line N of exNN.py)': where the code was at the time limit, from its trace."""
+        try:
+            stack = (self.scratch / "work" / "trace.txt").read_text(encoding="utf-8",
+                                                                     errors="replace")
+        except OSError:
+            return ""
+        lines = [n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
+                 if Path(f).name == self.path.name]
+        return f" (line {lines[0]} of {self.path.name})" if lines else ""
+
+    def request(self, op, **fields):
+        """The value the child returns for one request (decoded data, Opaque for the rest);
+        the student's exception re-raised as StudentError, Refused, TimedOut or Ended."""
+        if self.proc is None:
+            self.start()
+        if self.imported:
+            raise self.imported
+        reply = self.exchange({"op": op} | fields)
+        if "refused" in reply:
+            raise Refused(str(reply["refused"]))
+        if "error" in reply:
+            raise student_error(reply["error"], self.path)
+        value = protocol.decode(reply.get("value"))
+        return (value, protocol.decode(reply["args"])) if fields.get("args_back") else value
+
+    def close(self):
+        if self.proc is not None:
+            sandbox.end(self.proc)
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self.proc = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+    def finish(self):
+        """close(), and the shared folder removed."""
+        self.close()
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+            self.shared = None
+
+
+# ----- The object a check function fills -------------------------------------------------
+
+
+def load_answers():
+    """{exercise number: {name: truth}} of the reading questions, from beside the solutions
+    (exercises/solutions/answers.py), or None where there are none (a handout)."""
+    path = SOLUTIONS_FOLDER / "answers.py"
+    if not path.is_file():
+        return None
+    namespace = {"__file__": str(path)}
+    exec(compile(path.read_bytes(), str(path), "exec"), namespace)
+    return namespace["ANSWERS"]
+
+
+ANSWERS = load_answers()                # read when the checker starts, before any child runs
 
 
 class Checks:
-    """`c`, what a check function of checks.py gets: the student's module, and the methods
-    that add rows (close, equal, answer_is, predicted, holds, skip) around calls of the
-    student's code (call, answer). Each row is reported twice: ("running", (index, check,
-    topic, expected)) before it runs, ("row", Row) after. Rows before index `start` are not
-    run (an earlier child ran them); a row whose topic is in `stuck` is TIMEOUT without
-    running (that function did not return before). `seed` draws c.rng and c.variant."""
+    """`c`, what a check function gets: the methods that add rows (close, equal, predicted,
+    reading, holds, skip) around requests to the student's code (call, answer, run), which
+    the session's child answers. Every truth and verdict is made here. `seed` draws c.rng
+    and c.variant; `answers`: the reading questions' truths, None in a handout."""
 
-    def __init__(self, module, exercise, number, path=None, report=None, start=0, seed=0,
-                 stuck=()):
-        self.module, self.exercise, self.number, self.path = module, exercise, number, path
-        self.report = report or (lambda kind, value: None)
-        self.start, self.seed, self.stuck, self.rows, self.index = start, seed, stuck, [], 0
-        self.cwd, self.library = os.getcwd(), library_state()
+    def __init__(self, session, exercise, number, seed=0, answers=None):
+        self.session, self.exercise, self.number, self.seed = session, exercise, number, seed
+        self.answers, self.rows, self.stuck = answers, [], set()
 
     def rng(self, *labels):
         """A generator of this student's own numbers for this exercise (and labels)."""
@@ -333,52 +484,46 @@ class Checks:
         """The student's own variant (the exercise's `variant` drawn from their seed): a dict."""
         return own_variant(self.exercise, self.number, self.seed)
 
-    def call(self, name, *args, in_place=False, **kwargs):
-        """The student's function `name` on copies of the arguments (in_place: on the
-        arguments themselves), guarded."""
-        fn = getattr(self.module, name, None)
-        if not callable(fn):
-            raise NameError(f"{name} is not defined as a function in the file")
-        if not in_place:
-            args, kwargs = copy.deepcopy((args, kwargs))  # nothing handed over comes back changed
-        return self.guarded(fn, *args, **kwargs)
+    def student(self, name):
+        """The student's function `name` as an argument (resolved in the child) or, called
+        here, a call of it across the pipe."""
+        return protocol.Student(name, self.call)
 
-    def guarded(self, fn, *args, **kwargs):
-        """fn(*args, **kwargs), the student's code; afterwards the working folder and
-        bilinear_numpy are put back, and a call of a bn function the exercise asks to write,
-        or a table changed, raises Refused (an ERROR row)."""
-        CALLED.clear()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            os.chdir(self.cwd)
-            changed = restore_library(self.library)
-            if CALLED:
-                raise Refused(f"you called bn.{CALLED[0]}, which this exercise asks you to "
-                              f"write")
-            if changed:
-                raise Refused(f"your code replaced {', '.join(changed[:3])}; the checker "
-                              f"put it back: leave bilinear_numpy as it is")
+    def call(self, name, *args, keep=False, args_back=False, **kwargs):
+        """The student's function `name` on the arguments (data, Named or Student; sent, so
+        nothing handed over comes back changed). keep: the child keeps the value and an
+        Opaque comes back; args_back: (value, the arguments as the call left them)."""
+        return self.session.request("call", target=name, args=protocol.encode(args),
+                                    kwargs=protocol.encode(kwargs), keep=keep,
+                                    args_back=args_back)
+
+    def run(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs) in the child, fn a Named function of the course that calls the
+        student's code (given as Student arguments): what it returns."""
+        return self.session.request("run", fn=protocol.encode(fn), args=protocol.encode(args),
+                                    kwargs=protocol.encode(kwargs))
+
+    def folder(self):
+        """A folder for files the checker writes for the student's code to read: a Path."""
+        return self.session.folder()
+
+    def fetch(self, kept):
+        """The value the child keeps under an Opaque handle."""
+        return self.session.request("fetch", handle=kept.handle)
 
     def answer(self, name):
         """The student's answer `name`; NotImplementedError while it is None."""
-        if not hasattr(self.module, name):
-            raise NameError(f"{name} is not defined in the file")
-        if getattr(self.module, name) is None:
+        value = self.session.request("answer", name=name)
+        if value is None:
             raise NotImplementedError(f"{name} is still None")
-        return getattr(self.module, name)
+        return value
 
     def _add(self, row):
         self.rows.append(row)
-        self.report("row", row)
 
     def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
-        """One row: got_fn() (the student's code) compared by compare(got)."""
-        index, self.index = self.index, self.index + 1
-        if index < self.start:
-            return
-        shown = expected if expected is HIDDEN else describe(expected)
-        self.report("running", (index, check, topic, shown))
+        """One row: got_fn() (which asks the student's code) compared by compare(got)."""
+        shown = expected if expected is HIDDEN or expected is WHEN_GRADED else describe(expected)
         if topic in self.stuck:
             return self._add(Row(check, topic, shown, "not run", None, None, "TIMEOUT",
                                  f"not run: {topic} did not return in an earlier check"))
@@ -387,9 +532,13 @@ class Checks:
         except NotImplementedError as error:
             return self._add(Row(check, topic, shown, "not written", None, None, "TODO",
                                  str(error) or f"{topic}: not written yet"))
-        except BaseException as error:  # noqa: B036 -- whatever the student raises is a row
+        except TimedOut as error:
+            self.stuck.add(topic)
+            return self._add(Row(check, topic, shown, "timeout", None, None, "TIMEOUT",
+                                 f"TIMEOUT: {error}"))
+        except StudentError as error:
             return self._add(Row(check, topic, shown, "raised", None, None, "ERROR",
-                                 exception_message(error, self.path)))
+                                 exception_message(error)))
         try:
             verdict, got_text, diff, rel, message = compare(got)
         except Exception as error:                        # a comparison that cannot run fails
@@ -408,15 +557,26 @@ class Checks:
         """Row: got_fn() == expected exactly, types included."""
         self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
 
-    def answer_is(self, name, expected, transform=None, check=None):
-        """Row: the answer `name` (after transform) equals `expected`, which is not shown."""
-        self.predicted(check or name, name, expected,
-                       lambda: (transform or (lambda v: v))(self.answer(name)))
-
     def predicted(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included, the expected value not shown
         (a prediction's truth, measured at check time, would give it away)."""
         self._row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
+
+    def reading(self, name, form, predicate, transform=None):
+        """Row: the answer to a reading question `name`, whose truth is fixed (the same for
+        every student). Where the answers are (the repository, or `grade` run there): it
+        equals the truth after transform, the truth not shown. In a handout: it has the
+        form (`form` says it, predicate(answer) tests it), "checked when graded"."""
+        if self.answers is not None:
+            truth = self.answers[self.number][name]
+            return self.predicted(name, name, truth,
+                                  lambda: (transform or (lambda v: v))(self.answer(name)))
+
+        def compare(got):
+            if predicate(got):
+                return "ok", describe(got), None, None, f"{WHEN_GRADED} (its form is right)"
+            return "WRONG", describe(got), None, None, f"expected {form}"
+        self._row(name, name, WHEN_GRADED, lambda: self.answer(name), compare)
 
     def skip(self, check, topic, reason):
         """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
@@ -432,107 +592,7 @@ class Checks:
         self._row(check, topic, expected_text, got_fn, compare)
 
 
-# ----- One exercise in this process (the child, or a developer test) --------------------
-
-
-def notebook_code(path):
-    """The code cells of a .ipynb file joined into one source; `%` and `!` lines become
-    comments. ValueError, naming the fault, for anything that is not such a notebook."""
-    name = Path(path).name
-    try:
-        cells = json.loads(Path(path).read_text(encoding="utf-8-sig"))["cells"]
-    except (ValueError, KeyError, TypeError, RecursionError) as error:
-        raise ValueError(f"{name} is not a notebook that can be read: "
-                         f"{type(error).__name__}: {error}") from None
-    if not isinstance(cells, list):
-        raise ValueError(f"{name}: its \"cells\" is a {type(cells).__name__}, not a list")
-    parts = []
-    for number, cell in enumerate(cells, start=1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell.get("source", "")
-        if isinstance(source, list) and all(isinstance(s, str) for s in source):
-            source = "".join(source)
-        if not isinstance(source, str):
-            raise ValueError(f"{name}: the source of cell {number} is not text")
-        parts.append("\n".join(("# " + line) if line.lstrip().startswith(("%", "!")) else line
-                               for line in source.splitlines()))
-    return "\n\n".join(parts) + "\n"
-
-
-def load_module(path):
-    """Import a .py file, or a notebook's code cells joined, under a private name."""
-    path = Path(path)
-    module = types.ModuleType(f"_exercise_{path.stem}")
-    module.__file__ = str(path)
-    source = notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes()
-    sys.modules[module.__name__] = module                # while it runs (a @dataclass needs it)
-    try:
-        exec(compile(source, str(path), "exec"), vars(module))
-    finally:
-        sys.modules.pop(module.__name__, None)
-    return module
-
-
-def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
-    """Import the student's file and run its checks here: a Result. The import is the row
-    before the first (index -1), shown only when it fails. While it runs, the bn functions
-    of exercise.writes are wrapped in a tripwire; bilinear_numpy and the working folder are
-    put back after the import, after each call and at the end."""
-    original = library_state()
-    for name in exercise.writes:
-        setattr(bn, name, tripwire(name, getattr(bn, name)))
-    checks = Checks(None, exercise, number, path, report, start, seed, stuck)
-    try:
-        checks.report("running", (-1, "import the file", "general", "imports"))
-        try:
-            checks.module = checks.guarded(load_module, path)
-        except BaseException as error:  # noqa: B036 -- the student's exception is a row
-            checks._add(Row("import the file", "general", "imports", "raised", None, None,
-                            "ERROR", exception_message(error, path)))
-            return Result(number, exercise, Path(path), "failing", checks.rows)
-        try:
-            exercise.check(checks)
-        except Exception as error:                       # a bug in checks.py: a row, not a crash
-            checks._add(Row("the checks themselves", "general", "-", "crashed", None, None,
-                            "ERROR", f"a bug in exercises/checks.py, not in your file: "
-                            f"{type(error).__name__}: {error}"))
-        return Result(number, exercise, Path(path), status_of(checks.rows), checks.rows)
-    finally:
-        restore_library(original)
-        os.chdir(checks.cwd)
-
-
-IN_CHILD = False                                   # True in a child (set by child_main)
-
-
-def child_main(argv):
-    """The child: EVENTS NUMBER PATH START SEED STUCK SECONDS (STUCK: topics, comma-separated).
-    Writes one JSON line per event to EVENTS. Each step (a check, or the checks' own work
-    between two) has SECONDS: past them, faulthandler writes the stack to EVENTS.trace and
-    ends the process, whatever the student's code is doing."""
-    global IN_CHILD
-    import faulthandler
-    from exercises.course import COURSE
-    IN_CHILD = True
-    events_path, number, path, start, seed, stuck, seconds = argv
-    number, seconds = int(number), float(seconds)
-    with open(events_path, "a", encoding="utf-8") as events, \
-            open(events_path + ".trace", "w", encoding="utf-8") as trace:
-        def report(kind, value):
-            faulthandler.cancel_dump_traceback_later()
-            events.write(json.dumps({kind: asdict(value) if isinstance(value, Row) else value})
-                         + "\n")
-            events.flush()
-            if seconds > 0 and kind != "end":
-                faulthandler.dump_traceback_later(seconds, exit=True, file=trace)
-        check_file(number, COURSE[number - 1], path, report, int(start), int(seed),
-                   tuple(filter(None, stuck.split(","))))
-        report("end", True)
-    os._exit(0)             # threads and handlers the student left do not keep it alive
-
-
-# ----- Which file, and whose -----------------------------------------------------------
+# ----- One exercise: its child, its checks here -------------------------------------------
 
 
 def graded_file(number, exercise, folder):
@@ -547,153 +607,88 @@ def graded_file(number, exercise, folder):
     return (path, f"graded {path.name}") if path.is_file() else (None, "")
 
 
-def read_seed(folder):
-    """(name, seed) from the folder's student.json; ("", 0) when there is none or it is bad."""
+def read_seed(folder=None, files=None):
+    """(name, seed) from the folder's student.json (or the snapshot `files`' one); ("", 0)
+    when there is none or it is bad."""
+    import json
     try:
-        data = json.loads((Path(folder) / SEED_FILE).read_text(encoding="utf-8-sig"))
+        text = files[SEED_FILE] if files is not None else (Path(folder) / SEED_FILE).read_bytes()
+        data = json.loads(text.decode("utf-8-sig"))
         return str(data["name"]), int(data["seed"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return "", 0
 
 
-# ----- Running exercises in child processes ---------------------------------------------
-
-
 class Nested(RuntimeError):
-    """Raised when a checker is asked to start inside a file the checker is running."""
+    """Raised when a checker is asked to start inside a process a checker started."""
 
 
-STOP = threading.Event()                           # set on Ctrl-C: every child is killed
-
-
-def kill_tree(proc):
-    """Kill the child and every process it started (its own process group or session)."""
-    if os.name == "nt":
-        subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True)
-    else:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _run_child(number, path, scratch, start, seconds, seed, stuck):
-    """One child from check `start` on: (rows, running, how it ended: "ended", "timeout" or
-    "crashed", where (the line of a time-out), exit status); `running` is the (index, check,
-    topic, expected) it did not finish, None between checks. The child keeps its own time
-    limit (child_main); the parent kills it only when it is silent for SLACK seconds more,
-    and always kills what it started and empties its temporary folder."""
-    events, temp = Path(scratch) / f"events-{start}.jsonl", Path(scratch) / f"tmp-{start}"
-    trace = Path(f"{events}.trace")
-    events.touch()
-    temp.mkdir()
-    env = dict(os.environ, PYTHONIOENCODING="utf-8",      # print("σ") is no error on Windows
-               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp),
-               **{CHILD_MARK: "1"})
-    code = (f"import sys; sys.path[0] = {str(ROOT)!r}; import exercises.checker as c; "
-            f"c.child_main(sys.argv[1:])")             # on sys.path: the repository, not the folder
-    args = [sys.executable, "-c", code, str(events), str(number), str(path), str(start),
-            str(seed), ",".join(stuck), str(seconds)]
-    group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" \
-        else {"start_new_session": True}
-    overdue = False
-    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, env=env, cwd=path.parent, **group) as proc:
-        try:
-            while proc.poll() is None and not STOP.is_set() and not overdue:
-                time.sleep(0.02)
-                overdue = seconds > 0 and time.time() - events.stat().st_mtime > seconds + SLACK
-        finally:
-            kill_tree(proc)                               # also what the student's code started
-            proc.wait()
-    shutil.rmtree(temp, ignore_errors=True)              # what it left in temporary folders
-    rows, running, ended = [], None, "crashed"
-    for line in events.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            (kind, value), = json.loads(line).items()
-            value = Row(**value) if kind == "row" else value
-        except (ValueError, TypeError, AttributeError, RecursionError):
-            continue                                      # cut short, or not the child's
-        if kind == "running":
-            running = tuple(value)
-        elif kind == "row":
-            rows.append(value)
-            running = None
-        elif kind == "end":
-            ended = "ended"
-    stack = trace.read_text(encoding="utf-8", errors="replace") if trace.is_file() else ""
-    where = ""
-    if ended != "ended" and (overdue or stack.strip()):
-        ended = "timeout"                                 # the line it was on, from the stack
-        line = next((n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
-                     if Path(f).name == path.name), None)
-        where = f" (line {line} of {path.name})" if line else ""
-    return rows, running, ended, where, proc.returncode
-
-
-def run_exercise(number, exercise, folder, seconds=TIME_LIMIT):
-    """Check exercise `number` in `folder`: a Result, never an exception for anything in the
-    student's file. A child runs the checks; one that times out or ends its process costs
-    its check a row, and a new child goes on from the next check (the later rows of the
-    function that did not return are TIMEOUT, not run). Raises Nested inside a checked file."""
-    if IN_CHILD or os.environ.get(CHILD_MARK):
+def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=None):
+    """Check exercise `number` of `folder`: a Result, never an exception for anything in
+    the student's file. The child runs the student's code; every row is judged here.
+    files: the folder's snapshot ({name: bytes}; default: read now); seed: the variant's
+    seed (default: the folder's student.json)."""
+    if os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
     path, note = graded_file(number, exercise, folder)
     if path is None:
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
-    seed = read_seed(folder)[1]
-    rows, start, stuck = [], 0, []
-    with tempfile.TemporaryDirectory(prefix="exercises-") as scratch:
-        while not STOP.is_set():
-            new, running, ended, where, code = _run_child(number, path, scratch, start,
-                                                          seconds, seed, stuck)
-            rows += new
-            if ended == "ended":
-                break
-            verdict = "TIMEOUT" if ended == "timeout" else "ERROR"
-            what = (f"stopped at its time limit of {seconds:g} s{where}: a loop that never "
-                    f"ends? (--time-limit SECONDS changes it)" if ended == "timeout" else
-                    f"the process ended (exit status {code}): does your code call os._exit, "
-                    f"or crash Python?")
-            if running is None:                           # between checks: the checks' own work
-                rows.append(Row("the checks", "general", "-", ended, None, None, verdict,
-                                f"{verdict}: between checks, {what}"))
-                break
-            index, check, topic, expected = running
-            rows.append(Row(check, topic, expected, ended, None, None, verdict,
-                            f"{verdict}: {what}"))
-            if index < 0:                                 # the import: no module to check
-                break
-            stuck.append(topic)                           # its later rows: not run
-            start = index + 1                             # the rows before it are kept
-    return Result(number, exercise, path, status_of(rows), rows, note,
+    files = sandbox.submission_snapshot(folder) if files is None else files
+    seed = read_seed(files=files)[1] if seed is None else seed
+    session = Session(exercise, path, files, seconds)
+    checks = Checks(session, exercise, number, seed, ANSWERS)
+    try:
+        try:
+            session.request("ping")
+        except StudentError as error:
+            checks._add(Row("import the file", "general", "imports", "raised", None, None,
+                            "TIMEOUT" if isinstance(error, TimedOut) else "ERROR",
+                            exception_message(error)))
+            return Result(number, exercise, path, "failing", checks.rows, note,
+                          variant_text(exercise, number, seed), time.monotonic() - began)
+        try:
+            exercise.check(checks)
+        except Exception as error:                       # a bug in the checks: a row, not a crash
+            checks._add(Row("the checks themselves", "general", "-", "crashed", None, None,
+                            "ERROR", f"a bug in exercises/checks/, not in your file: "
+                            f"{type(error).__name__}: {error}"))
+    finally:
+        session.finish()
+    return Result(number, exercise, path, status_of(checks.rows), checks.rows, note,
                   variant_text(exercise, number, seed), time.monotonic() - began)
 
 
+def check_job(job):
+    """run_exercise for a job (number, folder, seconds, files, seed) of parallel()."""
+    from exercises.course import COURSE
+    number, folder, seconds, files, seed = job
+    return run_exercise(number, COURSE[number - 1], folder, seconds, files, seed)
+
+
 def parallel(fn, items, jobs=None):
-    """[fn(item) for item in items], `jobs` at a time (default: the machine's cores). On
-    Ctrl-C every child running is killed and the rest are not started."""
-    from concurrent.futures import ThreadPoolExecutor
-    pool = ThreadPoolExecutor(jobs or os.cpu_count() or 1)
-    try:
+    """[fn(item) for item in items], `jobs` processes at a time (default: the machine's
+    cores): the checks' own work runs in parallel too. On Linux the processes are forked,
+    so they hold the checks as this process imported them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    items = list(items)
+    jobs = min(jobs or os.cpu_count() or 1, len(items)) or 1
+    if jobs == 1:
+        return [fn(item) for item in items]
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_start,
+                             initargs=(sandbox.SUBREAPER, sandbox.course_snapshot())) as pool:
         return list(pool.map(fn, items))
-    except KeyboardInterrupt:
-        STOP.set()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
-# ----- What a failing exercise tells the student: the one place -------------------------
-
-
-def load_hints(path=HINTS_FILE):
-    """{slug: {topic or "general": [level 1, level 2, level 3]}}; a backward exercise also
-    has "formulas": {"dx": ..., ...}. Level 1 points at the step, 2 the idea, 3 the rule."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def worker_start(subreaper, snapshot):
+    """A worker of parallel(): the course snapshot of the process that started it, and a
+    subreaper of its own where that process was one."""
+    sandbox.SNAPSHOT = snapshot                    # the parent's, not the disk's
+    if subreaper:
+        sandbox.SUBREAPER = sandbox.become_subreaper()
 
 
 def gradient_diagnosis(rows):
@@ -724,18 +719,19 @@ def gradient_diagnosis(rows):
     return [(point, "")]
 
 
-def advice(result, hints=None):
+def advice(result):
     """What the exercise's failing rows tell the student: hint levels 1, 2, 3 ([] when every
     row is ok). 1, where to look: the points of the slips recognised in the rows, else which
     gradients fail together (gradient_diagnosis) or the exercise's diagnose, else the
     failing topic's hint; 2: those slips named, else the topic's idea; 3: the rule
     (hints.json's "formulas") for the step a recognised slip points at (its key in the
     slip's point), else for the first failing gradient (a parameter's before dx's), else
-    the topic's rule."""
+    the topic's rule. The hints are the exercise's HINTS (level 1 points at the step, 2
+    the idea, 3 the rule; a backward exercise's "formulas": {"dx": ..., ...})."""
     row = result.first_failure
     if row is None:
         return []
-    table = (hints or load_hints()).get(result.exercise.slug, {})
+    table = result.exercise.hints
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
     found = [(r.point, r.slip) for r in result.rows if r.point]

@@ -1,0 +1,83 @@
+"""Exercise 9: Backprop I: a gated unit of your own by hand. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import (draw_unit, own_unit, unchanged, unit_problem, unit_rows, unit_text)
+
+TITLE = 'Backprop I: a gated unit of your own by hand'
+WRITES = ("numerical_gradient",)
+
+
+def variant(rng):
+    v = draw_unit(rng)
+    return v | {"y": unit_text(v)}
+
+
+def check(c):
+    v = c.variant()
+    x, p, dy = unit_problem(c)
+    f = functools.partial(own_unit, p=p, v=v)        # sent by name: rebuilt in the child
+    numeric = bn.numerical_gradient(f, x, dy)
+    c.close("numerical_gradient vs dx by differences", "numerical_gradient", numeric,
+            lambda: c.call("numerical_gradient", f, x, dy), tol=1e-7)
+    unchanged(c, "numerical_gradient leaves x unchanged", "numerical_gradient",
+              "numerical_gradient", f, x, dy)
+    unit_rows(c, v, "unit_forward", "unit_backward")
+
+
+HINTS = {
+    'general': [
+        ('derivations.md §3.0 (four rules) and §7 (checking numerically). Write '
+         'numerical_gradient first: it tells you, tensor by tensor, whether your backward '
+         'pass is right.'),
+        ("Name every intermediate of your unit's forward pass (a, b, g, u, h, y) and walk "
+         'them backwards; each step turns the gradient of its output into those of its '
+         'inputs, each of the shape of its tensor.'),
+        ('Take one step at a time: for the last step, y = h V, the rule for p W gives dh and '
+         'dV; every earlier step is one of the four rules of §3.0.'),
+    ],
+    'numerical_gradient': [
+        'derivations.md §7.1 and §7.2: centred differences.',
+        ('Change one entry of a copy of x at a time, and put it back before the next; the '
+         "caller's x must not change. A one-sided difference is not accurate enough."),
+        '∂L/∂x_i ≈ (L(x + τ e_i) − L(x − τ e_i)) / (2τ), with L(x) = Σ f(x) ⊙ dy and τ = step.',
+    ],
+    'unit_forward': [
+        "The steps a, b, g, u, h, y at the top of the file, with your variant's entries.",
+        ("Which factor carries the gate, the gate's σ and its power, the other factor's "
+         'activation: all four come from the variant dict.'),
+        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
+         'computed step by step as the header of the file names them.'),
+    ],
+    'formulas': {
+        'dx': ("x enters two steps of your forward, its projection onto the gate's factor and "
+               'its projection onto the other factor: each is the rule for p W with x in the '
+               'place of p; apply it at each of the two steps to the gradient arriving there, '
+               'and add what comes back'),
+        'dQ': ("Q enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places Q): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dK': ("K enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places K): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dV': ("V enters only the last step of your forward, where your unit's (N, m) product "
+               'meets V: apply the rule for p W to that step alone, with that product, '
+               'exactly as your forward computes it, in the place of p; a parameter every '
+               'token shares collects over the tokens'),
+        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
+                       'same p: φ′, a function of its own, which you derive from φ (a power '
+                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
+                       'slope); the value φ(p) that your forward computed is not the slope'),
+    },
+}

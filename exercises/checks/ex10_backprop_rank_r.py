@@ -1,0 +1,81 @@
+"""Exercise 10: Backprop II: a rank-r bilinear unit of your own. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import N, POWER, SMOOTH, backward_rows, pick, sigma, unit_problem
+
+TITLE = 'Backprop II: a rank-r bilinear unit of your own'
+WRITES = ()
+
+
+def variant(rng):
+    while True:
+        v = {"r": pick(rng, (2, 3)), "sigma": pick(rng, ("identity",) + SMOOTH),
+             "square": pick(rng, ("Q", "K", "both", "none")), "power": pick(rng, (1, 2, 3))}
+        if v["square"] != "none" or v["power"] > 1:                   # not the module's unit
+            return v | {"y": rank_r_text(v)}
+
+
+def rank_r_text(v):
+    a = "(x Q_jρ)²" if v["square"] in ("Q", "both") else "(x Q_jρ)"
+    b = "(x K_jρ)²" if v["square"] in ("K", "both") else "(x K_jρ)"
+    return (f"y = {v['sigma']}(s){POWER[v['power']]} V,  s_j = Σ_ρ {a} {b},  "
+            f"r = {v['r']}")
+
+
+def rank_r_scores_of(x, Q, K, v):
+    a, b = np.einsum("nd,jdr->njr", x, Q), np.einsum("nd,jdr->njr", x, K)   # (N, m, r)
+    a = a ** 2 if v["square"] in ("Q", "both") else a
+    b = b ** 2 if v["square"] in ("K", "both") else b
+    return np.sum(a * b, axis=2)                                             # (N, m)
+
+
+def check(c):
+    v = c.variant()
+    x, p, dy = unit_problem(c, r=v["r"])
+    s = rank_r_scores_of(x, p["Q"], p["K"], v)                                # (N, m)
+    c.close("rank_r_scores, your variant", "rank_r_scores", s,
+            lambda: c.call("rank_r_scores", x, p["Q"], p["K"], v))
+    backward_rows(c, "rank_r_bilinear_backward", v,
+                  lambda acts, x, Q, K, V: acts["sigma"](rank_r_scores_of(x, Q, K, v))
+                  ** v["power"] @ V, {"x": x} | p, dy, {"sigma": s})
+
+
+HINTS = {
+    'general': [
+        ('derivations.md §3.0 and §2.4 (the rank-r form). There is no worked derivation of '
+         "your unit: follow §3.4's pattern."),
+        ('Write each step of your forward pass as a sum over named indices; the gradient of '
+         "an input has that input's indices: ds (N, m) first, then the projections' with "
+         'their rank axis ρ; dQ and dK sum over the tokens.'),
+        'One step at a time from y: y = φ(s)^p V first, then the score, then the projections.',
+    ],
+    'rank_r_scores': [
+        "§2.4, with your variant's square (printed by `check 10`).",
+        ('Two (N, m, r) arrays of projections, squared where your variant says, multiplied '
+         'and summed over ρ.'),
+        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
+         'computed step by step as the header of the file names them.'),
+    ],
+    'formulas': {
+        'dx': ('x enters both projections of your score, onto each Q_jρ and onto each K_jρ: '
+               'each is the rule for p W with x in the place of p; apply it at both, summing '
+               'over the units and the rank index ρ, and add what comes back'),
+        'dQ': ('Q enters one step, the projection of x onto each Q_jρ: apply the rule for p W '
+               'to that step alone, summing over the tokens, to the gradient arriving at that '
+               "projection (after your variant's square, if it squares it)"),
+        'dK': ('K enters one step, the projection of x onto each K_jρ: apply the rule for p W '
+               'to that step alone, summing over the tokens, to the gradient arriving at that '
+               "projection (after your variant's square, if it squares it)"),
+        'dV': ("V enters only the last step, where your unit's (N, m) activation of the "
+               "score, to your variant's power, meets V: apply the rule for p W to that step "
+               'alone, with that activation in the place of p'),
+        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
+                       'same p: φ′, a function of its own, which you derive from φ (a power '
+                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
+                       'slope); the value φ(p) that your forward computed is not the slope'),
+    },
+}

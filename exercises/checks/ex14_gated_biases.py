@@ -1,0 +1,75 @@
+"""Exercise 14: Backprop III: a gated unit with biases, your own. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import BRANCH, draw_unit, pick, unit_rows, unit_text
+
+TITLE = 'Backprop III: a gated unit with biases, your own'
+WRITES = ()
+
+
+def variant(rng):
+    v = draw_unit(rng, powers=(1, 2), branches=BRANCH[1:])
+    v["bias"] = pick(rng, ("inside", "outside"))
+    return v | {"y": unit_text(v)}
+
+
+def check(c):
+    v = c.variant()
+    unit_rows(c, v, "gated_bias_forward", "gated_bias_backward", extra=("c", "e", "f"))
+
+
+HINTS = {
+    'general': [
+        ('derivations.md §3.6 is the model (no biases, no second activation) and §3.0 gives '
+         'the rules: there is no worked derivation of your unit.'),
+        ("Write your unit's steps with their shapes; go backwards; each activation's "
+         'derivative is taken at its full input, bias included; a bias added to every token '
+         "collects the gradient of every token, so its gradient has the bias's shape, (m,) or "
+         '(d_out,).'),
+        ('One step at a time from y: y = h V + f first, then h, then the gate and the other '
+         'factor, each with its bias where your variant puts it.'),
+    ],
+    'gated_bias_forward': [
+        "Your variant's line, printed by `check 14`.",
+        ('Each bias is added to every row (token): c where your variant puts it (inside σ or '
+         "after it), e inside the other factor's activation, f after V."),
+        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
+         'computed step by step as the header of the file names them.'),
+    ],
+    'formulas': {
+        'dx': ("x enters two steps of your forward, its projection onto the gate's factor and "
+               'its projection onto the other factor: each is the rule for p W with x in the '
+               'place of p; apply it at each of the two steps to the gradient arriving there, '
+               'and add what comes back'),
+        'dQ': ("Q enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places Q): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dK': ("K enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places K): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dV': ("V enters only the last step of your forward, where your unit's (N, m) product "
+               'meets V: apply the rule for p W to that step alone, with that product, '
+               'exactly as your forward computes it, in the place of p; a parameter every '
+               'token shares collects over the tokens'),
+        'dc': ('c is added for every token where your variant puts it, inside σ (to the '
+               "gate's input) or after it (to the gate's output): its gradient collects, over "
+               'the tokens, the gradient of the quantity c is added to, at that place'),
+        'de': ("e is added to the other factor's input for every token: its gradient "
+               'collects, over the tokens, the gradient of that input'),
+        'df': 'f is added to y for every token: its gradient collects dy over the tokens',
+        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
+                       'same p: φ′, a function of its own, which you derive from φ (a power '
+                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
+                       'slope); the value φ(p) that your forward computed is not the slope'),
+    },
+}

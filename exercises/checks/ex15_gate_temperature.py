@@ -1,0 +1,93 @@
+"""Exercise 15: Backprop IV: a learned temperature, your own. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import M, draw_unit, pick, unchanged, unit_rows, unit_text
+
+TITLE = 'Backprop IV: a learned temperature, your own'
+WRITES = ()
+
+
+def variant(rng):
+    v = draw_unit(rng, powers=(1,)) | {"beta_on": pick(rng, ("gate", "branch")),
+                                        "beta_as": pick(rng, ("times", "over"))}
+    return v | {"y": unit_text(v)}
+
+
+def check(c):
+    v = c.variant()
+    x, p, dy, truth = unit_rows(c, v, "temperature_forward", "temperature_backward",
+                                extra=("beta",))
+    values = (p["Q"], p["K"], truth["Q"], truth["K"], p["beta"], truth["beta"])
+    scale = max(float(np.max(np.abs(p[k] * truth[k]))) for k in ("Q", "K", "beta"))
+
+    def residual(grads):
+        r = np.asarray(c.call("temperature_residual", *grads, v), dtype=float)
+        if r.shape != (M,):
+            raise ValueError(f"expected one number per unit, shape ({M},); got {r.shape}")
+        return float(np.max(np.abs(r))) / scale
+    c.holds("temperature_residual, true gradients: 0", "temperature_residual",
+            "|residual| < 1e-6", lambda: residual(values), lambda r: r < 1e-6,
+            "the quantity you return does not vanish on the true gradients: which rescaling "
+            "of a factor and of β leaves your variant's output unchanged?")
+    other = c.rng(2).standard_normal(M)                  # gradients that no symmetry constrains
+    c.holds("temperature_residual, other dβ: not 0", "temperature_residual",
+            "|residual| > 1e-3", lambda: residual(values[:5] + (other,)), lambda r: r > 1e-3,
+            "your residual vanishes for any dβ: it must depend on the gradients")
+
+
+HINTS = {
+    'general': [
+        'derivations.md §3.6 (the model) and §3.0 (the rules); §5.1 for the identity.',
+        ('Name the scaled projection u (β times it, or it over β, as your variant says); the '
+         'chain rule goes through u to the projection and to β.'),
+        'One step at a time from y; the step through u has two inputs, the projection and β.',
+    ],
+    'temperature_forward': [
+        "Your variant's line, printed by `check 15`.",
+        'β has one entry per unit and scales column j of the projection your variant names.',
+        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
+         'computed step by step as the header of the file names them.'),
+    ],
+    'temperature_residual': [
+        '§5.1: a symmetry gives an identity between gradients.',
+        ("Find the rescaling of one factor's row j and of β_j that leaves your unit's output "
+         'unchanged; its derivative at α = 1, dotted with the gradients, is zero.'),
+        ('Write L(α) for the rescaled parameters and differentiate at α = 1 by the chain '
+         'rule: one term for each parameter the rescaling moves, each its value times its '
+         'gradient, with the sign of its exponent of α.'),
+    ],
+    'formulas': {
+        'dx': ("x enters two steps of your forward, its projection onto the gate's factor and "
+               'its projection onto the other factor: each is the rule for p W with x in the '
+               'place of p; apply it at each of the two steps to the gradient arriving there, '
+               'and add what comes back'),
+        'dQ': ("Q enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places Q): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dK': ("K enters one step of your forward, its projection of x (the gate's input or "
+               "the other factor's, as your variant places K): apply the rule for p W to that "
+               'step alone, to the gradient arriving at that projection; if that gradient is '
+               'wrong, the slip is nearer y: in a step your forward takes after this '
+               "projection (the gate's σ and its slope, a power, the other factor's "
+               'activation), which the backward pass goes through first'),
+        'dV': ("V enters only the last step of your forward, where your unit's (N, m) product "
+               'meets V: apply the rule for p W to that step alone, with that product, '
+               'exactly as your forward computes it, in the place of p; a parameter every '
+               'token shares collects over the tokens'),
+        'dbeta': ('β_j multiplies (or divides) column j of one projection for every token: by '
+                  'the product rule, dβ_j collects over the tokens the gradient of the scaled '
+                  'quantity times what β multiplies (for a division, the derivative of z / β '
+                  'in β)'),
+        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
+                       'same p: φ′, a function of its own, which you derive from φ (a power '
+                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
+                       'slope); the value φ(p) that your forward computed is not the slope'),
+    },
+}

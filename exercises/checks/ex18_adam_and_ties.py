@@ -1,0 +1,253 @@
+"""Exercise 18: Optimizers, weight decay and tied factors of your own. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import (D, M, D_OUT, fd_truth, gd_reference, gradient_rows, pick, predicted_rows,
+                                     returned, unchanged)
+
+TITLE = 'Optimizers, weight decay and tied factors of your own'
+WRITES = ()
+
+
+def variant(rng):
+    while True:
+        v = {"form": pick(rng, tuple(TIE_FORMS)), "optimizer": pick(rng, tuple(OPTIMIZERS)),
+             "decay": pick(rng, tuple(DECAYS))}
+        if (v["optimizer"], v["decay"]) not in STATED:
+            return v | {"y": f"tied {v['form']} (Q = K = W) vs the one-key MLP "
+                             f"{TIE_FORMS[v['form']][2]} V; optimizer {v['optimizer']}, lr "
+                             f"{OPTIMIZERS[v['optimizer']]:g}; decay {v['decay']}, λ = "
+                             f"{DECAYS[v['decay']]:g}"}
+
+
+TIE_FORMS = {"ReGLU": ("gated_mlp", "relu", "relu(z)²"),        # name: (formulation, σ, h(z))
+             "Bilinear": ("gated_mlp", "identity", "z²"),
+             "rank-1 silu": ("rank1_bilinear", "silu", "silu(z²)"),
+             "rank-1 gelu": ("rank1_bilinear", "gelu", "gelu(z²)"),
+             "rank-1 sigmoid": ("rank1_bilinear", "sigmoid", "sigmoid(z²)"),
+             "rank-1 gelu_tanh": ("rank1_bilinear", "gelu_tanh", "gelu_tanh(z²)")}
+
+
+OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
+              "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
+
+
+DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
+
+
+STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
+
+
+def update(v, P, grad, state, lr, lam):
+    """One step of the variant's optimizer and decay rule on one parameter, as the tables of
+    the exercise give them: (P, state), state None at the start."""
+    g, optimizer = grad + (lam * P if v["decay"] == "L2" else 0.0), v["optimizer"]
+    if optimizer in ("momentum", "nesterov"):                    # β = 0.9
+        state = g if state is None else 0.9 * state + g
+        direction = state if optimizer == "momentum" else g + 0.9 * state
+    elif optimizer in ("rmsprop", "adagrad"):                    # ρ = 0.9, ε = 1e-8
+        s = 0.0 if state is None else state
+        state = 0.9 * s + 0.1 * g ** 2 if optimizer == "rmsprop" else s + g ** 2
+        direction = g / (np.sqrt(state) + 1e-8)
+    elif optimizer == "adam":                                    # bn's Adam, lr 1: its direction
+        moved, state = bn.adam_step({"P": P}, {"P": g}, state or bn.adam_init({"P": P}), lr=1.0)
+        direction = P - moved["P"]
+    else:
+        direction = np.sign(g) if optimizer == "sign" else g
+    beside = {"L2": 0.0, "decoupled": lr * lam, "shrink": lam}[v["decay"]]
+    return P - lr * direction - beside * P, state
+
+
+def train_reference(x, T, W, V, v, steps, lr, lam, mistake=None):
+    """The tied unit as train_tied trains it (lr, lam: floats) or, with lr and lam dicts
+    keyed K, V, the one-key MLP as train_one_key does; `mistake`: a key of MISTAKES."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form, tied = bn.FORMULATIONS[name], not isinstance(lr, dict)
+    params = {k: a.copy() for k, a in (("Q", W), ("K", W), ("V", V)) if tied or k != "Q"}
+    states = dict.fromkeys(params)
+    for _ in range(steps):
+        y, cache = form.forward(x, params.get("Q", params["K"]), params["K"], params["V"], act=act)
+        g = form.backward((y - T) / len(x), cache)
+        if mistake == "aliased" or not tied:             # one array in both places: dQ + dK
+            g["Q"] = g["K"] = g["Q"] + (0.0 if mistake == "one path" else g["K"])
+        for k in params:
+            rate, decay = (lr, lam) if tied else (lr["K" if mistake == "one rate" else k], lam[k])
+            decay *= {"half decay": 0.5, "no decay on V": float(k != "V")}.get(mistake, 1.0)
+            state = None if mistake == "fresh state" else states[k]
+            params[k], states[k] = update(v, params[k], g[k], state, rate, decay)
+    return params
+
+
+# key -> (where to look: hint level 1, the slip named: hint level 2)
+MISTAKES = {
+    "aliased": ("Q and K move together: look at how they are made from W and how each step "
+                "updates them",
+                "Q and K are one array (no copy), updated in place: both move by dQ + dK"),
+    "half decay": ("every parameter ends as if the decay were weaker: look at the size of "
+                   "the decay's term",
+                   "the decay is half as strong as your variant's rule makes it"),
+    "no decay on V": ("look at which parameters the decay reaches", "V is not decayed"),
+    "fresh state": ("look at the state you give the optimizer at each step",
+                    "the optimizer restarted at every step: a fresh state in place of the one "
+                    "the last step returned"),
+    "one path": ("look at the keys' gradient: how many paths lead from K to the output",
+                 "the key gradient counts one of the two places the key enters"),
+    "one rate": ("look at which rate each parameter moves with",
+                 "your values move at the keys' rate"),
+}
+
+
+def one_key_gradient_rows(c, v, x, T, K, V):
+    """Rows: the student's one_key_gradients(x, T, K, V, v) against finite differences of the
+    one-key MLP's loss L = Σ (y − T)² / (2N), for every optimizer alike (a gradient that
+    counts one of the two places K enters is recognised: each place's share comes from bn's
+    backward with Q = K, the truth from finite differences)."""
+    name, act, _ = TIE_FORMS[v["form"]]
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, K, K, V, act=act)
+    dy = (y - T) / len(x)                                   # dL/dy
+    truth = fd_truth(lambda K, V: form.forward(x, K, K, V, act=act)[0], {"K": K, "V": V}, dy)
+    share = form.backward(dy, cache)                        # K's two places, one at a time
+    point, slip = MISTAKES["one path"]
+    slips = [((point, f"{slip}: only the place where it stands for {place}"),
+              {"K": share[place], "V": share["V"]}) for place in "QK"]
+    gradient_rows(c, "one_key_gradients", (x, T, K, V, v), truth, slips)
+
+
+def flat(params, keys):
+    """The arrays of params[keys] flattened and joined: one vector to compare."""
+    return np.concatenate([np.asarray(params[k]).ravel() for k in keys])
+
+
+def factor_truths(v, rng):
+    """(f, c), measured: the key rate f·lr, then the key decay c·λ, with which 3 steps of
+    update on a gradient 2 g (the one-key MLP's key at the tie: dQ + dK, dQ = dK = g) follow
+    the tied factor's steps on g, for random parameters and gradients."""
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
+    P, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
+
+    def gap(rate, decay, tied_decay):            # tied factor vs the one key, after 3 steps
+        tied, key, s, t = P, P, None, None
+        for g in G:
+            tied, s = update(v, tied, g, s, lr, tied_decay)
+            key, t = update(v, key, 2 * g, t, rate, decay)
+        return bn.rel_error(tied, key)
+    f = min((0.25, 0.5, 1.0), key=lambda f: gap(f * lr, 0.0, 0.0))
+    return f, min((0.5, 1.0, 2.0), key=lambda d: gap(f * lr, d * lam, lam))
+
+
+def check(c):
+    v = c.variant()
+    rng = c.rng(1)
+    x, T = rng.standard_normal((16, D)), rng.standard_normal((16, D_OUT))
+    W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
+    lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
+    P0, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
+
+    def three_steps(step):                        # P after each of 3 steps, the state carried
+        P, state, out = P0, None, []
+        for g in G:
+            P, state = step(P, g, state)
+            out.append(P)
+        return np.stack(out)
+    c.close("update, your rule, 3 steps", "update",
+            three_steps(lambda P, g, s: update(v, P, g, s, lr, lam)),
+            lambda: three_steps(lambda P, g, s: c.call("update", P, g, s, lr, lam, v)))
+    one_key_gradient_rows(c, v, x, T, W, V)
+    none = {"K": 0.0, "V": 0.0}
+    for check, rates, decays in (("train_tied, no decay", lr, 0.0), ("train_tied, decay", lr, lam),
+                                 ("train_one_key, K at lr/2", {"K": lr / 2, "V": lr}, none),
+                                 ("train_one_key, K at lr", {"K": lr, "V": lr}, none),
+                                 ("train_one_key, K at lr/2, 2λ on K", {"K": lr / 2, "V": lr},
+                                  {"K": 2 * lam, "V": lam})):
+        topic, keys = check.split(",")[0], "QKV" if check.startswith("train_tied") else "KV"
+        reference = flat(train_reference(x, T, W, V, v, 30, rates, decays), keys)
+        wrong = {MISTAKES[k]: flat(train_reference(x, T, W, V, v, 30, rates, decays, k), keys)
+                 for k in MISTAKES}
+        c.close(check, topic, reference, lambda topic=topic, rates=rates, decays=decays, keys=keys:
+                flat(c.call(topic, x, T, W, V, rates, 30, decays, v), keys), tol=1e-8,
+                mistakes={k: m for k, m in wrong.items()                  # 1e-8: an Adam of
+                          if bn.rel_error(m, reference) > 1e-8})          # your own rounds
+    unchanged(c, "train_tied leaves W, V unchanged", "train_tied", "train_tied", x, T, W, V, lr,
+              3, lam, v)
+    Q = rng.standard_normal((M, D)) / np.sqrt(D)
+    K, V0 = Q + 1e-6 * rng.standard_normal(Q.shape), rng.standard_normal((M, D_OUT)) / 2
+    history = lambda norm: gd_reference(*TIE_FORMS[v["form"]][:2], x, T,   # noqa: E731
+                                        {"Q": Q, "K": K, "V": V0}, 0.05, 300,
+                                        lambda p: norm(p["Q"] - p["K"]))
+    c.close("untie_history, your form, gd", "untie_history", history(np.linalg.norm),
+            lambda: c.call("untie_history", x, T, Q, K, V0, 0.05, 300, v), tol=1e-6,
+            mistakes={("look at the norm you record", "max|Q − K| in place of the Frobenius "
+                       "norm ‖Q − K‖"): history(lambda a: np.max(np.abs(a)))})
+    for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
+        predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
+                       lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")
+
+
+HINTS = {
+    'general': [
+        ('derivations.md §5.6 (a tied unit computes an MLP with one key matrix) and §5.9 '
+         '(Adam, AdamW and a tie): the model to follow for your pair.'),
+        ("Train both networks from the same start and compare where they end; the tied unit's "
+         "Q plays the one-key MLP's K."),
+        ("At Q = K = W the one-key MLP's key gradient is the sum of the tied unit's two: ask "
+         'what your optimizer and your decay rule do with a gradient that is doubled.'),
+    ],
+    'update': [
+        ('The table of optimizers and decay rules at the top of the file: look at where λ '
+         'enters, and at the state you return.'),
+        ('One rule of each table; the state the function returns is the one the next call '
+         'receives; P itself is never changed in place.'),
+        ('Take your decay rule first (does λ P join the gradient, or stand beside the step?), '
+         "then your optimizer's direction from that gradient and its state."),
+    ],
+    'train_tied': [
+        ("§5.6; look at how Q and K are made from W, at the decay, and at each parameter's "
+         'state.'),
+        ('Two separate copies of W for Q and K. Each step: forward, backward with dL/dy = (y '
+         '− T)/N, then update on each of Q, K and V with its own state.'),
+        'The loop of exercise 11, with update in place of the plain step of gradient descent.',
+    ],
+    'one_key_gradients': [
+        ("§5.6: the one-key MLP's K enters its output in two places; look at what its "
+         'gradient collects from each.'),
+        ("Run your form's forward and backward with the key in both slots: the backward gives "
+         'a gradient for each slot, and the key is in both.'),
+        ('A tensor used twice (§3.0): its gradient collects what comes back from every place '
+         'it enters, added, not averaged and not one of them.'),
+    ],
+    'train_one_key': [
+        'Look at which gradient, rate, decay and state each parameter moves with.',
+        ('Each step: the gradients of one_key_gradients, then update on K and on V, each with '
+         'its own rate, its own decay and its own state.'),
+        ("The loop of train_tied with two parameters, where the key's rate and decay are the "
+         'dicts\' "K" entries and the values\' the "V" entries.'),
+    ],
+    'untie_history': [
+        ('§5.9, "Invariant, not stable"; exercise 12\'s tied_gap: look at which norm of the '
+         'difference you record, and when.'),
+        ('As tied_gap, from the Q and K you are given, recording the Frobenius norm of the '
+         'difference.'),
+        'Record the norm before the first step, then after each step: steps + 1 numbers.',
+    ],
+    'key_lr_factor': [
+        ("§5.6 for gradient descent, §5.9 for Adam: look at whether your optimizer's step "
+         'grows with its gradient.'),
+        ("The one-key MLP's key gradient is twice each of the tied unit's: an optimizer whose "
+         'step is linear in the gradient needs a smaller rate to match, one whose step '
+         "ignores the gradient's scale does not."),
+        ('Write one step of your optimizer for the gradient g and for 2 g, and find the rate '
+         'that makes the two steps equal.'),
+    ],
+    'key_decay_factor': [
+        ('§5.9, "Weight decay doubles on the keys" and "With AdamW the decay does not '
+         'double": look at where your decay rule puts λ.'),
+        ('A decay inside the gradient is counted on both tied factors; a decay beside the '
+         "step is scaled by the parameter's rate or by nothing, as your rule says."),
+        ('Write one step of the tied unit and one of the one-key MLP (keys at the rate you '
+         'found) with your rule, and solve for the key decay that makes them equal.'),
+    ],
+}

@@ -1,0 +1,94 @@
+"""Exercise 20: Beyond NumPy: your capstone unit in PyTorch. The checks, the variant, the recognised slips and the hints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bilinear_numpy as bn
+from exercises.checks.common import D, M, D_OUT, N, fd_truth
+
+TITLE = 'Beyond NumPy: your capstone unit in PyTorch'
+WRITES = ()
+OPTIONAL = True
+
+
+def check(c):
+    """The student's torch_forward (autograd) and HandBackward (their derivation in torch)
+    against their own NumPy unit of exercise 19, whose backward is first checked against
+    finite differences; one SKIPPED row when PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        c.skip("PyTorch installed", "general", "PyTorch is not installed: this exercise is "
+               "optional (pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+        return
+    rng = c.rng(1)
+    p = {"x": rng.standard_normal((N, D)), "Q": rng.standard_normal((M, D)) / np.sqrt(D),
+         "K": rng.standard_normal((M, D)) / np.sqrt(D), "V": rng.standard_normal((M, D_OUT))}
+    dy, unit = rng.standard_normal((N, D_OUT)), {}
+
+    def numpy_unit():                             # exercise 19's unit, checked once more
+        y, cache = c.call("numpy_forward", **p)
+        grads = c.call("numpy_backward", dy, cache)
+        fd = fd_truth(lambda **kw: c.call("numpy_forward", **kw)[0], p, dy)
+        unit.update({"y": np.asarray(y)} | {k: np.asarray(grads[k]) for k in fd})
+        return max(bn.rel_error(grads[k], fd[k]) for k in fd)
+    c.holds("ex 19's backward vs finite differences", "numpy_backward",
+            "rel error <= 1e-7", numpy_unit, lambda error: error <= 1e-7,
+            "finish exercise 19 first: its backward must agree with finite differences")
+    if not unit:
+        return
+
+    def through_torch(fn, part):                  # y or one gradient, by torch
+        t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in p.items()}
+        y = c.call(fn, *t.values(), in_place=True)   # in place: the gradients reach t
+        if part == "y":
+            return y.detach().numpy()
+        y.backward(torch.tensor(dy))
+        return t[part].grad.numpy()
+    for fn, way, tol in (("torch_forward", "autograd", 1e-10),
+                         ("hand_backward", "HandBackward", 1e-12)):
+        c.close(f"{fn}: y vs your NumPy y", fn, unit["y"], lambda fn=fn: through_torch(fn, "y"),
+                tol=1e-12)
+        for k in "xQKV":
+            c.close(f"d{k} by {way} vs your NumPy d{k}", fn, unit[k],
+                    lambda fn=fn, k=k: through_torch(fn, k), tol=tol)
+
+    def gradcheck():
+        t = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in p.values()]
+        return torch.autograd.gradcheck(lambda *a: c.call("hand_backward", *a, in_place=True),
+                                        t, raise_exception=False)
+    c.holds("torch.autograd.gradcheck(HandBackward)", "hand_backward", "True",
+            gradcheck, lambda passed: passed is True, "torch.autograd.gradcheck found that "
+            "your HandBackward's gradients disagree with finite differences of its forward")
+
+
+HINTS = {
+    'general': [
+        ('Finish exercise 19 first (python -m exercises check 19, with '
+         'ex19_design_a_variant.py the file you finished): this exercise compares your torch '
+         'code with your NumPy unit there.'),
+        ('Two ports of one unit: torch_forward lets autograd find the gradients; HandBackward '
+         'runs your own derivation inside torch.'),
+        ("docs/pytorch.md and bilinear_torch.py do the same for the module's formulations: "
+         "one Function's forward saves, its backward returns one gradient per input."),
+    ],
+    'torch_forward': [
+        ('Write the forward of exercise 19 again, operation by operation, with torch instead '
+         'of NumPy.'),
+        ('Keep everything a torch operation on the tensors you are given: a NumPy detour, a '
+         'float() or a new tensor built from values cuts autograd off (the gradients then '
+         'come back wrong or missing), and float32 loses the digits the check asks for.'),
+        ('The same steps as your NumPy forward (a = x Qᵀ, b = x Kᵀ, your gate h, y = h V), '
+         'with σ from bilinear_torch.get_activation(ACT).'),
+    ],
+    'hand_backward': [
+        ('HandBackward.forward computes y and saves what its backward reads; '
+         'HandBackward.backward receives dy and returns four gradients.'),
+        ("Return the gradients in the order of forward's inputs, x, Q, K, V, each the shape "
+         'of its input; what you save with ctx.save_for_backward comes back from '
+         'ctx.saved_tensors in the order you saved it.'),
+        ('Each line of your NumPy backward, in torch: the same products and transposes (the '
+         '.T of a tensor, @ for a matrix product).'),
+    ],
+}
