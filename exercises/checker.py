@@ -497,11 +497,11 @@ class Checks:
                                     kwargs=protocol.encode(kwargs), keep=keep,
                                     args_back=args_back)
 
-    def run(self, fn, *args, **kwargs):
-        """fn(*args, **kwargs) in the child, fn a Named function of the course that calls the
-        student's code (given as Student arguments): what it returns."""
+    def run(self, fn, *args, keep=False, **kwargs):
+        """fn(*args, **kwargs) in the child, fn a function of the course that calls the
+        student's code (given as Student arguments), sent by its name: what it returns."""
         return self.session.request("run", fn=protocol.encode(fn), args=protocol.encode(args),
-                                    kwargs=protocol.encode(kwargs))
+                                    kwargs=protocol.encode(kwargs), keep=keep)
 
     def folder(self):
         """A folder for files the checker writes for the student's code to read: a Path."""
@@ -521,7 +521,7 @@ class Checks:
     def _add(self, row):
         self.rows.append(row)
 
-    def _row(self, check, topic, expected, got_fn, compare, mistakes=None):
+    def row(self, check, topic, expected, got_fn, compare, mistakes=None):
         """One row: got_fn() (which asks the student's code) compared by compare(got)."""
         shown = expected if expected is HIDDEN or expected is WHEN_GRADED else describe(expected)
         if topic in self.stuck:
@@ -550,17 +550,17 @@ class Checks:
     def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
         """Row: got_fn() equals the array `expected` to rel_error <= tol. mistakes:
         {(point, slip): the value that slip gives}, recognised in a wrong answer."""
-        self._row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
+        self.row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
                   mistakes)
 
     def equal(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included."""
-        self._row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
+        self.row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
 
     def predicted(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included, the expected value not shown
         (a prediction's truth, measured at check time, would give it away)."""
-        self._row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
+        self.row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
 
     def reading(self, name, form, predicate, transform=None):
         """Row: the answer to a reading question `name`, whose truth is fixed (the same for
@@ -576,11 +576,11 @@ class Checks:
             if predicate(got):
                 return "ok", describe(got), None, None, f"{WHEN_GRADED} (its form is right)"
             return "WRONG", describe(got), None, None, f"expected {form}"
-        self._row(name, name, WHEN_GRADED, lambda: self.answer(name), compare)
+        self.row(name, name, WHEN_GRADED, lambda: self.answer(name), compare)
 
     def skip(self, check, topic, reason):
         """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
-        self._row(check, topic, "", lambda: None, lambda got: ("SKIPPED", "not run", None,
+        self.row(check, topic, "", lambda: None, lambda got: ("SKIPPED", "not run", None,
                                                                None, reason))
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
@@ -589,7 +589,7 @@ class Checks:
             if predicate(got):
                 return "ok", describe(got), None, None, ""
             return "WRONG", describe(got), None, None, explain or f"expected {expected_text}"
-        self._row(check, topic, expected_text, got_fn, compare)
+        self.row(check, topic, expected_text, got_fn, compare)
 
 
 # ----- One exercise: its child, its checks here -------------------------------------------

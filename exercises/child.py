@@ -166,11 +166,13 @@ class Served:
             reply = {"value": None}                        # "ping"
         if self.refused:
             return {"refused": self.refused}
-        if request.get("keep") and "value" in reply:
-            reply["value"] = protocol.Opaque("kept", keep(reply["value"]))
         try:
-            return {k: protocol.encode(v, keep) if k in ("value", "args") else v
-                    for k, v in reply.items()}
+            encoded = {k: protocol.encode(v, keep) if k in ("value", "args") else v
+                       for k, v in reply.items() if not (k == "value" and request.get("keep"))}
+            if request.get("keep") and "value" in reply:       # kept here, a handle sent
+                encoded["value"] = {"opaque": type(reply["value"]).__name__,
+                                    "handle": keep(reply["value"])}
+            return encoded
         except (RecursionError, ValueError, TypeError) as error:
             return {"error": {"types": ["TypeError"], "line": None,
                               "message": f"what your code returned cannot be sent: {error}"}}

@@ -6,6 +6,7 @@ process: the student's code is reached only through c.call and c.answer."""
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
@@ -318,6 +319,7 @@ def backward_rows(c, fn, v, forward, inputs, dy, z0s):
                                    inputs, dy)))
     truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
     gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
+    cost_row(c, fn, lambda **kw: forward(acts, **kw), inputs, lambda dy, big: (dy, *big, v))
     return truth
 
 
@@ -377,3 +379,99 @@ def dict_of(keys, predicate):
         return (isinstance(value, dict) and set(value) == set(keys)
                 and all(predicate(v) for v in value.values()))
     return form
+
+
+# ----- What a backward pass costs: the row of every backward exercise ----------------------
+# Reverse mode gives every gradient for about twice the forward's work (derivations.md 3.9);
+# finite differences cost two forwards per entry. The row times the student's backward on
+# numbers it has not seen (no answer can be made ahead), by this process's clock (the pipe
+# included), in units of the unit's forward timed here on the same numbers' shapes.
+
+COST_SHAPES = {"x": ("N", "D"), "Q": ("M", "D"), "K": ("M", "D"), "V": ("M", "D_OUT"),
+               "c": ("M",), "e": ("M",), "f": ("D_OUT",), "beta": ("M",)}
+COST_SIZES = {"N": 128, "D": 16, "M": 32, "D_OUT": 4}    # 3,200 entries of x, Q, K, V
+COST_LIMIT = 100            # forwards: reverse mode costs about 2, the pipe a few more
+COST_REPEATS = 5            # the fastest of these counts (a busy machine slows some)
+
+
+def cost_problem(rng, inputs):
+    """Inputs of the names (and ranks) of `inputs` at the sizes of COST_SIZES."""
+    big = {}
+    for name, small in inputs.items():
+        shape = tuple(COST_SIZES[a] for a in COST_SHAPES[name]) + small.shape[2:]   # Q: r
+        scale = 1 / np.sqrt(COST_SIZES["D"]) if name in "QK" else 1.0
+        big[name] = rng.uniform(0.5, 2.0, shape) if name == "beta" else \
+            rng.standard_normal(shape) * scale
+    return big
+
+
+def best_time(fn, repeats=7):
+    """The fastest of `repeats` runs of fn(), in seconds (perf_counter)."""
+    best = np.inf
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def directional_error(forward, big, dy, grads, rng, step=1e-5):
+    """The largest relative error, over the tensors, of <grad, u> against the central
+    difference of sum(forward * dy) along a random u: one check of each gradient, two
+    forwards each, at a size where checking every entry would cost thousands."""
+    worst = 0.0
+    for name, value in big.items():
+        u = rng.standard_normal(value.shape)
+        loss = lambda t: float(np.sum(forward(**(big | {name: value + t * u})) * dy))  # noqa
+        numeric = (loss(step) - loss(-step)) / (2 * step)
+        grad = np.asarray(grads[name], dtype=float)
+        if grad.shape != value.shape:
+            raise ValueError(f"d{name} has shape {grad.shape}, expected {value.shape}")
+        worst = max(worst, abs(float(np.sum(grad * u)) - numeric) / max(abs(numeric), 1e-8))
+    return worst
+
+
+def cost_row(c, fn, forward, inputs, arguments):
+    """Row: the student's backward fn(*arguments(dy, big values)) at the cost size costs at
+    most COST_LIMIT forwards (forward(**big), timed here), and its gradients there pass
+    directional_error; a slower one is WRONG with what it cost."""
+    rng = c.rng(9)
+    entries = sum(int(np.prod(shape)) for shape in (cost_problem(rng, inputs)[k].shape
+                                                    for k in inputs))
+    draws = []
+    for _ in range(COST_REPEATS):
+        big = cost_problem(rng, inputs)
+        draws.append((big, rng.standard_normal(forward(**big).shape)))
+    unit = best_time(lambda: forward(**draws[0][0]))
+
+    def cost():
+        times = []
+        for big, dy in draws:
+            began = time.perf_counter()
+            kept = c.call(fn, *arguments(dy, big.values()), keep=True)
+            times.append(time.perf_counter() - began)
+        big, dy = draws[-1]
+        error = directional_error(forward, big, dy, c.fetch(kept), rng)
+        return min(times) / unit, error
+
+    def compare(got):
+        spent, error = got
+        text = f"{spent:,.0f} forwards"
+        if spent > COST_LIMIT:
+            return ("WRONG", text, None, None,
+                    f"your backward cost {spent:,.0f} forwards; reverse mode costs about 2 "
+                    f"(finite differences: {2 * entries:,}): derive each gradient, do not "
+                    f"difference the forward")
+        if not error <= 1e-6:
+            return ("WRONG", text, None, error, f"at N = {COST_SIZES['N']}, m = "
+                    f"{COST_SIZES['M']} your gradients disagree with differences of the "
+                    f"forward (rel error {error:.1e}): right only at the small size?")
+        return "ok", text, None, error, ""
+    c.row(f"{fn}: cost in forwards", fn, f"<= {COST_LIMIT} forwards", cost, compare)
+    if c.rows[-1].verdict == "WRONG" and c.rows[-1].message.startswith("your backward cost"):
+        c.rows[-1].point, c.rows[-1].slip = COST_POINT
+
+
+COST_POINT = ("read derivations.md §3.9: reverse mode gets every gradient for about twice "
+              "the forward's work; finite differences need two forwards per entry",
+              "your backward differences the forward (or loops over entries): derive it")
