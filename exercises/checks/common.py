@@ -319,7 +319,8 @@ def backward_rows(c, fn, v, forward, inputs, dy, z0s):
                                    inputs, dy)))
     truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
     gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
-    cost_row(c, fn, lambda **kw: forward(acts, **kw), inputs, lambda dy, big: (dy, *big, v))
+    cost_row(c, fn, inputs, lambda **kw: forward(acts, **kw),
+             lambda dy, big: c.call(fn, dy, *big.values(), v, keep=True))
     return truth
 
 
@@ -398,7 +399,7 @@ def cost_problem(rng, inputs):
     """Inputs of the names (and ranks) of `inputs` at the sizes of COST_SIZES."""
     big = {}
     for name, small in inputs.items():
-        shape = tuple(COST_SIZES[a] for a in COST_SHAPES[name]) + small.shape[2:]   # Q: r
+        shape = tuple(COST_SIZES[a] for a in COST_SHAPES[name]) + np.shape(small)[2:]  # Q: r
         scale = 1 / np.sqrt(COST_SIZES["D"]) if name in "QK" else 1.0
         big[name] = rng.uniform(0.5, 2.0, shape) if name == "beta" else \
             rng.standard_normal(shape) * scale
@@ -431,28 +432,28 @@ def directional_error(forward, big, dy, grads, rng, step=1e-5):
     return worst
 
 
-def cost_row(c, fn, forward, inputs, arguments):
-    """Row: the student's backward fn(*arguments(dy, big values)) at the cost size costs at
-    most COST_LIMIT forwards (forward(**big), timed here), and its gradients there pass
-    directional_error; a slower one is WRONG with what it cost."""
+def cost_row(c, topic, inputs, unit, timed, loss=None):
+    """Row: the student's backward, timed(dy, big) (a request with keep=True), at the cost
+    size costs at most COST_LIMIT forwards (unit(**big), timed here), and its gradients
+    there pass directional_error against loss(**big) (default: unit); a slower one is
+    WRONG with what it cost."""
     rng = c.rng(9)
-    entries = sum(int(np.prod(shape)) for shape in (cost_problem(rng, inputs)[k].shape
-                                                    for k in inputs))
     draws = []
     for _ in range(COST_REPEATS):
         big = cost_problem(rng, inputs)
-        draws.append((big, rng.standard_normal(forward(**big).shape)))
-    unit = best_time(lambda: forward(**draws[0][0]))
+        draws.append((big, rng.standard_normal(unit(**big).shape)))
+    entries = sum(a.size for a in draws[0][0].values())
+    forward_time = best_time(lambda: unit(**draws[0][0]))
 
     def cost():
         times = []
         for big, dy in draws:
             began = time.perf_counter()
-            kept = c.call(fn, *arguments(dy, big.values()), keep=True)
+            kept = timed(dy, big)
             times.append(time.perf_counter() - began)
         big, dy = draws[-1]
-        error = directional_error(forward, big, dy, c.fetch(kept), rng)
-        return min(times) / unit, error
+        error = directional_error(loss or unit, big, dy, c.fetch(kept), rng)
+        return min(times) / forward_time, error
 
     def compare(got):
         spent, error = got
@@ -467,7 +468,7 @@ def cost_row(c, fn, forward, inputs, arguments):
                     f"{COST_SIZES['M']} your gradients disagree with differences of the "
                     f"forward (rel error {error:.1e}): right only at the small size?")
         return "ok", text, None, error, ""
-    c.row(f"{fn}: cost in forwards", fn, f"<= {COST_LIMIT} forwards", cost, compare)
+    c.row(f"{topic}: cost in forwards", topic, f"<= {COST_LIMIT} forwards", cost, compare)
     if c.rows[-1].verdict == "WRONG" and c.rows[-1].message.startswith("your backward cost"):
         c.rows[-1].point, c.rows[-1].slip = COST_POINT
 

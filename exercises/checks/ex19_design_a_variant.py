@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import M, R, N, draw
+from exercises.checks.common import M, R, N, cost_row, draw
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 WRITES = ()
@@ -87,6 +86,26 @@ def new_unit_gap(student, act, other):
                    for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
 
 
+def registered_fields(name):
+    """In the child: the data fields of the formulation registered as `name`, or None."""
+    form = bn.FORMULATIONS.get(name)
+    if not isinstance(form, bn.Formulation):
+        return None
+    return {k: getattr(form, k) for k in ("name", "equation", "param_names", "cost", "family",
+                                          "sigma_args")}
+
+
+def registered_call(name, attribute, *args):
+    """In the child: bn.FORMULATIONS[name].attribute(*args), its shapes or init scales."""
+    return getattr(bn.FORMULATIONS[name], attribute)(*args)
+
+
+def capstone_step(forward, backward, x, Q, K, V, act, dy):
+    """In the child: the student's backward after their forward, in one request (the cache
+    stays in the child): the gradients."""
+    return backward(dy, forward(x, Q, K, V, act)[1])
+
+
 def check(c):
     names_before = set(bn.FORMULATIONS)
     name = lambda: c.answer("NAME")             # noqa: E731
@@ -99,14 +118,16 @@ def check(c):
 
     def registered():
         c.call("register")
-        form = bn.FORMULATIONS.get(name())
-        if not (isinstance(form, bn.Formulation) and form.param_names == ("Q", "K", "V")):
+        fields = c.run(registered_fields, name())
+        if fields is None or tuple(fields["param_names"]) != ("Q", "K", "V"):
             return False
-        # From here on the registry entry runs your file's forward and backward, each call
-        # checked as any other call of your code.
-        bn.FORMULATIONS[name()] = dataclasses.replace(
-            form, forward=lambda *args, **kwargs: c.call("forward", *args, **kwargs),
-            backward=lambda *args, **kwargs: c.call("backward", *args, **kwargs))
+        # From here on this process's registry entry runs your file's forward and backward
+        # (each call a request to your file), its shapes and scales asked of your entry.
+        asked = functools.partial(c.run, registered_call, name())
+        bn.FORMULATIONS[name()] = bn.Formulation(
+            **fields, forward=c.student("forward"), backward=c.student("backward"),
+            shapes=functools.partial(asked, "shapes"),
+            init_scales=functools.partial(asked, "init_scales"))
         return True
 
     try:
@@ -141,6 +162,12 @@ def check(c):
                     lambda _, s=symmetry: why_ok(c.answer("WHY"), s),
                     f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
                     f" ...), not the sentence of another key")
+        cost_row(c, "backward", {"x": None, "Q": None, "K": None, "V": None},
+                 lambda x, Q, K, V: bn.gated_mlp_forward(x, Q, K, V, act())[0],
+                 lambda dy, big: c.run(capstone_step, c.student("forward"),
+                                       c.student("backward"), *big.values(), act(), dy,
+                                       keep=True),
+                 lambda x, Q, K, V: c.call("forward", x, Q, K, V, act())[0])
         c.holds("300 Adam steps: your variant", "training", "loss ratio < 0.5",
                 lambda: short_training(student, lambda *args: c.call("backward", *args), act()),
                 lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
