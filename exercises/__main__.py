@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from exercises import checker, release
+from exercises import checker, release, sandbox
 from exercises.course import COURSE
 
 NUMBERED = list(enumerate(COURSE, start=1))
@@ -50,7 +50,7 @@ def show_check(number, folder, seconds, level):
     """`check N`: the rows of exercise N and hints 1 to `level`; exit 0 when it is done."""
     exercise = COURSE[number - 1]
     result = checker.run_exercise(number, exercise, folder, seconds)
-    print(f"Exercise {number}: {exercise.title}\n{who(folder)}")
+    print(f"Exercise {number}: {exercise.title}\n{who(folder)}\n({sandbox.isolation()})")
     if result.variant:
         print(f"Your variant: {result.variant}")
     if result.status == "missing":
@@ -76,7 +76,9 @@ def show_check(number, folder, seconds, level):
 
 def show_progress(folder, seconds):
     """The progress over every exercise: exit 0 when every one is done."""
-    results = checker.parallel(lambda job: checker.run_exercise(*job, folder, seconds), NUMBERED)
+    files = sandbox.submission_snapshot(folder)
+    results = checker.parallel(checker.check_job, [(number, folder, seconds, files, None)
+                                                   for number, _ in NUMBERED])
     course = [r for r in results if not r.exercise.optional]     # an optional one: apart
     done = sum(result.status == "done" for result in course)
     print(f"Progress [{'#' * done}{'-' * (len(course) - done)}] {done} of {len(course)} done"
@@ -125,15 +127,19 @@ def grade(submissions, csv_path, seconds, jobs):
         print(f"error: no student folder in {submissions}", file=sys.stderr)
         return 2
     began = time.monotonic()
-    tasks = [(student, number, exercise) for student in students for number, exercise in NUMBERED]
-    found = checker.parallel(lambda t: checker.run_exercise(t[1], t[2], t[0], seconds), tasks, jobs)
+    snapshots = {student: sandbox.submission_snapshot(student) for student in students}
+    print(sandbox.isolation())
+    tasks = [(number, student, seconds, snapshots[student], None)
+             for student in students for number, _ in NUMBERED]
+    found = checker.parallel(checker.check_job, tasks, jobs)
+    changed = sandbox.changed_course_files()             # put back, and said
     lines = [["student", "name", "seed", "done", "passed", "total", "seconds"] + [
         f"ex{n:02d}_{part}" for n, _ in NUMBERED
         for part in ("passed", "total", "status", "file", "seconds")]]
     print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
     for k, student in enumerate(students):
         results = found[k * len(COURSE):(k + 1) * len(COURSE)]
-        name, seed = checker.read_seed(student)
+        name, seed = checker.read_seed(files=snapshots[student])
         done = sum(r.status == "done" for r in results if not r.exercise.optional)
         passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
         taken = sum(r.seconds for r in results)
@@ -144,6 +150,9 @@ def grade(submissions, csv_path, seconds, jobs):
                           f"{r.seconds:.2f}"]
         print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
               f"{REQUIRED} {passed:>4} of {total:<4} {taken:>8.1f}")
+    if changed:
+        print(f"warning: a student's file changed the course's files ({', '.join(changed[:5])}"
+              f"); they were put back, and no grade read them", file=sys.stderr)
     try:
         with open(csv_path, "w", encoding="utf-8", newline="") as f:
             csv.writer(f).writerows(lines)
@@ -217,7 +226,9 @@ def main(argv=None):
 
 
 def run():
-    """`python -m exercises`, quiet when its reader stops early (`| head`) or on Ctrl-C."""
+    """`python -m exercises`, quiet when its reader stops early (`| head`) or on Ctrl-C.
+    On Linux the command line is a child subreaper (exercises/sandbox.py)."""
+    sandbox.SUBREAPER = sandbox.become_subreaper()
     try:
         sys.exit(main())
     except KeyboardInterrupt:
