@@ -29,7 +29,7 @@ CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of e
 TIME_LIMIT = 10.0                                  # seconds per call of the student's code
 GRACE = 1.0                                        # past the limit, for the child's trace
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
-WHEN_GRADED = "checked when graded"                # a reading answer's row in a handout
+WHEN_GRADED = "when graded"                        # a reading answer's row in a handout
 
 
 @dataclass(frozen=True)
@@ -574,7 +574,7 @@ class Checks:
 
         def compare(got):
             if predicate(got):
-                return "ok", describe(got), None, None, f"{WHEN_GRADED} (its form is right)"
+                return "ok", describe(got), None, None, "checked when graded (its form is right)"
             return "WRONG", describe(got), None, None, f"expected {form}"
         self.row(name, name, WHEN_GRADED, lambda: self.answer(name), compare)
 
