@@ -11,26 +11,42 @@ In a notebook: run its Setup cell (it finds the repository), save, then
 `import exercises; exercises.check(1)` in a cell.
 
 1. course.py lists the exercises. Exercise N is exNN_<slug>.ipynb when that exists, else
-   exNN_<slug>.py (file times never decide; every view names the file graded).
-2. checker.run_exercise runs the file in a child process of its own session, with its own
-   temporary folder. The child imports it and calls the exercise's function of checks.py,
-   which adds rows through a checker.Checks `c`: c.close (arrays), c.equal, c.answer_is and
-   c.predicted (exact, types included), c.holds (a property). The student's code runs only
-   inside c.call and c.answer, on copies; whatever it raises is a row (checker.Row: ok,
-   WRONG, ERROR, TIMEOUT, TODO), and so is a call of a bn function the exercise asks the
-   student to write or a change of bilinear_numpy's tables (put back, as is the working
-   folder). The expected values are computed there, at check time, for the student's own
-   variant (c.variant, c.rng: drawn from the seed in student.json). A wrong array's
-   message diagnoses its shape or value ("a transpose?"); a wrong value that a known
-   slip gives is recognised (mistakes={(point, slip): value}).
-3. Each check has a time limit: past it the child writes its stack and ends; the parent
-   kills the child's process tree, empties its temporary folder, writes a TIMEOUT row (the
-   line) and starts a new child at the next check. Inside a child a check does nothing.
-4. checker.advice is the one place that says what the failing rows tell the student, as
+   exNN_<slug>.py (file times never decide; every view names the file graded). Everything
+   the checker says about it is in exercises/checks/exNN_<slug>.py: its TITLE, WRITES (the
+   bn names it asks the student to write), variant, check, diagnose and HINTS; what the
+   exercises share is in checks/common.py.
+2. The student's code only answers; the checker judges. checker.run_exercise starts a child
+   (child.py) that imports the student's file, from a fresh copy of it and of the course
+   (sandbox.py: inside bubblewrap where it works), and does nothing but what the checker
+   asks on its pipe: call a function on these arguments, read an answer, fetch a value it
+   keeps. Values cross as data (protocol.py: arrays and plain values, never pickles); what
+   is not data stays in the child as a handle (a student's cache). The exercise's check(c)
+   runs here, in the checker's process, which never imports the student's file and never
+   reads what it prints: it draws the inputs (c.rng, c.variant: from the student's seed),
+   computes every truth, and adds rows through a checker.Checks `c`: c.close (arrays),
+   c.equal and c.predicted (exact, types included), c.reading (a reading question, whose
+   truth is in solutions/answers.py: a handout checks its form only, "when graded"),
+   c.holds (a property), backward passes timed by common.cost_row. Whatever the file
+   replaces in its own process (the checker's modules, bn, NumPy, builtins, exit) changes
+   only its own answers.
+3. Functions cross by what they are. A function the checker hands the student's code (a
+   forward for numerical_gradient, bn's pairs) is a function of the course, sent by module
+   and name with its data arguments and rebuilt in the child; the capstone's registry entry
+   and training loop stay here and call the student's forward and backward across the pipe
+   (c.student(name)); exercise 20's torch runs in the child (a course function that calls
+   the student's), and only arrays come back. Nothing is called back from the child.
+4. Each request has a time limit: past it the child is ended (with everything it started:
+   bubblewrap's PID namespace, else the checker's subreaper on Linux, else its process
+   group), the row is TIMEOUT with the line it was on, the function's later rows are not
+   run, and the next request starts a new child. A child that ends its process costs the
+   request an ERROR row. Its temporary folder goes with it.
+5. checker.advice is the one place that says what the failing rows tell the student, as
    three hint levels (where to look, the slip or the idea, the rule): from the slips
-   recognised in the rows, else from which rows fail together, else from hints.json.
-5. __main__.py prints rows, progress and hints and grades a class in parallel; release.py
-   makes the stubs from the solutions and the handout.
+   recognised in the rows, else from which rows fail together, else from the HINTS.
+6. __main__.py prints rows, progress and hints, and grades a class in worker processes
+   (each submission from a snapshot taken before any child runs; the course's files are
+   compared with theirs afterwards and put back); release.py makes the stubs from the
+   solutions and the handout.
 
 Exercise 20 is optional (it needs PyTorch; without it, one SKIPPED row) and counted apart.
 Exit status: 0 done (grade, handout: the work ran); 1 not done (release: a stub differs); 2 bad

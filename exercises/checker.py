@@ -724,7 +724,7 @@ def advice(result):
     row is ok). 1, where to look: the points of the slips recognised in the rows, else which
     gradients fail together (gradient_diagnosis) or the exercise's diagnose, else the
     failing topic's hint; 2: those slips named, else the topic's idea; 3: the rule
-    (hints.json's "formulas") for the step a recognised slip points at (its key in the
+    (the HINTS' "formulas") for the step a recognised slip points at (its key in the
     slip's point), else for the first failing gradient (a parameter's before dx's), else
     the topic's rule. The hints are the exercise's HINTS (level 1 points at the step, 2
     the idea, 3 the rule; a backward exercise's "formulas": {"dx": ..., ...})."""

@@ -28,7 +28,7 @@ def tied_truth(v, rng):
         g = fd_truth(lambda **q: pair_unit(v, x, **q), p, (pair_unit(v, x, **p) - T) / len(x))
         step = 0.02 / max(1.0, *(float(np.max(np.abs(a))) for a in g.values()))  # clipped:
         p = {k: p[k] - step * g[k] for k in p}             # one factor for all, ties kept
-    assert np.all(np.isfinite(p["Q"])), "checks.py: the run diverged"
+    assert np.all(np.isfinite(p["Q"])), "exercise 12's checks: the run diverged"
     return bool(np.max(np.abs(p["Q"] - p["K"])) <= 1e-6 * np.max(np.abs(p["Q"])))
 
 

@@ -81,7 +81,7 @@ def count_reference(v, rng, n=60):
         count = null_count(fd_jacobian(lambda q: count_unit(v, x, q)[0].ravel(), p))
         if count is not None:
             return count
-    raise AssertionError("checks.py: no draw with a clear rank")
+    raise AssertionError("exercise 17's checks: no draw with a clear rank")
 
 
 def diagnose(rows):
@@ -113,7 +113,7 @@ def check(c):
     rng = np.random.default_rng(170)
     x, unit = rng.standard_normal((30, D)), bn.FORMULATIONS["gated_mlp"].init(rng, D, 1, D_OUT)
     # The differences' steps (0.006 at most here) cross no kink of relu: every |x·q| > 0.02.
-    assert np.min(np.abs(x @ unit["Q"].T)) > 0.02, "checks.py: a kink within a step"
+    assert np.min(np.abs(x @ unit["Q"].T)) > 0.02, "exercise 17's checks: a kink within a step"
     fn, act = bn.FORMULATIONS["gated_mlp"], "silu"
     J = module_jacobian("gated_mlp", act, x, unit)                  # (30 d_out, 13)
     q, k, v = np.split(J, [D, 2 * D], axis=1)                     # the columns of Q, K, V

@@ -46,8 +46,8 @@
 #
 # **What is yours to find.** Sections 1 to 3 carry out rules this text gives in full (the two
 # tables above; the key gradient `dQ + dK`): implementation parts, checked row by row. The
-# checker's own code for the same rules is in `exercises/checks.py` (the references its rows
-# compare with: `update` and `train_reference`), so
+# checker's own code for the same rules is in `exercises/checks/ex18_adam_and_ties.py`
+# (the references its rows compare with: `update` and `train_reference`), so
 # those parts can be copied, and copying them skips no derivation. The question of the
 # exercise is section 4: its answers are in no file, and the checker measures them, for your
 # pair and three more.
