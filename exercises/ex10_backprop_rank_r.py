@@ -28,14 +28,14 @@
 # read the module's unit there after your own attempt (yours differs from it).
 #
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
-# `bilinear_numpy` (`bn`); `bn.numerical_gradient`
-# is yours to use to check your work. **Check:** `python -m exercises check 10`.
+# `bilinear_numpy` (`bn`) listed below. Your backward is timed against the forward (a row
+# "cost in forwards"): finite differences cost thousands of forwards and fail it, so derive
+# each gradient; the Try-it cell checks them with `bn.numerical_gradient`.
+# **Check:** `python -m exercises check 10`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
 #   elementwise, of z's shape.
-# - `bn.numerical_gradient(f, x, dy)` returns the centred-difference gradient of sum(f(x) *
-#   dy), of x's shape.
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 
 # %% Setup: run this cell first (nothing to change here)

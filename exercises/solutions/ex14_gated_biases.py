@@ -31,9 +31,11 @@
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[name]`, the activation of that name: `.f(z)` is φ(z), `.df(z)` is
 #   φ′(z), elementwise, of z's shape.
-# - `bn.numerical_gradient(f, x, dy)`: the centred-difference gradient of sum(f(x) * dy),
-#   of x's shape (your checker of exercise 9).
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
+#
+# Your backward is timed against the forward (a row "cost in forwards"): finite differences
+# cost thousands of forwards and fail it. The Try-it cell checks your gradients with
+# `bn.numerical_gradient`, your checker of exercise 9; your backward does not call it.
 
 # %% Setup: run this cell first (nothing to change here)
 import sys
