@@ -85,6 +85,7 @@ class Result:
     note: str = ""        # which file was graded and why
     variant: str = ""     # the student's own variant, when the exercise draws one
     seconds: float = 0.0
+    notes: dict = field(default_factory=dict)   # what the checks kept for a person to read
 
     @property
     def first_failure(self):
@@ -474,7 +475,7 @@ class Checks:
 
     def __init__(self, session, exercise, number, seed=0, answers=None):
         self.session, self.exercise, self.number, self.seed = session, exercise, number, seed
-        self.answers, self.rows, self.stuck = answers, [], set()
+        self.answers, self.rows, self.stuck, self.notes = answers, [], set(), {}
 
     def rng(self, *labels):
         """A generator of this student's own numbers for this exercise (and labels)."""
@@ -520,6 +521,11 @@ class Checks:
 
     def _add(self, row):
         self.rows.append(row)
+
+    def note(self, key, value):
+        """Keep `value` (text, or data the student's code returned) in the result's notes,
+        for an instructor to read (the capstone's reasons, say)."""
+        self.notes[key] = value
 
     def row(self, check, topic, expected, got_fn, compare, mistakes=None):
         """One row: got_fn() (which asks the student's code) compared by compare(got)."""
@@ -657,7 +663,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     finally:
         session.finish()
     return Result(number, exercise, path, status_of(checks.rows), checks.rows, note,
-                  variant_text(exercise, number, seed), time.monotonic() - began)
+                  variant_text(exercise, number, seed), time.monotonic() - began, checks.notes)
 
 
 def check_job(job):
