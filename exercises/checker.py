@@ -355,7 +355,7 @@ class Session:
         argv = [sys.executable, "-c", code, str(self.scratch / "submission" / self.path.name),
                 ",".join(self.exercise.writes), str(self.seconds), str(work / "trace.txt")]
         self.proc = sandbox.start(argv, self.scratch, env, self.folder())
-        self.replies = queue.Queue()
+        self.replies = queue.Queue(maxsize=2)   # a child that floods the pipe waits on it
         threading.Thread(target=self.read_replies, args=(self.proc.stdout, self.replies),
                          daemon=True).start()
         try:
@@ -367,11 +367,21 @@ class Session:
 
     @staticmethod
     def read_replies(stream, replies):
-        while True:
+        """The reader thread: the child's frames, one at a time, until the pipe ends (or its
+        frames stop being read: the session closed)."""
+        item = None
+        while not isinstance(item, Exception):
             try:
-                replies.put(protocol.receive(stream))
+                item = protocol.receive(stream)
             except (EOFError, OSError, ValueError, protocol.ProtocolError) as error:
-                replies.put(error)
+                item = error
+            for _ in range(100):                  # 10 s: then nobody reads any more
+                try:
+                    replies.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            else:
                 return
 
     def exchange(self, request):
@@ -423,11 +433,15 @@ class Session:
             raise self.imported
         reply = self.exchange({"op": op} | fields)
         if "refused" in reply:
-            raise Refused(str(reply["refused"]))
+            raise Refused(str(reply["refused"])[:300])
         if "error" in reply:
-            raise student_error(reply["error"], self.path)
-        value = protocol.decode(reply.get("value"))
-        return (value, protocol.decode(reply["args"])) if fields.get("args_back") else value
+            raise student_error(reply["error"] if isinstance(reply["error"], dict) else {},
+                                self.path)
+        try:
+            value = protocol.decode(reply.get("value"))
+            return (value, protocol.decode(reply["args"])) if fields.get("args_back") else value
+        except (protocol.ProtocolError, ValueError, TypeError, KeyError, RecursionError) as error:
+            raise StudentError(f"what your code returned could not be read: {error}") from None
 
     def close(self):
         if self.proc is not None:

@@ -27,7 +27,7 @@ import struct
 
 import numpy as np
 
-MAX_FRAME = 256 * 2 ** 20                    # bytes: a larger frame is not an answer
+MAX_FRAME = 64 * 2 ** 20                     # bytes: a larger frame is not an answer
 NAMED_MODULES = ("bilinear_numpy", "exercises.", "numpy", "claims")   # what Named may name
 
 
