@@ -76,9 +76,11 @@ def show_check(number, folder, seconds, level):
 
 def show_progress(folder, seconds):
     """The progress over every exercise: exit 0 when every one is done."""
-    files = sandbox.submission_snapshot(folder)
-    results = checker.parallel(checker.check_job, [(number, folder, seconds, files, None)
-                                                   for number, _ in NUMBERED])
+    files, cores = sandbox.submission_snapshot(folder), os.cpu_count() or 1
+    shares = [[n for n, _ in NUMBERED][k::cores] for k in range(cores)]   # a child each
+    found = checker.parallel(checker.check_job, [(share, folder, seconds, files, None)
+                                                 for share in shares if share])
+    results = sorted((r for share in found for r in share), key=lambda r: r.number)
     course = [r for r in results if not r.exercise.optional]     # an optional one: apart
     done = sum(result.status == "done" for result in course)
     print(f"Progress [{'#' * done}{'-' * (len(course) - done)}] {done} of {len(course)} done"
@@ -129,9 +131,10 @@ def grade(submissions, csv_path, seconds, jobs):
     began = time.monotonic()
     snapshots = {student: sandbox.submission_snapshot(student) for student in students}
     print(sandbox.isolation())
-    tasks = [(number, student, seconds, snapshots[student], None)
-             for student in students for number, _ in NUMBERED]
-    found = checker.parallel(checker.check_job, tasks, jobs)
+    numbers = [n for n, _ in NUMBERED]
+    found = [r for results in checker.parallel(checker.check_job, [
+        (numbers, student, seconds, snapshots[student], None) for student in students], jobs)
+        for r in results]                                 # one child a student
     changed = sandbox.changed_course_files()             # put back, and said
     lines = [["student", "name", "seed", "done", "passed", "total", "seconds"] + [
         f"ex{n:02d}_{part}" for n, _ in NUMBERED

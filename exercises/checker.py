@@ -245,20 +245,6 @@ def which_mistake(got, mistakes):
     return "", ""
 
 
-def exception_message(error, path):
-    """'TypeError: message (ex01_x.py, line 12)': the error and the deepest line of the
-    student's file in its traceback."""
-    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
-             if path is not None and Path(f.filename).name == Path(path).name]
-    where = f" ({Path(path).name}, line {lines[-1]})" if lines else ""
-    text = str(error)
-    if isinstance(error, SystemExit):
-        text = f"your code called sys.exit({error.code!r}) or exit(): return a value instead"
-    elif isinstance(error, KeyboardInterrupt):
-        text = "raised KeyboardInterrupt (or Ctrl-C was pressed)"
-    return f"{type(error).__name__}: {text}{where}"
-
-
 def own_variant(exercise, number, seed):
     """The variant of exercise `number` for the student of `seed` (the same in every check)."""
     return exercise.variant(np.random.default_rng([seed, number, 0]))
@@ -325,15 +311,19 @@ def exception_message(error):
 
 
 class Session:
-    """The child of one check: started at the first request (a fresh scratch folder, the
-    course and the submission copied in, the student's file imported), started again after
-    a time-out or an end, ended by close(). Requests wait at most `seconds` (0: no limit)."""
+    """The child of one submission: started at the first request (a fresh scratch folder,
+    the course and the submission copied in), given one exercise's file at a time (use),
+    started again after a time-out or an end, ended by finish(). Requests wait at most
+    `seconds` (0: no limit)."""
 
-    def __init__(self, exercise, path, submission, seconds):
-        self.exercise, self.path, self.submission, self.seconds = (exercise, path, submission,
-                                                                   seconds)
-        self.proc = self.scratch = self.shared = None
-        self.ids, self.imported = 0, None       # imported: None, or the import's error
+    def __init__(self, submission, seconds):
+        self.submission, self.seconds = submission, seconds
+        self.proc = self.scratch = self.shared = self.path = None
+        self.ids, self.imported = 0, None       # imported: None, False, or the import's error
+
+    def use(self, exercise, path):
+        """From now on the requests are about `exercise`, whose file is `path`."""
+        self.exercise, self.path, self.imported = exercise, Path(path), None
 
     def folder(self):
         """A folder for files the checker writes and the student's code reads (read-only
@@ -352,14 +342,17 @@ class Session:
         code = (f"import sys; sys.path[0:1] = [{str(self.scratch / 'course')!r}, "
                 f"{str(self.scratch / 'submission')!r}]; "
                 f"from exercises.child import main; main(sys.argv[1:])")
-        argv = [sys.executable, "-c", code, str(self.scratch / "submission" / self.path.name),
-                ",".join(self.exercise.writes), str(self.seconds), str(work / "trace.txt")]
+        argv = [sys.executable, "-c", code, str(self.seconds), str(work / "trace.txt")]
         self.proc = sandbox.start(argv, self.scratch, env, self.folder())
         self.replies = queue.Queue(maxsize=2)   # a child that floods the pipe waits on it
         threading.Thread(target=self.read_replies, args=(self.proc.stdout, self.replies),
                          daemon=True).start()
+
+    def load(self):
+        """Import the exercise's file in the child (once per child): False, or its error."""
         try:
-            reply = self.exchange({"op": "import"})
+            reply = self.exchange({"op": "import", "writes": list(self.exercise.writes),
+                                   "path": str(self.scratch / "submission" / self.path.name)})
         except StudentError as error:             # the import timed out or ended the child
             self.imported = error
             raise
@@ -427,8 +420,13 @@ class Session:
     def request(self, op, **fields):
         """The value the child returns for one request (decoded data, Opaque for the rest);
         the student's exception re-raised as StudentError, Refused, TimedOut or Ended."""
+        if self.imported:
+            raise self.imported
         if self.proc is None:
             self.start()
+            self.imported = None
+        if self.imported is None:
+            self.load()
         if self.imported:
             raise self.imported
         reply = self.exchange({"op": op} | fields)
@@ -643,11 +641,13 @@ class Nested(RuntimeError):
     """Raised when a checker is asked to start inside a process a checker started."""
 
 
-def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=None):
+def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=None,
+                 session=None):
     """Check exercise `number` of `folder`: a Result, never an exception for anything in
     the student's file. The child runs the student's code; every row is judged here.
     files: the folder's snapshot ({name: bytes}; default: read now); seed: the variant's
-    seed (default: the folder's student.json)."""
+    seed (default: the folder's student.json); session: a Session of this submission to
+    use (and leave running), else one of its own."""
     if os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
@@ -657,7 +657,8 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
     files = sandbox.submission_snapshot(folder) if files is None else files
     seed = read_seed(files=files)[1] if seed is None else seed
-    session = Session(exercise, path, files, seconds)
+    own, session = session is None, session or Session(files, seconds)
+    session.use(exercise, path)
     checks = Checks(session, exercise, number, seed, ANSWERS)
     try:
         try:
@@ -675,16 +676,24 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
                             "ERROR", f"a bug in exercises/checks/, not in your file: "
                             f"{type(error).__name__}: {error}"))
     finally:
-        session.finish()
+        if own:
+            session.finish()
     return Result(number, exercise, path, status_of(checks.rows), checks.rows, note,
                   variant_text(exercise, number, seed), time.monotonic() - began, checks.notes)
 
 
 def check_job(job):
-    """run_exercise for a job (number, folder, seconds, files, seed) of parallel()."""
+    """run_exercise for each exercise of a job (numbers, folder, seconds, files, seed) of
+    parallel(), in one session (one child, started again only after a time-out): a list of
+    Results."""
     from exercises.course import COURSE
-    number, folder, seconds, files, seed = job
-    return run_exercise(number, COURSE[number - 1], folder, seconds, files, seed)
+    numbers, folder, seconds, files, seed = job
+    session = Session(files, seconds)
+    try:
+        return [run_exercise(n, COURSE[n - 1], folder, seconds, files, seed, session)
+                for n in numbers]
+    finally:
+        session.finish()
 
 
 def parallel(fn, items, jobs=None):

@@ -103,15 +103,23 @@ def error_of(error, path):
 
 
 class Served:
-    """The file and what the checker asks of it."""
+    """The student's files and what the checker asks of them: one exercise's file at a time
+    (the last imported), bilinear_numpy as it was when the child started, but for the
+    tripwires on the functions that exercise asks the student to write."""
 
-    def __init__(self, path, writes, trace, seconds):
+    def __init__(self, trace, seconds):
         import bilinear_numpy as bn
-        self.path, self.bn, self.module, self.trace, self.seconds = path, bn, None, trace, seconds
-        self.cwd = os.getcwd()
+        self.bn, self.module, self.path, self.trace, self.seconds = bn, None, "", trace, seconds
+        self.cwd, self.pristine = os.getcwd(), library_state(bn)
+        self.library = self.pristine
+
+    def load(self, path, writes):
+        """Import the file at `path` (an exercise's), its writes tripped."""
+        restore_library(self.bn, self.pristine)
         for name in writes:
-            setattr(bn, name, tripwire(name, getattr(bn, name)))
-        self.library = library_state(bn)
+            setattr(self.bn, name, tripwire(name, getattr(self.bn, name)))
+        self.path, self.library = path, library_state(self.bn)
+        return load_module(path)
 
     def student(self, name):
         fn = getattr(self.module, name, None)
@@ -146,7 +154,8 @@ class Served:
         self.refused = None
         op = request.get("op")
         if op == "import":
-            reply = self.guarded(load_module, self.path)
+            self.module = None
+            reply = self.guarded(self.load, request["path"], tuple(request["writes"]))
             self.module = reply.pop("value", None)
         elif op in ("call", "run"):
             decode = lambda data: protocol.decode(data, True, self.student, KEPT.get)  # noqa
@@ -179,18 +188,18 @@ class Served:
 
 
 def main(argv):
-    """The child: PATH WRITES SECONDS TRACE (WRITES: names, comma separated). Requests come
+    """The child: SECONDS TRACE. Requests come
     on standard input and replies go to standard output, both taken over before the
     student's file runs: what it prints, or reads, meets the null device. Serves requests
     until the pipe closes; ends with os._exit (threads and handlers the student left do not
     keep it alive)."""
-    path, writes, seconds, trace_path = argv
+    seconds, trace_path = argv
     requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     with open(trace_path, "w", encoding="utf-8") as trace:
-        served = Served(path, tuple(filter(None, writes.split(","))), trace, float(seconds))
+        served = Served(trace, float(seconds))
         while True:
             try:
                 request = protocol.receive(requests)
