@@ -391,7 +391,7 @@ def dict_of(keys, predicate):
 
 COST_SHAPES = {"x": ("N", "D"), "Q": ("M", "D"), "K": ("M", "D"), "V": ("M", "D_OUT"),
                "c": ("M",), "e": ("M",), "f": ("D_OUT",), "beta": ("M",)}
-COST_SIZES = {"N": 1024, "D": 16, "M": 64, "D_OUT": 4}  # a forward of a few ms: it, not the
+COST_SIZES = {"N": 256, "D": 16, "M": 64, "D_OUT": 4}   # a forward of a few ms: it, not the
 COST_LIMIT = 100            # pipe, is timed; forwards: reverse mode costs about 2 (3.9)
 COST_REPEATS = 3            # the fastest of these counts (a busy machine slows some)
 
@@ -407,7 +407,7 @@ def cost_problem(rng, inputs):
     return big
 
 
-def best_time(fn, repeats=7):
+def best_time(fn, repeats=5):
     """The fastest of `repeats` runs of fn(), in seconds (perf_counter)."""
     best = np.inf
     for _ in range(repeats):
