@@ -278,12 +278,12 @@ class Ended(StudentError):
     """The child's process ended (os._exit, a crash) before it replied."""
 
 
-BUILTIN_ERRORS = {name: getattr(builtins, name) for name in ("ValueError", "TypeError", "KeyError", "IndexError", "NameError",
-                   "AttributeError", "ZeroDivisionError", "NotImplementedError",
-                   "ArithmeticError", "LookupError", "RuntimeError", "AssertionError",
-                   "FileNotFoundError", "OSError", "ImportError", "ModuleNotFoundError",
-                   "RecursionError", "OverflowError", "FloatingPointError",
-                   "UnboundLocalError", "StopIteration", "MemoryError")}
+BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
+    "ValueError", "TypeError", "KeyError", "IndexError", "NameError", "AttributeError",
+    "ZeroDivisionError", "NotImplementedError", "ArithmeticError", "LookupError",
+    "RuntimeError", "AssertionError", "FileNotFoundError", "OSError", "ImportError",
+    "ModuleNotFoundError", "RecursionError", "OverflowError", "FloatingPointError",
+    "UnboundLocalError", "StopIteration", "MemoryError")}
 
 
 def student_error(report, path):

@@ -1,4 +1,4 @@
-"""Exercise 1: The MLP as a key-value memory. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 1, The MLP as a key-value memory: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 

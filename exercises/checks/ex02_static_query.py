@@ -1,4 +1,5 @@
-"""Exercise 2: A static global query is absorbed into the keys. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 2, A static global query is absorbed into the keys: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

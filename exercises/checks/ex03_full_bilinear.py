@@ -1,4 +1,5 @@
-"""Exercise 3: Full bilinear attention with np.einsum. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 3, Full bilinear attention with np.einsum: its checks, variant, recognised slips and
+hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exercise 4: From full to rank-1: the outer product. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 4, From full to rank-1: the outer product: its checks, variant, recognised slips and
+hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercise 5: The gated MLP and the GLU family. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 5, The gated MLP and the GLU family: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def check(c):
         c.close(f"gated_mlp_forward as {variant}", "gated_mlp_forward",
                 bn.gated_mlp_forward(x, Q, K, V, act)[0],
                 lambda act=act: c.call("gated_mlp_forward", x, Q, K, V, act), mistakes=mistakes)
-    c.reading("GLU_ACTIVATION", f"a dict of an activation name for each of {tuple(bn.GLU_VARIANTS)}",
+    c.reading("GLU_ACTIVATION", f"a dict of an activation name for each of "
+                                f"{tuple(bn.GLU_VARIANTS)}",
               dict_of(bn.GLU_VARIANTS, lambda a: a in bn.ACTIVATIONS))
     c.reading("ROLE", "a dict of a str for each of Q, K, V", dict_of("QKV", is_str))
     rng = np.random.default_rng(50)

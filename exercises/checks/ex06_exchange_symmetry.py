@@ -1,4 +1,4 @@
-"""Exercise 6: Exchange symmetry. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 6, Exchange symmetry: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""Exercise 7: Inverse-scaling symmetry. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 7, Inverse-scaling symmetry: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_variant, raised,
-                                     sigma, set_of_acts, dict_of)
+from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_variant, raised, sigma,
+                                     set_of_acts, dict_of)
 
 TITLE = 'Inverse-scaling symmetry'
 WRITES = ("symmetry_deviation", "transform_params")

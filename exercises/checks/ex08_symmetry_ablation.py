@@ -1,4 +1,5 @@
-"""Exercise 8: Which broken symmetry matters? The 2x2 ablation. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 8, Which broken symmetry matters? The 2x2 ablation: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exercise 9: Backprop I: a gated unit of your own by hand. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 9, Backprop I: a gated unit of your own by hand: its checks, variant, recognised slips
+and hints."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import functools
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (draw_unit, own_unit, unchanged, unit_problem, unit_rows, unit_text)
+from exercises.checks.common import (draw_unit, own_unit, unchanged, unit_problem, unit_rows,
+                                     unit_text)
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)

@@ -1,4 +1,5 @@
-"""Exercise 10: Backprop II: a rank-r bilinear unit of your own. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 10, Backprop II: a rank-r bilinear unit of your own: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""Exercise 11: Symmetry gives a conservation law. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 11, Symmetry gives a conservation law: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (D, M, D_OUT, balance, draw, fd_truth, gd_reference,
-                                     pair_rows, pair_unit, pair_variant, set_text, unchanged,
-                                     is_int, set_of_acts, dict_of)
+from exercises.checks.common import (D, M, D_OUT, balance, draw, fd_truth, gd_reference, pair_rows,
+                                     pair_unit, pair_variant, set_text, unchanged, is_int,
+                                     set_of_acts, dict_of)
 
 TITLE = 'Symmetry gives a conservation law'
 WRITES = ("conservation_residual",)

@@ -1,4 +1,4 @@
-"""Exercise 12: Tied factors and squared ReLU. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 12, Tied factors and squared ReLU: its checks, variant, recognised slips and hints."""
 
 from __future__ import annotations
 

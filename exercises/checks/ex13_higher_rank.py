@@ -1,4 +1,5 @@
-"""Exercise 13: Higher rank: eigendecomposition and truncation. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 13, Higher rank: eigendecomposition and truncation: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exercise 14: Backprop III: a gated unit with biases, your own. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 14, Backprop III: a gated unit with biases, your own: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

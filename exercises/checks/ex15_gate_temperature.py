@@ -1,4 +1,5 @@
-"""Exercise 15: Backprop IV: a learned temperature, your own. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 15, Backprop IV: a learned temperature, your own: its checks, variant, recognised slips
+and hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exercise 16: A trained model's file, read by hand: the balances. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 16, A trained model's file, read by hand: the balances: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.tiny_checkpoint import tiny_weights, write_safetensors, write_tiny_checkpoint
-from exercises.checks.common import (D, M, balance, pick, predicted_rows, raised, returned, set_text, unchanged)
+from exercises.checks.common import (D, M, balance, pick, predicted_rows, raised, returned,
+                                     set_text, unchanged)
 
 TITLE = "A trained model's file, read by hand: the balances"
 WRITES = ("symmetry_expected", "symmetry_deviation", "transform_params")

@@ -1,4 +1,5 @@
-"""Exercise 17: Count the continuous symmetries: the Jacobian's rank. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 17, Count the continuous symmetries: the Jacobian's rank: its checks, variant,
+recognised slips and hints."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import bilinear_numpy as bn
 from exercises.checks.common import D, D_OUT, N, SCALARS, draw, pick, predicted_rows, raised
 
 TITLE = "Count the continuous symmetries: the Jacobian's rank"
-WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected", "symmetry_dimension_table")
+WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected",
+          "symmetry_dimension_table")
 
 
 def variant(rng):

@@ -1,12 +1,13 @@
-"""Exercise 18: Optimizers, weight decay and tied factors of your own. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 18, Optimizers, weight decay and tied factors of your own: its checks, variant,
+recognised slips and hints."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (D, M, D_OUT, fd_truth, gd_reference, gradient_rows, pick, predicted_rows,
-                                     returned, unchanged)
+from exercises.checks.common import (D, M, D_OUT, fd_truth, gd_reference, gradient_rows, pick,
+                                     predicted_rows, returned, unchanged)
 
 TITLE = 'Optimizers, weight decay and tied factors of your own'
 WRITES = ()

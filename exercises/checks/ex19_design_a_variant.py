@@ -1,4 +1,5 @@
-"""Exercise 19: Capstone: design a variant, predict its symmetries. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 19, Capstone: design a variant, predict its symmetries: its checks, variant, recognised
+slips and hints."""
 
 from __future__ import annotations
 

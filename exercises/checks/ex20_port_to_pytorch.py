@@ -1,4 +1,5 @@
-"""Exercise 20: Beyond NumPy: your capstone unit in PyTorch. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 20, Beyond NumPy: your capstone unit in PyTorch: its checks, variant, recognised slips
+and hints."""
 
 from __future__ import annotations
 
