@@ -1,4 +1,4 @@
-"""Exercise 1, The MLP as a key-value memory: its checks, variant, recognised slips and hints."""
+"""Exercise 1: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 2, A static global query is absorbed into the keys: its checks, variant, recognised
-slips and hints."""
+"""Exercise 2: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 3, Full bilinear attention with np.einsum: its checks, variant, recognised slips and
-hints."""
+"""Exercise 3: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

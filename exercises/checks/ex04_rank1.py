@@ -1,5 +1,4 @@
-"""Exercise 4, From full to rank-1: the outer product: its checks, variant, recognised slips and
-hints."""
+"""Exercise 4: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercise 5, The gated MLP and the GLU family: its checks, variant, recognised slips and hints."""
+"""Exercise 5: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

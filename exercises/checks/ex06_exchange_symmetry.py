@@ -1,4 +1,4 @@
-"""Exercise 6, Exchange symmetry: its checks, variant, recognised slips and hints."""
+"""Exercise 6: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

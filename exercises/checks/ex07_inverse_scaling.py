@@ -1,4 +1,4 @@
-"""Exercise 7, Inverse-scaling symmetry: its checks, variant, recognised slips and hints."""
+"""Exercise 7: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

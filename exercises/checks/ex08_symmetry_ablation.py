@@ -1,5 +1,4 @@
-"""Exercise 8, Which broken symmetry matters? The 2x2 ablation: its checks, variant, recognised
-slips and hints."""
+"""Exercise 8: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

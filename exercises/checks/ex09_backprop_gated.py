@@ -1,5 +1,4 @@
-"""Exercise 9, Backprop I: a gated unit of your own by hand: its checks, variant, recognised slips
-and hints."""
+"""Exercise 9: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 10, Backprop II: a rank-r bilinear unit of your own: its checks, variant, recognised
-slips and hints."""
+"""Exercise 10: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercise 11, Symmetry gives a conservation law: its checks, variant, recognised slips and hints."""
+"""Exercise 11: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercise 12, Tied factors and squared ReLU: its checks, variant, recognised slips and hints."""
+"""Exercise 12: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 13, Higher rank: eigendecomposition and truncation: its checks, variant, recognised
-slips and hints."""
+"""Exercise 13: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 14, Backprop III: a gated unit with biases, your own: its checks, variant, recognised
-slips and hints."""
+"""Exercise 14: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 15, Backprop IV: a learned temperature, your own: its checks, variant, recognised slips
-and hints."""
+"""Exercise 15: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

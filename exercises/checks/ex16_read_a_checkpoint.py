@@ -1,5 +1,4 @@
-"""Exercise 16, A trained model's file, read by hand: the balances: its checks, variant, recognised
-slips and hints."""
+"""Exercise 16: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

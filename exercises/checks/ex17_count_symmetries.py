@@ -1,5 +1,4 @@
-"""Exercise 17, Count the continuous symmetries: the Jacobian's rank: its checks, variant,
-recognised slips and hints."""
+"""Exercise 17: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 18, Optimizers, weight decay and tied factors of your own: its checks, variant,
-recognised slips and hints."""
+"""Exercise 18: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

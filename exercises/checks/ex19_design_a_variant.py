@@ -1,5 +1,4 @@
-"""Exercise 19, Capstone: design a variant, predict its symmetries: its checks, variant, recognised
-slips and hints."""
+"""Exercise 19: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Exercise 20, Beyond NumPy: your capstone unit in PyTorch: its checks, variant, recognised slips
-and hints."""
+"""Exercise 20: its checks, its variant, the slips it recognises, its hints."""
 
 from __future__ import annotations
 
