@@ -77,9 +77,16 @@ def graded(number, path, seed=None, seconds=checker.TIME_LIMIT, exercise=None):
                                 seconds, seed=seed)
 
 
+def run_job(job):
+    """checker.run_exercise for a job (number, folder, seconds, files, seed)."""
+    number, folder, seconds, files, seed = job
+    return checker.run_exercise(number, COURSE[number - 1], folder, seconds, files, seed)
+
+
 def graded_all(jobs):
-    """checker.check_job over jobs (number, folder, seconds, files, seed), JOBS at a time."""
-    return checker.parallel(checker.check_job, jobs, JOBS)
+    """run_job over jobs (number, folder, seconds, files, seed), JOBS at a time (checker.parallel,
+    as the progress view and grade run them): the Results in order."""
+    return checker.parallel(run_job, jobs, JOBS)
 
 
 def graded_seeds(number, path, *seeds):
@@ -494,9 +501,12 @@ def test_a_wrong_answer_ends_the_try_it_cell_in_one_line_not_a_traceback(tmp_pat
         out = capsys.readouterr().out
         assert "Try it stops here: ValueError: planted: a wrong answer. Run `python -m " \
                f"exercises check {number}`" in out, (path.name, out)
-    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
-    assert '"V": dV}' in text
-    (tmp_path / name(9)).write_text(text.replace('"V": dV}', '"V": dV.T}'), encoding="utf-8")
+    text = solution_text(9)                     # dV transposed, redefined before Try it
+    cell = text.index("# %% Try it")
+    transposed = ("_unit_backward = unit_backward\n\n\ndef unit_backward(*args):\n"
+                  "    grads = dict(_unit_backward(*args))\n"
+                  "    grads['V'] = grads['V'].T\n    return grads\n\n\n")
+    (tmp_path / name(9)).write_text(text[:cell] + transposed + text[cell:], encoding="utf-8")
     runpy.run_path(str(tmp_path / name(9)), run_name="__main__")
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("Try it stops here: ValueError: rel_error: expected two arrays"), last
@@ -541,7 +551,7 @@ def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
             assert (v["keeps"], v["breaks"]) not in CHECKS[8].STATED_COMPARISONS, v
 
 
-FIXED = ("\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
+FIXED = ("\nimport exercises.checker\nimport exercises.course\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
          "{n}, {seed})\n_all = ({names})\n_orig = {{k: globals()[k] for k in _all}}\n"
          "for _k in _all:\n    globals()[_k] = (lambda _f: lambda *a: _f(*a[:-1], _mine))"
          "(_orig[_k])\n")
@@ -741,7 +751,8 @@ def test_exercise_18s_one_path_slip_fails_for_every_variant(tmp_path):
     x, T = rng.standard_normal((16, common.D)), rng.standard_normal((16, common.D_OUT))
     W, V = rng.standard_normal((common.M, common.D)), rng.standard_normal((common.M, common.D_OUT))
     files = {name(18): (tmp_path / name(18)).read_bytes()}
-    session = checker.Session(COURSE[17], tmp_path / name(18), files, checker.TIME_LIMIT)
+    session = checker.Session(files, checker.TIME_LIMIT)
+    session.use(COURSE[17], tmp_path / name(18))
     try:
         for form in ex18.TIE_FORMS:
             for optimizer in ex18.OPTIMIZERS:
@@ -837,9 +848,11 @@ def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
     # Levels 2 and 3 name the slip or apply the rule in words: no call of the library (the
     # capstone's are the registry it asks to fill), and a backward's level 3 is one step.
     import ast
-    tree = ast.parse((ROOT / "exercises" / "checks.py").read_text(encoding="utf-8"))
-    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-             and isinstance(n.value, str) and ("use bn." in n.value or "is bn." in n.value)]
+    files = sorted((ROOT / "exercises" / "checks").glob("*.py"))
+    assert len(files) == len(COURSE) + 2                 # one an exercise, common.py, __init__
+    texts = [n.value for path in files for n in ast.walk(ast.parse(path.read_text("utf-8")))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and ("use bn." in n.value or "is bn." in n.value)]
     assert not texts, texts
     for slug, table in HINTS.items():
         for topic, levels in table.items():
@@ -867,9 +880,12 @@ def test_check_shows_level_one_and_the_shape_diagnosis_survives_into_hint(tmp_pa
 
 def test_level_one_gives_no_formula():
     formula = re.compile(r"=|\.df\b|\.f\(|bn\.|np\.|@|ᵀ|⊙|σ′|Σ|in place of")
-    points = [point for table in vars(checks).values() if isinstance(table, dict)
+    tables = [value for module in (common, *CHECKS.values()) for value in vars(module).values()]
+    points = [point for table in tables if isinstance(table, dict)
               for key in table.values() if isinstance(key, tuple) and len(key) == 2
               for point in key[:1] if isinstance(point, str)]
+    points += [table[0] for table in tables if isinstance(table, tuple) and len(table) == 2
+               and all(isinstance(s, str) and len(s) > 30 for s in table)]   # COST_POINT
     rows = [checker.Row(f"d{t} vs finite differences", "f", "", "", None, None,
                         "WRONG" if t in wrong else "ok")
             for wrong in ("x", "Q", "xQ", "QK", "xQKV") for t in "xQKV"]
@@ -885,9 +901,10 @@ def test_a_call_of_the_function_to_write_is_named(tmp_path):
     (tmp_path / name(2)).write_text(
         "import bilinear_numpy as bn\ndef static_query_forward(x, Q, K, V, act):\n"
         "    return bn.static_query_mlp_forward(x, Q, K, V, act)[0]\n", encoding="utf-8")
-    result = checker.check_file(2, COURSE[1], tmp_path / name(2))
-    assert result.rows[0].message == ("Refused: you called bn.static_query_mlp_forward, which "
-                                      "this exercise asks you to write")
+    result = graded(2, tmp_path / name(2))
+    assert result.rows[0].verdict == "ERROR", rows_of(result)
+    assert result.rows[0].message.endswith("you called bn.static_query_mlp_forward, which "
+                                           "this exercise asks you to write"), rows_of(result)
 
 
 
@@ -902,7 +919,7 @@ def test_a_prediction_measured_with_the_library_is_refused(tmp_path, number, fun
     head = f"def {function}(formulation, act):\n"
     assert head in text
     (tmp_path / name(number)).write_text(text.replace(head, head + f"    {call}\n"), encoding="utf-8")
-    result = checker.check_file(number, COURSE[number - 1], tmp_path / name(number), seed=1)
+    result = graded(number, tmp_path / name(number), seed=1)
     refused = [row for row in result.rows if row.topic == function and row.verdict == "ERROR"]
     assert refused and all(f"you called {call.split('(')[0]}" in row.message for row in refused)
 
@@ -952,17 +969,17 @@ def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_a
     assert "five" not in text and "1e-7" in text and "1e-10" in text
     assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
     assert "bn.Formulation(\n        name=NAME" in text and "sigma_args=SIGMA_ARGS)" in text  # shown
-    assert checks.CAPSTONE_SYMMETRIES == bn.SYMMETRIES and checks.CLAIM_TOL == 1e-10
+    assert CHECKS[19].CAPSTONE_SYMMETRIES == bn.SYMMETRIES and CHECKS[19].CLAIM_TOL == 1e-10
 
 
 @needs_solutions
 def test_the_capstone_registration_as_printed_serves_gradcheck_with_a_kink(tmp_path):
     # The solution's register() (every argument named, as the text shows) is enough for
     # bn.gradcheck with relu: sigma_args keeps σ's arguments away from the kink.
-    text = (checker.SOLUTIONS_FOLDER / name(19)).read_text(encoding="utf-8")
+    text = solution_text(19)
     (tmp_path / name(19)).write_text(text.replace('ACT = "silu"', 'ACT = "relu"'),
                                      encoding="utf-8")
-    result = checker.check_file(19, COURSE[18], tmp_path / name(19))
+    result = graded(19, tmp_path / name(19))
     grad = [row for row in result.rows if row.check.startswith("bn.gradcheck")]
     assert len(grad) == 4 and all(row.verdict == "ok" for row in grad), rows_of(result)
     assert all(row.verdict == "ok" for row in result.rows if "Adam" in row.check)
@@ -978,7 +995,7 @@ def test_the_capstone_refuses_a_module_unit_relabelled_or_rescaled(tmp_path, ord
     copied = ('\n\ndef forward(x, Q, K, V, act="silu"):\n'
               f'    y, cache = bn.gated_mlp_forward(x, {order}, V, act=act)\n'
               f'    return {y}, {{"cache": cache}}\n')
-    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, copied))
+    result = graded(19, solved(tmp_path, 19, copied))
     row = next(r for r in result.rows if r.check == "forward differs from gated_mlp")
     assert row.verdict == "WRONG", rows_of(result)
 
@@ -988,28 +1005,29 @@ def test_the_capstone_shows_each_deviation_whole_and_reads_each_why_for_its_subj
     # A reason on no subject, or one sentence for every key, is WRONG; the got column
     # shows the claim and the deviation with its exponent.
     off = '\nWHY = {k: "This sentence of nine words says nothing at all." for k in WHY}\n'
-    result = checker.check_file(19, COURSE[18], solved(tmp_path, 19, off))
+    solved(tmp_path / "off", 19, off)
+    same = f"\nWHY = dict(WHY, parity=WHY['exchange'])\n"
+    solved(tmp_path / "same", 19, same)
+    result, second = graded_all([(19, tmp_path / f, checker.TIME_LIMIT, None, None)
+                                 for f in ("off", "same")])
     why = [row for row in result.rows if row.check.startswith("WHY[")]
     assert len(why) == 6 and all(row.verdict == "WRONG" for row in why), rows_of(result)
     keeps = [row.got for row in result.rows if row.check.startswith("KEEPS[")]
     assert len(keeps) == 6 and all(re.fullmatch(r"(True|False), dev \d\.\de[+-]\d\d", g)
                                    for g in keeps), keeps
-    same = f"\nWHY = dict(WHY, parity=WHY['exchange'])\n"
-    rows = checker.check_file(19, COURSE[18], solved(tmp_path, 19, same)).rows
+    rows = second.rows
     assert {r.check for r in rows if r.verdict != "ok"} == {"WHY[exchange]: a reason",
                                                             "WHY[parity]: a reason"}
 
 
 @needs_solutions
-def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(tmp_path):
+def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(solutions):
     # The table's check column is 48 wide: a longer name would push its row out of line.
-    for number, exercise in NUMBERED:
-        for seed in (0, 1, 2):
-            result = checker.check_file(number, exercise, checker.SOLUTIONS_FOLDER / name(number),
-                                        seed=seed)
-            long = [row.check for row in result.rows if len(row.check) > 48]
-            due = "skipped" if exercise.optional and not HAS_TORCH else "done"
-            assert not long and result.status == due, (long, rows_of(result))
+    for (number, seed), result in solutions.items():
+        exercise = COURSE[number - 1]
+        long = [row.check for row in result.rows if len(row.check) > 48]
+        due = "skipped" if exercise.optional and not HAS_TORCH else "done"
+        assert not long and result.status == due, (number, seed, long, rows_of(result))
     assert "{row.check:<48}" in (ROOT / "exercises" / "__main__.py").read_text(encoding="utf-8")
     text = (checker.SOLUTIONS_FOLDER / name(17)).read_text(encoding="utf-8")
     predict = text.index("## 4. Predict")
@@ -1022,13 +1040,12 @@ def test_no_answer_that_ignores_its_unit_passes_every_predicted_row():
     # A family whose truth is the same for 9 members in 10 (as "no exponent" was in exercise
     # 7, "not kept" in 6 and 12): the four rows of predicted_rows still ask for two answers.
     import dataclasses
-    import types
     family = dataclasses.replace(COURSE[6], variant=lambda rng: {"k": int(rng.integers(1000))})
     for seed in range(20):
-        c = checker.Checks(types.ModuleType("student"), family, 7, seed=seed)
+        c = checker.Checks(None, family, 7, seed=seed)          # no session: nothing asked
         truths = []
         c.predicted = lambda label, function, truth, got: truths.append(truth)
-        checks.predicted_rows(c, "f", lambda v, rng: v["k"] % 10 == 0, lambda v: str(v["k"]))
+        common.predicted_rows(c, "f", lambda v, rng: v["k"] % 10 == 0, lambda v: str(v["k"]))
         assert len(truths) == 4 and len(set(truths)) == 2, (seed, truths)
 
 
@@ -1044,7 +1061,7 @@ def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkey
     number = next(n for n, e in NUMBERED if e.optional)
     unsolved = tmp_path / name(number)                           # not the student's own file
     unsolved.write_text("def torch_forward(*args):\n    pass\n", encoding="utf-8")
-    result = checker.check_file(number, COURSE[number - 1], unsolved)
+    result = graded(number, unsolved)
     assert result.status == "skipped" and [r.verdict for r in result.rows] == ["SKIPPED"]
     assert "PyTorch is not installed" in result.rows[0].message
     assert sum(not e.optional for e in COURSE) == 19            # the progress counts these
@@ -1054,16 +1071,15 @@ def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkey
 @needs_solutions
 def test_the_torch_port_catches_a_numpy_detour_and_a_swapped_gradient(tmp_path):
     solved(tmp_path, 19)                                         # the capstone it imports
-    text = (checker.SOLUTIONS_FOLDER / name(20)).read_text(encoding="utf-8")
-    detour = "    return h @ V                                  # (N, d_out)\n"
-    swapped = "return da @ Q + db @ K, da.T @ x, db.T @ x, h.T @ dy"
-    assert detour in text and swapped in text
-    slips = {"detour": text.replace(detour, "    return torch.tensor(h.detach().numpy() @ "
-                                             "V.detach().numpy())\n"),
-             "swapped": text.replace(swapped, "return da @ Q + db @ K, db.T @ x, da.T @ x, h.T @ dy")}
+    # Planted where the solution has them (found by their form: this file holds no line of
+    # it): the forward's first `return A @ B` (a module-level function's) through NumPy, and
+    # the two gradients of the backward's `return ..., A.T @ x, B.T @ x, ...` swapped.
+    slips = {"detour": mutated(20, r"^    return (\w+) @ (\w+)\b.*$",
+                               r"    return torch.tensor(\1.detach().numpy() @ \2.detach().numpy())"),
+             "swapped": mutated(20, r"(return .+?, )(\w+\.T @ x), (\w+\.T @ x)", r"\1\3, \2")}
     for slip, wrong in slips.items():
         (tmp_path / name(20)).write_text(wrong, encoding="utf-8")
-        rows = checker.check_file(20, COURSE[19], tmp_path / name(20)).rows
+        rows = graded(20, tmp_path / name(20)).rows
         bad = {r.check for r in rows if r.verdict != "ok"}
         if slip == "detour":                  # y right, autograd's gradients cut off
             assert "torch_forward: y vs your NumPy y" not in bad and any("autograd" in b for b in bad)
