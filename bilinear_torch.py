@@ -1,26 +1,19 @@
 """bilinear_torch: bilinear_numpy's formulations as PyTorch modules, with the backward passes
 derived by hand in derivations.md section 3 running inside the framework.
 
-Optional and separate: it needs PyTorch (the CPU build is enough), which nothing else in this
-project imports, and it adds no mathematics. Each formulation has one torch forward pass
-(NAME_forward, derivations.md section 2), which both routes run, and beside it one torch
-backward pass (NAME_backward, section 3, a comment per step). `python bilinear_torch.py` (and
-tests/test_torch_bridge.py) checks both against bilinear_numpy's plain pairs and with
-torch.autograd.gradcheck and gradgradcheck.
+Optional: it needs PyTorch (the CPU build is enough), which nothing else in this project
+imports, and it adds no mathematics. `python bilinear_torch.py` (and tests/test_torch_*.py)
+checks it against bilinear_numpy's plain pairs, with gradcheck and gradgradcheck.
 
-1. Activations   sigma and sigma' written in torch as section 3.10 writes them, beside
-                 torch's own function of the same name (what autograd differentiates).
-2. Formulations  NAME_forward(x, *params, sigma) -> (y, saved) and NAME_backward(dy, d_saved,
-                 x, *params, *saved, act) -> (dx, *dparams), in differentiable torch ops.
-3. Functions     one torch.autograd.Function per formulation, made from its pair: it saves
-                 x, the parameters and `saved` (returned as outputs too, so that autograd can
-                 differentiate the backward: second derivatives are right), keeps the autocast
-                 state of its forward for its backward, and has a vmap rule (torch.func).
-4. Modules       one torch.nn.Module per formulation (MODULES), the parameters named and
-                 shaped as in bilinear_numpy (Q, K, V, A); backward="function" runs the
-                 Function, backward="autograd" lets torch differentiate the same forward.
-5. Conversions   to and from bilinear_numpy's parameter dicts; from the gate_proj / up_proj
-                 / down_proj layout of LLaMA-style checkpoints (from_gate_up_down, from_hf).
+1. Activations   sigma and sigma' in torch as section 3.10 writes them, beside torch's own.
+2. Formulations  one forward per formulation, NAME_forward (both routes run it), and beside
+                 it its backward NAME_backward, section 3's steps in differentiable ops.
+3. Functions     one torch.autograd.Function per pair (_function): second derivatives,
+                 autocast and torch.func work through it.
+4. Modules       one torch.nn.Module per formulation (MODULES), parameters named and shaped
+                 as in bilinear_numpy (Q, K, V, A); backward="function" or "autograd".
+5. Conversions   to and from bilinear_numpy's parameter dicts; from gate_proj / up_proj /
+                 down_proj (from_gate_up_down) and HuggingFace MLPs (from_hf).
 6. Checks        parity with bilinear_numpy, gradcheck and gradgradcheck, as tables.
 
 Conventions as in bilinear_numpy: x is (..., d), rows are tokens; Q, K are (m, d) (rank r:
@@ -31,7 +24,6 @@ Attention" (arXiv 2606.22172); derivations.md, sections 2 and 3.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 from dataclasses import dataclass
@@ -53,11 +45,9 @@ import bilinear_numpy as bn
 
 @dataclass(frozen=True)
 class TorchActivation:
-    """An activation in torch: name (a key of bilinear_numpy.ACTIVATIONS); f, df: z -> sigma(z),
-    sigma'(z) elementwise (z's shape and dtype); builtin: torch's function for sigma; both:
-    z -> (sigma(z), sigma'(z)) in one pass that shares their common terms (SiLU's sigmoid,
-    GELU's Phi), what the Functions' forward passes call (None: f and df).
-    Source: derivations.md, section 3.10; torch.nn.functional."""
+    """An activation in torch (derivations.md 3.10): name (a key of bilinear_numpy.ACTIVATIONS);
+    f, df: z -> sigma(z), sigma'(z) elementwise (z's shape and dtype); builtin: torch's own
+    sigma; both: z -> (sigma(z), sigma'(z)) sharing terms (SiLU's sigmoid), None: f and df."""
 
     name: str
     f: Callable[[torch.Tensor], torch.Tensor]
@@ -66,9 +56,8 @@ class TorchActivation:
     both: Callable | None = None
 
     def f_and_df(self, z):
-        """(sigma(z), sigma'(z)): sigma(z) of z's shape and dtype (identity: z itself);
-        sigma'(z) anything that multiplies a tensor of z's shape (relu: a bool mask,
-        identity: the number 1)."""
+        """(sigma(z), sigma'(z)): sigma(z) of z's shape and dtype (identity: z itself), sigma'(z)
+        anything that multiplies a tensor of z's shape (relu: a bool mask; identity: 1)."""
         return self.both(z) if self.both is not None else (self.f(z), self.df(z))
 
 
@@ -88,7 +77,6 @@ def _silu_both(z):
     sg = torch.sigmoid(z)
     f = z * sg                                    # z sigmoid(z)
     return f, (z - f).add_(1).mul_(sg)            # sigmoid(z) (1 + z (1 - sigmoid(z))), in place
-                                                  # on its own temporary: one allocation
 
 
 def _normal_cdf(z):
@@ -102,11 +90,6 @@ def _gelu(z):
 def _gelu_grad(z):
     phi = torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)   # the normal density phi(z)
     return _normal_cdf(z) + z * phi               # Phi(z) + z phi(z)
-
-
-def _gelu_both(z):
-    Phi = _normal_cdf(z)
-    return z * Phi, Phi + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
 _GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715   # u(z) = c (z + a z^3)
@@ -132,16 +115,15 @@ ACTIVATIONS: dict[str, TorchActivation] = {a.name: a for a in [
     TorchActivation("sigmoid", torch.sigmoid, _sigmoid_grad, torch.sigmoid,
                     lambda z: (torch.sigmoid(z), _sigmoid_grad(z))),
     TorchActivation("silu", _silu, _silu_grad, F.silu, _silu_both),
-    TorchActivation("gelu", _gelu, _gelu_grad, F.gelu, _gelu_both),            # exact GELU
+    TorchActivation("gelu", _gelu, _gelu_grad, F.gelu),            # exact GELU
     TorchActivation("gelu_tanh", _gelu_tanh, _gelu_tanh_grad,
                     lambda z: F.gelu(z, approximate="tanh")),
 ]}
 
 
 def get_activation(act: str | TorchActivation) -> TorchActivation:
-    """The TorchActivation for a name in ACTIVATIONS (the names of bilinear_numpy.ACTIVATIONS),
-    or act itself. Raises ValueError for an unknown name (listing the names), TypeError for
-    anything else."""
+    """The TorchActivation for a name in ACTIVATIONS (bilinear_numpy's names), or act itself.
+    Raises ValueError for an unknown name (listing the names), TypeError for anything else."""
     if isinstance(act, TorchActivation):
         return act
     if not isinstance(act, str):
@@ -154,15 +136,15 @@ def get_activation(act: str | TorchActivation) -> TorchActivation:
 # =============================================================================
 # 2. Formulations: one forward, one backward, in torch
 # =============================================================================
-# NAME_forward(x, *params, act, cache=True) -> (y, cache): x (..., d) -> y (..., d_out), from a
-# matmul (a fresh tensor: in-place operations on it are allowed). Both routes run it: the
-# Function with cache=True (act.f_and_df, and the tuple of tensors its backward reads), the
-# autograd route with cache=False (torch's own sigma, act.builtin; autograd saves what it
-# needs, and cache is None), the one `if` of each forward.
+# NAME_forward(x, *params, act, cache=True) -> (y, cache), for x (..., d) and the parameters
+# (one float dtype), act a TorchActivation: y (..., d_out) comes from a matmul, a fresh tensor
+# (in-place operations on it are allowed). Both routes run it, the one `if` its cache: the
+# Function with cache=True (the hand-written sigma, and the tensors its backward reads), the
+# autograd route with cache=False (torch's own sigma; autograd saves what it needs).
 # NAME_backward(dy, x, *params, cache, act) -> (dx, *dparams): section 3's steps, one line each,
-# in differentiable torch ops. Each cache keeps no more than autograd saves for the same
-# forward (docs/pytorch.md, the memory table): where that is little, the backward recomputes
-# sigma(z) and sigma'(z) elementwise from z, as derivations.md 3.3 rebuilds x (x) x.
+# in differentiable torch ops. No cache is larger than what autograd saves for the same forward
+# (docs/pytorch.md); where it is smaller, sigma and sigma' are recomputed elementwise, as 3.3
+# rebuilds x (x) x. Section numbers in docstrings are derivations.md's.
 
 
 def _rows(t):
@@ -170,15 +152,11 @@ def _rows(t):
 
 
 def mlp_forward(x, K, V, act, cache=True):
-    """Key-value memory MLP, y = sigma(x K^T) V (derivations.md 2.1).
-
-    Args: x (..., d); K (m, d); V (m, d_out), one float dtype; act: a TorchActivation;
-    cache: bool. Returns: (y (..., d_out), (z,) or None), z = x K^T (..., m).
-    """
+    """Key-value memory MLP, y = sigma(x K^T) V (derivations.md 2.1): x (..., d), K (m, d),
+    V (m, d_out) -> (y (..., d_out), cache (z = x K^T,) or None)."""
     z = x @ K.T                                   # (..., m)       z = x K^T
-    if not cache:
-        return act.builtin(z) @ V, None           # (..., d_out)   y = sigma(z) V
-    return act.f(z) @ V, (z,)
+    sigma = act.f if cache else act.builtin       # hand-written for the Function; torch's
+    return sigma(z) @ V, (z,) if cache else None  # (..., d_out)   y = sigma(z) V
 
 
 def mlp_backward(dy, x, K, V, cache, act):
@@ -193,16 +171,12 @@ def mlp_backward(dy, x, K, V, cache, act):
 
 
 def static_query_mlp_forward(x, Q, K, V, act, cache=True):
-    """Static global query, y = sigma(x Q K^T) V (derivations.md 2.2).
-
-    Args: x (..., d); Q (d, d); K (m, d); V (m, d_out); act; cache. Returns: (y, (p, z) or
-    None), the query p = x Q (..., d) and z = p K^T (..., m).
-    """
+    """Static global query, y = sigma(x Q K^T) V (2.2): Q (d, d), K (m, d) -> (y, (p = x Q,
+    z = p K^T) or None)."""
     p = x @ Q                                     # (..., d)       the query p = x Q
     z = p @ K.T                                   # (..., m)       z = p K^T
-    if not cache:
-        return act.builtin(z) @ V, None           # (..., d_out)   y = sigma(z) V
-    return act.f(z) @ V, (p, z)
+    sigma = act.f if cache else act.builtin
+    return sigma(z) @ V, (p, z) if cache else None   # (..., d_out) y = sigma(z) V
 
 
 def static_query_mlp_backward(dy, x, Q, K, V, cache, act):
@@ -223,16 +197,12 @@ def _outer(x):
 
 
 def bilinear_forward(x, A, V, act, cache=True):
-    """Full bilinear attention, y = sum_j sigma(x A_j x^T) v_j (derivations.md 2.3).
-
-    Args: x (..., d); A (m, d, d); V (m, d_out); act; cache. Returns: (y, (s,) or None),
-    the scores s (..., m).
-    """
+    """Full bilinear attention, y = sum_j sigma(x A_j x^T) v_j (2.3): A (m, d, d) -> (y,
+    (s,) or None), the scores s (..., m)."""
     m, d = A.shape[0], A.shape[1]
     s = _outer(x) @ A.reshape(m, d * d).T         # (..., m)       s_j = x A_j x^T
-    if not cache:
-        return act.builtin(s) @ V, None           # (..., d_out)   y = sigma(s) V
-    return act.f(s) @ V, (s,)                     # x (x) x is not kept: N d^2 (3.3, Cost)
+    sigma = act.f if cache else act.builtin       # x (x) x is not kept: N d^2 (3.3, Cost)
+    return sigma(s) @ V, (s,) if cache else None  # (..., d_out)   y = sigma(s) V
 
 
 def bilinear_backward(dy, x, A, V, cache, act):
@@ -262,17 +232,13 @@ def _like_Q(dQf, Q):
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act, cache=True):
-    """Rank-r bilinear, y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j (derivations.md 2.4).
-
-    Args: x (..., d); Q, K (m, d, r); V (m, d_out); act; cache. Returns: (y, (a, b) or None),
-    the queries a = x Q_j and keys b = x K_j of every unit, (..., m, r).
-    """
+    """Rank-r bilinear, y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j (2.4): Q, K
+    (m, d, r) -> (y, (a, b) or None), a = x Q_j, b = x K_j (..., m, r)."""
     a = _per_unit(x @ _flat(Q), Q)                # (..., m, r)    queries x Q_j
     b = _per_unit(x @ _flat(K), K)                # (..., m, r)    keys    x K_j
     s = (a * b).sum(-1)                           # (..., m)       s_j = sum_rho a_jrho b_jrho
-    if not cache:
-        return act.builtin(s) @ V, None           # (..., d_out)   y = sigma(s) V
-    return act.f(s) @ V, (a, b)
+    sigma = act.f if cache else act.builtin
+    return sigma(s) @ V, (a, b) if cache else None   # (..., d_out) y = sigma(s) V
 
 
 def rank_r_bilinear_backward(dy, x, Q, K, V, cache, act):
@@ -291,16 +257,12 @@ def rank_r_bilinear_backward(dy, x, Q, K, V, cache, act):
 
 
 def rank1_bilinear_forward(x, Q, K, V, act, cache=True):
-    """Rank-1 bilinear, y = sigma((x Q^T) * (x K^T)) V (derivations.md 2.5).
-
-    Args: x (..., d); Q, K (m, d); V (m, d_out); act; cache. Returns: (y, (a, b) or None),
-    queries a = x Q^T and keys b = x K^T (..., m).
-    """
+    """Rank-1 bilinear, y = sigma((x Q^T) * (x K^T)) V (2.5): Q, K (m, d) -> (y, (a, b) or
+    None), a = x Q^T, b = x K^T (..., m)."""
     a = x @ Q.T                                   # (..., m)       queries a = x Q^T
     b = x @ K.T                                   # (..., m)       keys    b = x K^T
-    if not cache:
-        return act.builtin(a * b) @ V, None       # (..., d_out)   y = sigma(a * b) V
-    return act.f(a * b) @ V, (a, b)
+    sigma = act.f if cache else act.builtin
+    return sigma(a * b) @ V, (a, b) if cache else None   # (..., d_out) y = sigma(a * b) V
 
 
 def rank1_bilinear_backward(dy, x, Q, K, V, cache, act):
@@ -318,12 +280,8 @@ def rank1_bilinear_backward(dy, x, Q, K, V, cache, act):
 
 
 def gated_mlp_forward(x, Q, K, V, act, cache=True):
-    """Gated MLP (GLU, Bilinear, ReGLU, GEGLU, SwiGLU), y = (sigma(x Q^T) * (x K^T)) V
-    (derivations.md 2.6); in LLaMA-style code Q is gate_proj, K up_proj, V down_proj^T.
-
-    Args: x (..., d); Q, K (m, d); V (m, d_out); act; cache. Returns: (y, (sigma(a),
-    b * sigma'(a), h) or None), gate a = x Q^T, linear part b = x K^T, h = sigma(a) * b (..., m).
-    """
+    """Gated MLP (GLU, Bilinear, ReGLU, GEGLU, SwiGLU), y = (sigma(x Q^T) * (x K^T)) V (2.6):
+    Q, K (m, d) -> (y, (sigma(a), b sigma'(a), h) or None), a = x Q^T, b = x K^T (..., m)."""
     a = x @ Q.T                                   # (..., m)       gate a = x Q^T
     b = x @ K.T                                   # (..., m)       linear part b = x K^T
     if not cache:
@@ -347,11 +305,8 @@ def gated_mlp_backward(dy, x, Q, K, V, cache, act):
 
 
 def gated_rank_r_forward(x, Q, K, V, act, cache=True):
-    """Gated rank-r, y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j (derivations.md 2.7).
-
-    Args: x (..., d); Q, K (m, d, r); V (m, d_out); act; cache. Returns: (y, (sigma(a),
-    b * sigma'(a), h) or None), gates a = x Q_j, linear parts b = x K_j (..., m, r), h (..., m).
-    """
+    """Gated rank-r, y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j (2.7): Q, K
+    (m, d, r) -> (y, (sigma(a), b sigma'(a) (..., m, r), h (..., m)) or None)."""
     a = _per_unit(x @ _flat(Q), Q)                # (..., m, r)    gates x Q_j
     b = _per_unit(x @ _flat(K), K)                # (..., m, r)    linear parts x K_j
     if not cache:
@@ -376,11 +331,8 @@ def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
 
 
 def double_gated_mlp_forward(x, Q, K, V, act, cache=True):
-    """Double-gated MLP, y = (sigma(x Q^T) * sigma(x K^T)) V (derivations.md 2.8).
-
-    Args: x (..., d); Q, K (m, d); V (m, d_out); act; cache. Returns: (y, (sigma'(a) sigma(b),
-    sigma(a) sigma'(b), h) or None), a = x Q^T, b = x K^T, h = sigma(a) sigma(b) (..., m).
-    """
+    """Double-gated MLP, y = (sigma(x Q^T) * sigma(x K^T)) V (2.8): Q, K (m, d) -> (y,
+    (sigma'(a) sigma(b), sigma(a) sigma'(b), h) or None), a = x Q^T, b = x K^T."""
     a = x @ Q.T                                   # (..., m)       a = x Q^T
     b = x @ K.T                                   # (..., m)       b = x K^T
     if not cache:
@@ -408,26 +360,22 @@ def double_gated_mlp_backward(dy, x, Q, K, V, cache, act):
 # =============================================================================
 
 
-def _function(class_name, forward, backward, section):
-    """A torch.autograd.Function running forward (cache=True) and backward as its backward.
-
-    apply(x, *params, act) -> (y, *cache): y (..., d_out) and the cache, marked
-    non-differentiable (modules return y only). What it saves for backward: x, the
-    parameters and the cache, no copies. Second derivatives: when autograd wants a graph of
-    the backward (create_graph=True: gradient penalties, gradgradcheck, hvp, hessian, and
-    torch.func, which always asks), the backward recomputes the cache from the saved x and
-    parameters, which carry their history, so autograd differentiates backward's
-    differentiable ops; otherwise it reads the cache. Autocast: backward runs under the
-    autocast state its forward ran under (so inside or outside an autocast region, the same
-    casts) and returns each gradient in its input's dtype. torch.func: setup_context and
-    generate_vmap_rule, so vmap, grad, jacrev and vjp work; forward-mode AD (jvp, jacfwd,
-    torch.func.hessian) has no rule, and torch raises its error. Source: derivations.md,
-    section 3; PyTorch's notes "Extending torch.autograd" and "Extending torch.func".
+def _function(class_name, forward, backward):
+    """A torch.autograd.Function running forward (cache=True) and backward as its backward:
+    apply(x, *params, act) -> (y, *cache), the cache marked non-differentiable (modules return
+    y). It saves x, the parameters and the cache (no copies). Second derivatives: when autograd
+    wants a graph of the backward (create_graph=True: gradient penalties, gradgradcheck, hvp,
+    hessian; torch.func always asks), backward recomputes the cache from the saved x and
+    parameters, which carry their history, so autograd differentiates backward's ops;
+    otherwise it reads the cache. Autocast: backward runs under its forward's autocast state
+    (called inside or outside the region, the same casts), each gradient in its input's
+    dtype. torch.func: setup_context and generate_vmap_rule (vmap, grad, jacrev, vjp); forward
+    mode (jvp, jacfwd, torch.func.hessian) has no rule, and torch raises its error.
+    Source: derivations.md 3; PyTorch's "Extending torch.autograd" and "Extending torch.func".
     """
 
-    def fn_forward(x, *inputs):
-        *params, act = inputs
-        y, cache = forward(x, *params, act)
+    def fn_forward(x, *params_and_act):
+        y, cache = forward(x, *params_and_act)
         return (y, *cache)
 
     def setup_context(ctx, inputs, output):
@@ -444,35 +392,16 @@ def _function(class_name, forward, backward, section):
             return (None,) * (ctx.n_params + 2)
         x, *rest = ctx.saved_tensors
         params, cache = rest[:ctx.n_params], rest[ctx.n_params:]
-        autocast = (torch.autocast(ctx.device_type, dtype=ctx.autocast) if ctx.autocast
-                    else contextlib.nullcontext())
-        with autocast:
+        with torch.autocast(ctx.device_type, dtype=ctx.autocast or None, enabled=bool(ctx.autocast)):
             if torch.is_grad_enabled():           # a graph of this backward is wanted
                 cache = forward(x, *params, ctx.act)[1]
             grads = backward(dy, x, *params, cache, ctx.act)
         return (*(g.to(t.dtype) for g, t in zip(grads, (x, *params))), None)
 
     return type(class_name, (torch.autograd.Function,), {
-        "__doc__": f"{forward.__name__} with the backward {backward.__name__} of "
-                   f"derivations.md {section}; see _function.",
+        "__doc__": f"{forward.__name__} with the backward {backward.__name__}; see _function.",
         "forward": staticmethod(fn_forward), "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(fn_backward), "generate_vmap_rule": True,
-        "pair": (forward, backward)})
-
-KeyValueMLPFunction = _function("KeyValueMLPFunction", mlp_forward, mlp_backward, "3.1")
-StaticQueryMLPFunction = _function("StaticQueryMLPFunction", static_query_mlp_forward,
-                                   static_query_mlp_backward, "3.2")
-FullBilinearFunction = _function("FullBilinearFunction", bilinear_forward, bilinear_backward,
-                                 "3.3")
-RankRBilinearFunction = _function("RankRBilinearFunction", rank_r_bilinear_forward,
-                                  rank_r_bilinear_backward, "3.4")
-Rank1BilinearFunction = _function("Rank1BilinearFunction", rank1_bilinear_forward,
-                                  rank1_bilinear_backward, "3.5")
-GatedMLPFunction = _function("GatedMLPFunction", gated_mlp_forward, gated_mlp_backward, "3.6")
-GatedRankRFunction = _function("GatedRankRFunction", gated_rank_r_forward,
-                               gated_rank_r_backward, "3.7")
-DoubleGatedMLPFunction = _function("DoubleGatedMLPFunction", double_gated_mlp_forward,
-                                   double_gated_mlp_backward, "3.8")
+        "backward": staticmethod(fn_backward), "generate_vmap_rule": True, "pair": (forward, backward)})
 
 
 # =============================================================================
@@ -482,29 +411,28 @@ DoubleGatedMLPFunction = _function("DoubleGatedMLPFunction", double_gated_mlp_fo
 
 class FormulationModule(torch.nn.Module):
     """The common part of the modules below: parameters, input checks, the two routes.
-
-    Args: d: input width; m: memory units; d_out: output width (default d); r: rank (rank-r
-        forms only; 1 elsewhere); act: a name in ACTIVATIONS (default the formulation's, as in
-        bilinear_numpy); backward: "function" (the hand-derived backward of section 3, the
-        default) or "autograd" (autograd differentiates the same forward, with torch's own
-        sigma); dtype: torch.float32 or torch.float64 (module.to(...) converts afterwards,
+    Args: d, m, d_out (default d), r (rank-r forms only): sizes; act: a name in ACTIVATIONS
+        (default the formulation's, as in bilinear_numpy); backward: "function" (section 3's
+        backward, the default) or "autograd" (autograd differentiates the same forward, with
+        torch's own sigma); dtype: torch.float32 or float64 (.to(...) converts afterwards,
         e.g. to bfloat16); generator: a torch.Generator for the initial draw (or None).
-    Parameters: the formulation's (bilinear_numpy.FORMULATIONS[name].param_names), of the
-        shapes param_shapes(d, m, d_out, r), drawn as bilinear_numpy's init draws them
-        (Gaussian, the same standard deviations); `to_numpy` / `from_numpy` convert.
-    forward(x): x (..., d) of the parameters' dtype (any float dtype under torch.autocast)
-        -> y (..., d_out), a fresh tensor (in-place operations on it are allowed). Works
-        under torch.autocast, torch.func (vmap, grad, jacrev) and double backward.
-    Raises: ValueError for a size that is not a positive integer, r != 1 for a form without
-        rank, an unknown activation or backward; TypeError for another dtype; in forward,
-        TypeError for an x that is not a tensor of the parameters' dtype (outside autocast),
-        ValueError for a last axis that is not d.
+    Parameters: bilinear_numpy.FORMULATIONS[name].param_names, of its param_shapes, drawn with
+        its init's standard deviations; to_numpy / from_numpy convert.
+    forward(x): x (..., d) of the parameters' dtype (any under torch.autocast) -> y (..., d_out),
+        a fresh tensor; see _function for autocast, torch.func and second derivatives.
+    Raises: ValueError for a bad size, r != 1 without rank, an unknown act or backward, an x
+        whose last axis is not d; TypeError for another dtype, an x that is not a tensor.
     Source: Breslow (arXiv 2606.22172); derivations.md, sections 2 and 3.
     """
 
     name = ""                                     # the key in bilinear_numpy.FORMULATIONS
     function: type = None                         # its torch.autograd.Function
     has_rank = False
+
+    def __init_subclass__(cls, **kwargs):         # the Function from the pair NAME_forward/backward
+        super().__init_subclass__(**kwargs)
+        pair = globals()[f"{cls.name}_forward"], globals()[f"{cls.name}_backward"]
+        cls.function = _function(f"{cls.__name__}Function", *pair)
 
     def __init__(self, d, m, d_out=None, r=1, act=None, backward="function",
                  dtype=torch.float64, generator=None):
@@ -520,8 +448,7 @@ class FormulationModule(torch.nn.Module):
         shapes = form.param_shapes(d, m, d_out, r)     # ValueError for a bad size
         scales = form.init_scales(d, m, r)
         self.d, self.m, self.d_out, self.r = d, m, d_out, r
-        self.act = get_activation(act if act is not None else self.default_act)
-        self.backward = backward
+        self.act, self.backward = get_activation(act or self.default_act), backward
         for n, shape in shapes.items():                # e.g. Q (m, d), K (m, d), V (m, d_out)
             value = scales[n] * torch.randn(shape, generator=generator, dtype=dtype)
             self.register_parameter(n, torch.nn.Parameter(value))
@@ -553,14 +480,10 @@ class FormulationModule(torch.nn.Module):
 
     @classmethod
     def from_numpy(cls, params, act=None, backward="function"):
-        """The module holding copies of bilinear_numpy parameters (the sizes read from them).
-
-        Args: params: {name: array} with exactly this formulation's names, one float dtype
-            (float32 or float64); act, backward: as for the constructor.
-        Returns: the module, parameters of params' dtype (copies: no memory shared).
-        Raises: ValueError for missing or extra names or shapes that do not agree (naming
-            the tensor); TypeError for a dtype that is not float32 / float64 or differs.
-        """
+        """The module holding copies of bilinear_numpy parameters {name: array} (exactly this
+        formulation's names, one dtype, float32 or float64; the sizes read from them); act,
+        backward: as for the constructor. Raises ValueError for missing or extra names or
+        shapes that do not agree (naming the tensor), TypeError for another or mixed dtype."""
         return cls._from_tensors({n: torch.from_numpy(np.array(v, copy=True))
                                   for n, v in params.items()}, act, backward)
 
@@ -571,10 +494,15 @@ class FormulationModule(torch.nn.Module):
             raise ValueError(f"params: expected the names {list(names)}, got {sorted(tensors)}")
         dtypes = {t.dtype for t in tensors.values()}
         if len(dtypes) != 1 or not dtypes <= set(floats):
-            raise TypeError(f"params: expected one dtype, float32 or float64, got "
+            raise TypeError(f"params: expected one dtype of {[str(f) for f in floats]}, got "
                             f"{ {n: str(t.dtype) for n, t in tensors.items()} }")
         dtype = dtypes.pop()
-        sizes = cls._sizes(tensors)
+        first = tensors[names[0]]                 # d, m from it; d_out from V; r from a rank-r Q
+        if first.ndim < 2 or tensors["V"].ndim != 2:
+            raise ValueError(f"params: expected {cls.name}'s shapes, got "
+                             f"{ {n: tuple(t.shape) for n, t in tensors.items()} }")
+        sizes = {"d": first.shape[1], "m": tensors["V"].shape[0], "d_out": tensors["V"].shape[1],
+                 "r": first.shape[2] if cls.has_rank and first.ndim == 3 else 1}
         module = cls(**sizes, act=act, backward=backward,
                      dtype=dtype if dtype == torch.float64 else torch.float32)
         for n in names:
@@ -586,66 +514,51 @@ class FormulationModule(torch.nn.Module):
                 getattr(module, n).copy_(tensors[n])   # float32 holds bfloat16 / float16 exactly
         return module.to(device=tensors[names[0]].device, dtype=dtype)
 
-    @classmethod
-    def _sizes(cls, tensors):
-        # d and m from the first parameter's shape, d_out from V, r from a rank-r Q.
-        first = tensors[bn.get_formulation(cls.name).param_names[0]]
-        if first.ndim < 2 or tensors["V"].ndim != 2:
-            raise ValueError(f"params: expected {cls.name}'s shapes, got "
-                             f"{ {n: tuple(t.shape) for n, t in tensors.items()} }")
-        d = first.shape[1]
-        m = tensors["V"].shape[0]
-        r = first.shape[2] if cls.has_rank and first.ndim == 3 else 1
-        return {"d": d, "m": m, "d_out": tensors["V"].shape[1], "r": r}
-
 
 class KeyValueMLP(FormulationModule):
     """Key-value memory MLP: y = sigma(x K^T) V (K (m, d), V (m, d_out)); derivations.md 2.1."""
-    name, function, default_act = "mlp", KeyValueMLPFunction, "relu"
+    name, default_act = "mlp", "relu"
 
 
 class StaticQueryMLP(FormulationModule):
     """Static global query: y = sigma(x Q K^T) V (Q (d, d)); derivations.md 2.2."""
-    name, function, default_act = "static_query_mlp", StaticQueryMLPFunction, "relu"
+    name, default_act = "static_query_mlp", "relu"
 
 
 class FullBilinear(FormulationModule):
     """Full bilinear attention: y = sum_j sigma(x A_j x^T) v_j (A (m, d, d)); derivations.md 2.3."""
-    name, function, default_act = "bilinear", FullBilinearFunction, "identity"
+    name, default_act = "bilinear", "identity"
 
 
 class RankRBilinear(FormulationModule):
-    """Rank-r bilinear: y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j (Q, K (m, d, r));
-    derivations.md 2.4."""
-    name, function, default_act, has_rank = ("rank_r_bilinear", RankRBilinearFunction,
-                                             "identity", True)
+    """Rank-r bilinear: y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j; derivations 2.4."""
+    name, default_act, has_rank = "rank_r_bilinear", "identity", True
 
 
 class Rank1Bilinear(FormulationModule):
     """Rank-1 bilinear: y = sigma((x Q^T) * (x K^T)) V (Q, K (m, d)); derivations.md 2.5."""
-    name, function, default_act = "rank1_bilinear", Rank1BilinearFunction, "identity"
+    name, default_act = "rank1_bilinear", "identity"
 
 
 class GatedMLP(FormulationModule):
-    """Gated MLP (GLU, Bilinear, ReGLU, GEGLU, SwiGLU): y = (sigma(x Q^T) * (x K^T)) V;
-    derivations.md 2.6. In LLaMA-style code Q is gate_proj, K up_proj, V down_proj^T (from_hf)."""
-    name, function, default_act = "gated_mlp", GatedMLPFunction, "silu"
+    """Gated MLP (GLU, Bilinear, ReGLU, GEGLU, SwiGLU): y = (sigma(x Q^T) * (x K^T)) V; 2.6."""
+    name, default_act = "gated_mlp", "silu"
 
 
 class DoubleGatedMLP(FormulationModule):
     """Double-gated MLP: y = (sigma(x Q^T) * sigma(x K^T)) V; derivations.md 2.8."""
-    name, function, default_act = "double_gated_mlp", DoubleGatedMLPFunction, "silu"
+    name, default_act = "double_gated_mlp", "silu"
 
 
 class GatedRankR(FormulationModule):
-    """Gated rank-r: y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j (Q, K (m, d, r));
-    derivations.md 2.7."""
-    name, function, default_act, has_rank = "gated_rank_r", GatedRankRFunction, "silu", True
+    """Gated rank-r: y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j; derivations 2.7."""
+    name, default_act, has_rank = "gated_rank_r", "silu", True
 
 
-MODULES: dict[str, type] = {cls.name: cls for cls in [
-    KeyValueMLP, StaticQueryMLP, FullBilinear, RankRBilinear, Rank1Bilinear, GatedMLP,
-    DoubleGatedMLP, GatedRankR]}
+MODULES: dict[str, type] = {cls.name: cls for cls in FormulationModule.__subclasses__()}
+(KeyValueMLPFunction, StaticQueryMLPFunction, FullBilinearFunction, RankRBilinearFunction,
+ Rank1BilinearFunction, GatedMLPFunction, DoubleGatedMLPFunction, GatedRankRFunction) = (
+    cls.function for cls in MODULES.values())
 
 
 # =============================================================================
@@ -664,20 +577,14 @@ def from_numpy(formulation, params, act=None, backward="function"):
 def from_gate_up_down(gate_proj, up_proj, down_proj, act="silu", cls=None, backward="function"):
     """A LLaMA-style MLP, down_proj(act(gate_proj(x)) * up_proj(x)), as this project's gated MLP.
 
-    torch.nn.Linear(d, m) stores its weight as (m, d) and computes x W^T, so
-        Q = gate_proj.weight (m, d),  K = up_proj.weight (m, d),  V = down_proj.weight^T (m, d_out),
-    and (sigma(x Q^T) * (x K^T)) V is the same function. The same three matrices build the
-    rank-1 or double-gated form with cls=Rank1Bilinear or DoubleGatedMLP.
-
-    Args: gate_proj, up_proj, down_proj: torch.nn.Linear without bias, or their weights
-        (tensors of shapes (m, d), (m, d), (d_out, m)); act: a name in ACTIVATIONS ("silu" for
-        LLaMA, Mistral, Qwen); cls: a module class with parameters Q, K, V of shapes (m, d),
-        (m, d), (m, d_out) (default GatedMLP); backward: as for the modules.
-    Returns: the module: copies of the weights, in their dtype (any float dtype: float32,
-        float64, bfloat16, float16) and on their device.
+    torch.nn.Linear(d, m) stores its weight as (m, d) and computes x W^T, so Q = gate_proj.weight,
+    K = up_proj.weight, V = down_proj.weight^T (m, d_out); cls=Rank1Bilinear or DoubleGatedMLP
+    builds those forms from the same three matrices.
+    Args: gate_proj, up_proj, down_proj: torch.nn.Linear without bias, or their weights ((m, d),
+        (m, d), (d_out, m)); act: a name in ACTIVATIONS; cls: default GatedMLP; backward.
+    Returns: the module: copies of the weights, in their float dtype and on their device.
     Raises: ValueError for a Linear with a bias or shapes that do not agree; TypeError for
-        weights of different or non-float dtypes.
-    Source: Shazeer, GLU Variants Improve Transformer (arXiv 2002.05202); the LLaMA MLP.
+        mixed or non-float dtypes. Source: Shazeer (arXiv 2002.05202); the LLaMA MLP.
     """
     cls = GatedMLP if cls is None else cls
     weights = {}
@@ -701,28 +608,23 @@ HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch
 
 
 def from_hf(mlp, act=None, backward="function"):
-    """A HuggingFace MLP (LlamaMLP, MistralMLP, Qwen2MLP, GemmaMLP, ... : any module with
-    gate_proj, up_proj and down_proj, y = down_proj(act(gate_proj(x)) * up_proj(x))) as a
-    GatedMLP that computes the same function; it can take the MLP's place in the model.
-
-    Args: mlp: the module; act: a HuggingFace activation name (HF_ACTIVATIONS: silu, swish,
-        gelu, gelu_pytorch_tanh, gelu_new, gelu_fast, relu, sigmoid, linear), or None for
-        the MLP's config (config.hidden_act, or Gemma's config.hidden_activation); backward:
-        as for the modules.
-    Returns: GatedMLP (copies of the weights, their dtype and device; see from_gate_up_down).
-    Raises: ValueError for an activation name this project does not have (naming the ones it
-        has) or none given and none in a config; TypeError for a module without gate_proj,
-        up_proj and down_proj; as from_gate_up_down.
-    Source: transformers' modeling_llama.LlamaMLP; Shazeer (arXiv 2002.05202).
+    """A HuggingFace MLP (LlamaMLP, MistralMLP, Qwen2MLP, GemmaMLP, ...: any module with
+    gate_proj, up_proj, down_proj computing down_proj(act(gate_proj(x)) * up_proj(x))) as the
+    GatedMLP that computes the same function, to take its place in the model.
+    Args: mlp; act: a name of HF_ACTIVATIONS, or None for the MLP's config.hidden_act (Gemma:
+        config.hidden_activation); backward: as for the modules.
+    Returns: GatedMLP (copies of the weights, in their dtype, on their device).
+    Raises: ValueError for an activation not in HF_ACTIVATIONS (listing them) or none found;
+        TypeError for a module without the three projections; as from_gate_up_down.
+    Source: transformers' LlamaMLP; Shazeer (arXiv 2002.05202).
     """
     if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
         raise TypeError(f"mlp: expected a module with gate_proj, up_proj and down_proj, got "
                         f"{type(mlp).__name__}")
+    config = getattr(mlp, "config", None)
+    act = act or getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
     if act is None:
-        config = getattr(mlp, "config", None)
-        act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
-        if act is None:
-            raise ValueError("act: the MLP has no config.hidden_act; pass the activation name")
+        raise ValueError("act: the MLP has no config.hidden_act; pass the activation name")
     if act not in HF_ACTIVATIONS:
         raise ValueError(f"act: no formulation here for the HuggingFace activation {act!r}; "
                          f"expected one of {sorted(HF_ACTIVATIONS)}")
@@ -735,13 +637,12 @@ def from_hf(mlp, act=None, backward="function"):
 # =============================================================================
 # float64: rounding only; float32: 32 units of its rounding (eps = 1.2e-7), see check_parity.
 PARITY_TOL = {torch.float64: 1e-12, torch.float32: 32 * torch.finfo(torch.float32).eps}
-_NUMPY_DTYPE = {torch.float64: np.float64, torch.float32: np.float32}
 
 
 def _draw(formulation, dtype, seed, x_shape, m, d_out, r):
     # x, bilinear_numpy's init for the formulation, dy: random, never ones (they hide transposes).
     rng = np.random.default_rng(seed)
-    np_dtype = _NUMPY_DTYPE[dtype]
+    np_dtype = {torch.float64: np.float64, torch.float32: np.float32}[dtype]
     x = rng.standard_normal(x_shape).astype(np_dtype)
     r = r if MODULES[formulation].has_rank else 1
     params = bn.get_formulation(formulation).init(rng, x_shape[-1], m, d_out, r, np_dtype)
@@ -752,15 +653,10 @@ def _draw(formulation, dtype, seed, x_shape, m, d_out, r):
 def check_parity(formulation, act, dtype=torch.float64, seed=0, x_shape=(2, 3, 5), m=4,
                  d_out=3, r=2):
     """The worst relative error between bilinear_numpy's plain pair (NAME_forward,
-    NAME_backward) and each torch route, over y and every gradient.
-
-    Both routes run NAME_forward of this file (the Function with act.f and its backward,
-    autograd with torch's own sigma) and start from one draw (x, bilinear_numpy's init, a random dy). float64: rounding
-    only, PARITY_TOL 1e-12 (measured: at most 3 units of float64's eps 2.2e-16). float32:
-    NumPy and torch sum in other orders (and bilinear_numpy's exact GELU works in float64),
-    so they differ by a few units of float32's eps 1.2e-7 (measured: at most 5 over seeds
-    0 to 5): PARITY_TOL 32 eps = 3.8e-6.
-
+    NAME_backward) and each torch route, over y and every gradient, from one draw (x,
+    bilinear_numpy's init, a random dy). float64: rounding only, PARITY_TOL 1e-12. float32:
+    NumPy and torch sum in other orders (bilinear_numpy's exact GELU works in float64): a few
+    units of float32's eps 1.2e-7, PARITY_TOL 32 eps = 3.8e-6.
     Args: formulation: a key of MODULES; act: a name in ACTIVATIONS; dtype: torch.float32 or
         torch.float64; seed: int; x_shape, m, d_out, r: sizes (r only for rank-r forms).
     Returns: {"autograd": (error, tensor), "function": (error, tensor)}, each the largest
@@ -774,61 +670,46 @@ def check_parity(formulation, act, dtype=torch.float64, seed=0, x_shape=(2, 3, 5
     for route in ("autograd", "function"):
         module = from_numpy(formulation, params, act, backward=route)
         xt = torch.tensor(x, requires_grad=True)
-        y = module(xt)
-        y.backward(torch.from_numpy(dy))
+        (y := module(xt)).backward(torch.from_numpy(dy))
         got = {"y": y, "x": xt.grad} | {n: getattr(module, n).grad for n in module.param_names}
         errors = {n: bn.rel_error(expected[n], got[n].detach().numpy()) for n in expected}
-        worst = max(errors, key=errors.get)
-        result[route] = (errors[worst], worst)
+        result[route] = max((e, n) for n, e in errors.items())
     return result
 
 
-def _gradcheck_inputs(formulation, act, seed, x_shape, m, d_out, r):
-    # float64 leaves x and parameters from _draw; relu: refused near its kink (check_gradcheck).
+def check_gradcheck(formulation, act, seed=0, x_shape=(2, 3, 4), m=3, d_out=2, r=2, order=1):
+    """torch.autograd.gradcheck (order 1) or gradgradcheck (order 2, against autograd's
+    derivative of the backward) of the formulation's Function in float64, x and every
+    parameter at once, with check_batched_grad (the backward under vmap): each Jacobian entry
+    within atol 1e-8 (order 2: 1e-7, differences of differences) + rtol 1e-6 (torch's
+    defaults: 1e-5, 1e-3). relu has a kink at 0, where central differences are wrong: every
+    argument of sigma must be at least 1e-4 from it (seed 0: 4e-3), far above the step 1e-6.
+    Returns: True, or raises GradcheckError naming the input; ValueError for a relu draw with
+    an argument of sigma within 1e-4 of the kink.
+    """
     x, params, _ = _draw(formulation, torch.float64, seed, x_shape, m, d_out, r)
+    form = bn.get_formulation(formulation)
     if act == "relu":                             # the arguments of sigma, from the NumPy cache
-        form = bn.get_formulation(formulation)
         cache = getattr(bn, f"{formulation}_forward")(x, **params, act=act)[1]
         margin = min(float(np.abs(cache[k]).min()) for k in form.sigma_args)
         if margin < 1e-4:
             raise ValueError(f"gradcheck {formulation}/relu, seed {seed}: an argument of sigma "
                              f"is {margin:.1e} from the kink; use another seed")
-    return [torch.tensor(v, requires_grad=True) for v in
-            [x] + [params[n] for n in bn.get_formulation(formulation).param_names]]
-
-
-def check_gradcheck(formulation, act, seed=0, x_shape=(2, 3, 4), m=3, d_out=2, r=2, order=1):
-    """torch.autograd.gradcheck (order 1) or gradgradcheck (order 2) of the formulation's
-    Function in float64, every input (x and the parameters) at once: central differences against its backward (order 2: against
-    autograd's derivative of the backward), each Jacobian entry within atol 1e-8 + rtol 1e-6
-    (torch's defaults are 1e-5 and 1e-3; order 2 atol 1e-7: differences of differences),
-    with check_batched_grad (the backward under vmap).
-
-    relu has a kink at 0, where central differences are wrong: the draw must keep every
-    argument of sigma at least 1e-4 from it (seed 0: at least 4e-3), far above the step 1e-6.
-    Returns: True, or raises GradcheckError (torch.autograd.gradcheck) naming the input.
-    Raises: ValueError for a relu draw with an argument of sigma within 1e-4 of the kink.
-    """
-    inputs = _gradcheck_inputs(formulation, act, seed, x_shape, m, d_out, r)
-    apply = MODULES[formulation].function.apply
+    inputs = [torch.tensor(v, requires_grad=True) for v in [x, *map(params.get, form.param_names)]]
+    apply, sigma = MODULES[formulation].function.apply, get_activation(act)
     check = torch.autograd.gradcheck if order == 1 else torch.autograd.gradgradcheck
-    return check(lambda *t: apply(*t, get_activation(act))[0], inputs, eps=1e-6,
+    return check(lambda *t: apply(*t, sigma)[0], inputs, eps=1e-6,
                  atol=1e-8 if order == 1 else 1e-7, rtol=1e-6, check_batched_grad=True)
 
 
 def parity_table(formulations=None, dtypes=(torch.float64, torch.float32), out=print):
-    """Print check_parity for every formulation x activation and dtype (the worse of the two
-    routes), then check_gradcheck of every Function, order 1 and 2; return the number of
-    failing cells.
-
-    Args: formulations: keys of MODULES (default all); dtypes: torch float dtypes; out: a
-        function printing one line.
-    """
+    """Print check_parity for every formulation x activation and dtype (the worse route), then
+    check_gradcheck of every Function, order 1 and 2; return the number of failing cells.
+    Args: formulations: keys of MODULES (default all); dtypes; out: prints one line."""
     failures = 0
     acts = list(ACTIVATIONS)
     formulations = list(MODULES) if formulations is None else formulations
-    for dtype in dtypes:
-        tol = PARITY_TOL[dtype]
+    for dtype, tol in ((dtype, PARITY_TOL[dtype]) for dtype in dtypes):
         out("")
         out(f"Parity with bilinear_numpy, {str(dtype).split('.')[-1]}: worst relative error "
             f"over y and every gradient, autograd and Function (tol {tol:.0e})")

@@ -199,14 +199,16 @@ def main(argv=None):
         return _runs(args, world, rank)
     dist.init_process_group("gloo")                # MASTER_ADDR, MASTER_PORT set by torchrun
     try:
-        return _runs(args, world, rank)
-    finally:
+        status = _runs(args, world, rank)
         # Tear down while every object is alive and before any process leaves: the DDP models
-        # (their reducers hold the group) are collected, every process reaches the barrier,
-        # then the group is destroyed. Leaving with the group alive (or a reducer collected
-        # during interpreter shutdown) is what aborted rank 1 at exit now and then.
+        # (their reducers hold the group) are collected and every process reaches the
+        # barrier; then the group is destroyed (also after an error, without the barrier).
+        # Leaving with the group alive, or a reducer collected during interpreter shutdown,
+        # is what aborted rank 1 at exit now and then.
         gc.collect()
         dist.barrier()
+        return status
+    finally:
         dist.destroy_process_group()
 
 

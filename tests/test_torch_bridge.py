@@ -2,6 +2,7 @@
 bilinear_numpy's plain pairs (forward and every gradient, both torch routes, float64 and
 float32), every hand-derived backward passes torch.autograd.gradcheck, and the conversions
 keep the project's names and shapes. Skipped when PyTorch is not installed."""
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -210,9 +211,11 @@ def test_the_examples_of_docs_pytorch_run(capsys):
     page = (Path(__file__).resolve().parent.parent / "docs" / "pytorch.md").read_text(
         encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert blocks
-    for code in blocks:
-        exec(compile(code, "docs/pytorch.md", "exec"), {})
+    assert len(blocks) == 2
+    exec(compile(blocks[0], "docs/pytorch.md", "exec"), {})
     out = capsys.readouterr().out
     assert "GatedMLP(d=8, m=16, d_out=8, act='silu', backward='function')" in out
     assert "torch.Size([16, 8])" in out and out.rstrip().endswith("True")
+    if importlib.util.find_spec("transformers") is not None:   # the swap into a LLaMA
+        exec(compile(blocks[1], "docs/pytorch.md", "exec"), {})
+        assert capsys.readouterr().out == "GatedMLP True\n"
