@@ -164,7 +164,7 @@ def mlp_backward(dy, x, K, V, cache, act):
     X, dY, (z,) = _rows(x), _rows(dy), (_rows(t) for t in cache)
     h, sigma_prime = act.f_and_df(z)              # (N, m)       recomputed from z
     dV = h.T @ dY                                 # (m, d_out)   3.1: R1 on Y = hV
-    dz = (dY @ V.T) * sigma_prime                 # (N, m)       3.1: R1, then R2 on h = sigma(z)
+    dz = (dY @ V.T).mul_(sigma_prime)                 # (N, m)       3.1: R1, then R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       3.1: R1 on z = X K^T
     dX = dz @ K                                   # (N, d)       3.1: R1 on z = X K^T
     return dX.reshape(x.shape), dK, dV
@@ -184,7 +184,7 @@ def static_query_mlp_backward(dy, x, Q, K, V, cache, act):
     X, dY, (P, z) = _rows(x), _rows(dy), (_rows(t) for t in cache)
     h, sigma_prime = act.f_and_df(z)              # (N, m)       recomputed from z
     dV = h.T @ dY                                 # (m, d_out)   3.2: as in 3.1
-    dz = (dY @ V.T) * sigma_prime                 # (N, m)       3.2: as in 3.1 (R1, R2)
+    dz = (dY @ V.T).mul_(sigma_prime)                 # (N, m)       3.2: as in 3.1 (R1, R2)
     dK = dz.T @ P                                 # (m, d)       3.2: R1 on z = p K^T
     dp = dz @ K                                   # (N, d)       3.2: R1 on z = p K^T
     dQ = X.T @ dp                                 # (d, d)       3.2: R1 on p = X Q
@@ -211,7 +211,7 @@ def bilinear_backward(dy, x, A, V, cache, act):
     (N, d), m = X.shape, A.shape[0]
     h, sigma_prime = act.f_and_df(s)              # (N, m)       recomputed from s
     dV = h.T @ dY                                 # (m, d_out)   3.3: R1 on Y = hV
-    dS = (dY @ V.T) * sigma_prime                 # (N, m)       3.3: R1, then R2
+    dS = (dY @ V.T).mul_(sigma_prime)                 # (N, m)       3.3: R1, then R2
     dA = (dS.T @ _outer(X)).reshape(m, d, d)      # (m, d, d)    3.3: dA_j = sum_n dS_nj x_n^T x_n
     A_sym = (A + A.transpose(1, 2)).reshape(m, d * d)        # (m, d^2)  A_j + A_j^T
     M = (dS @ A_sym).reshape(N, d, d)             # (N, d, d)    3.3: M_n = sum_j dS_nj (A_j + A_j^T)
@@ -233,21 +233,21 @@ def _like_Q(dQf, Q):
 
 def rank_r_bilinear_forward(x, Q, K, V, act, cache=True):
     """Rank-r bilinear, y = sum_j sigma(sum_rho (x Q_j)_rho (x K_j)_rho) v_j (2.4): Q, K
-    (m, d, r) -> (y, (a, b) or None), a = x Q_j, b = x K_j (..., m, r)."""
+    (m, d, r) -> (y, (a, b, s) or None), a = x Q_j, b = x K_j (..., m, r), s (..., m)."""
     a = _per_unit(x @ _flat(Q), Q)                # (..., m, r)    queries x Q_j
     b = _per_unit(x @ _flat(K), K)                # (..., m, r)    keys    x K_j
     s = (a * b).sum(-1)                           # (..., m)       s_j = sum_rho a_jrho b_jrho
     sigma = act.f if cache else act.builtin
-    return sigma(s) @ V, (a, b) if cache else None   # (..., d_out) y = sigma(s) V
+    return sigma(s) @ V, (a, b, s) if cache else None   # (..., d_out) y = sigma(s) V
 
 
 def rank_r_bilinear_backward(dy, x, Q, K, V, cache, act):
     """Backward of rank_r_bilinear_forward (derivations.md 3.4): (dx, dQ, dK (m, d, r), dV)."""
     X, dY = _rows(x), _rows(dy)
-    a, b = (t.reshape(len(X), Q.shape[0], Q.shape[2]) for t in cache)   # (N, m, r)
-    h, sigma_prime = act.f_and_df((a * b).sum(-1))     # (N, m)  recomputed from a, b
+    a, b = (t.reshape(len(X), Q.shape[0], Q.shape[2]) for t in cache[:2])   # (N, m, r)
+    h, sigma_prime = act.f_and_df(_rows(cache[2]))     # (N, m)  from s, recomputed
     dV = h.T @ dY                                 # (m, d_out)   3.4: R1 on Y = hV
-    ds = ((dY @ V.T) * sigma_prime)[:, :, None]   # (N, m, 1)    3.4: R1, R2; R4 (every rho)
+    ds = ((dY @ V.T).mul_(sigma_prime))[:, :, None]   # (N, m, 1)    3.4: R1, R2; R4 (every rho)
     da = (ds * b).reshape(len(X), -1)             # (N, m r)     3.4: R3 on a * b
     db = (ds * a).reshape(len(X), -1)             # (N, m r)     3.4: R3
     dQ = _like_Q(X.T @ da, Q)                     # (m, d, r)    3.4: R1 on a = x Q_j (sum over n)
@@ -270,7 +270,7 @@ def rank1_bilinear_backward(dy, x, Q, K, V, cache, act):
     X, dY, (a, b) = _rows(x), _rows(dy), (_rows(t) for t in cache)
     h, sigma_prime = act.f_and_df(a * b)          # (N, m)       recomputed from s = a * b
     dV = h.T @ dY                                 # (m, d_out)   3.5: R1 on Y = hV
-    ds = (dY @ V.T) * sigma_prime                 # (N, m)       3.5: dh = dY V^T, ds = dh * sigma'(s)
+    ds = (dY @ V.T).mul_(sigma_prime)                 # (N, m)       3.5: dh = dY V^T, ds = dh * sigma'(s)
     da = ds * b                                   # (N, m)       3.5: R3 on s = a * b
     db = ds * a                                   # (N, m)       3.5: R3
     dQ = da.T @ X                                 # (m, d)       3.5: R1 on a = X Q^T
