@@ -35,6 +35,7 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
+import gc  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -194,13 +195,30 @@ def main(argv=None):
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        dist.init_process_group("gloo")            # MASTER_ADDR, MASTER_PORT set by torchrun
+    if world == 1:
+        return _runs(args, world, rank)
+    dist.init_process_group("gloo")                # MASTER_ADDR, MASTER_PORT set by torchrun
+    try:
+        status = _runs(args, world, rank)
+        # Tear down while every object is alive and before any process leaves: the DDP models
+        # (their reducers hold the group) are collected and every process reaches the
+        # barrier; then the group is destroyed (also after an error, without the barrier).
+        # Leaving with the group alive, or a reducer collected during interpreter shutdown,
+        # is what aborted rank 1 at exit now and then.
+        gc.collect()
+        dist.barrier()
+        return status
+    finally:
+        dist.destroy_process_group()
+
+
+def _runs(args, world, rank):
+    # The references on process 0 (the others wait), then the DDP run on every process.
     task = TextTask64(batch=args.batch)
     if world > 1:
         check_same_text(task, world)
     runs, seconds = {}, {}
-    if rank == 0:                                  # the references, while the others wait
+    if rank == 0:
         runs["numpy"], seconds["numpy"] = numpy_run(task, args.variant, args.seed, args.steps)
         runs["torch_1"], seconds["torch_1"] = torch_run(task, args.variant, args.seed,
                                                         args.steps, args.backward)
@@ -209,7 +227,6 @@ def main(argv=None):
         name = f"torch_{world}"
         runs[name], seconds[name] = torch_run(task, args.variant, args.seed, args.steps,
                                               args.backward, world, rank)
-        dist.destroy_process_group()
     if rank != 0:
         return 0
     return report(runs, seconds, args, world)
@@ -246,4 +263,11 @@ def report(runs, seconds, args, world):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # Under torchrun: the group is gone (main's finally); leave without the interpreter's
+        # shutdown, whose order of C++ destructors (gloo's threads) is not ours to choose.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
