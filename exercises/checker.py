@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 
 PACKAGE = Path(__file__).resolve().parent          # exercises/
 ROOT = PACKAGE.parent                              # the repository
@@ -291,18 +292,19 @@ def tripwire(name, fn):
 
 def library_state():
     """What bilinear_numpy holds: its names and its two registries, to put back."""
-    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
+    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS), dict(vars(claims))
 
 
 def restore_library(saved):
     """Put back every name and registry entry of `saved` (new entries stay); return the
     names that had been changed."""
     changed = []
-    for label, table, before in zip(("bn.", "bn.FORMULATIONS", "bn.ACTIVATIONS"),
-                                    (vars(bn), bn.FORMULATIONS, bn.ACTIVATIONS), saved):
+    for label, table, before in zip(("bn.", "bn.FORMULATIONS", "bn.ACTIVATIONS", "claims."),
+                                    (vars(bn), bn.FORMULATIONS, bn.ACTIVATIONS, vars(claims)),
+                                    saved):
         for key, value in before.items():
             if table.get(key, saved) is not value:
-                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
+                changed.append(label + (key if label.endswith(".") else f"[{key!r}]"))
                 table[key] = value
     return changed
 
@@ -354,7 +356,7 @@ class Checks:
             os.chdir(self.cwd)
             changed = restore_library(self.library)
             if CALLED:
-                raise Refused(f"you called bn.{CALLED[0]}, which this exercise asks you to "
+                raise Refused(f"you called {CALLED[0]}, which this exercise asks you to "
                               f"write")
             if changed:
                 raise Refused(f"your code replaced {', '.join(changed[:3])}; the checker "
@@ -481,7 +483,8 @@ def check_file(number, exercise, path, report=None, start=0, seed=0, stuck=()):
     put back after the import, after each call and at the end."""
     original = library_state()
     for name in exercise.writes:
-        setattr(bn, name, tripwire(name, getattr(bn, name)))
+        module, prefix = (bn, "bn.") if hasattr(bn, name) else (claims, "claims.")
+        setattr(module, name, tripwire(prefix + name, getattr(module, name)))
     checks = Checks(None, exercise, number, path, report, start, seed, stuck)
     try:
         checks.report("running", (-1, "import the file", "general", "imports"))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
 
@@ -418,7 +419,7 @@ def exchange_symmetry(c):
                 lambda act=act: c.call("sigma_ratio", act, z))
     c.answer_is("KEEPS_EXCHANGE",
                 set_text({a for a in bn.ACTIVATIONS
-                          if bn.symmetry_expected("gated_mlp", a, "exchange")}), set_text)
+                          if claims.symmetry_expected("gated_mlp", a, "exchange")}), set_text)
 
     def relu_gap():
         a, b = (float(v) for v in c.answer("RELU_COUNTEREXAMPLE"))
@@ -427,7 +428,7 @@ def exchange_symmetry(c):
     c.holds("RELU_COUNTEREXAMPLE breaks exchange", "RELU_COUNTEREXAMPLE",
             "|relu(a)b - relu(b)a| > 1e-3", relu_gap, lambda gap: gap > 1e-3)
     c.answer_is("RANK1_KEEPS_FOR_EVERY_SIGMA",                   # measured, every σ
-                all(bn.symmetry_deviation("rank1_bilinear", a, "exchange") <= 1e-10
+                all(claims.symmetry_deviation("rank1_bilinear", a, "exchange") <= 1e-10
                     for a in bn.ACTIVATIONS))
     pair_rows(c, "own_keeps_exchange", exchange_truth)
 
@@ -458,7 +459,7 @@ def inverse_scaling(c):
                                                   x, Q, K, V, act, alphas), tol=1e-6)
     c.answer_is("KEEPS_SCALING",
                 {sign: {a for a in bn.ACTIVATIONS
-                        if bn.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
+                        if claims.symmetry_expected("gated_mlp", a, f"inverse_scaling_{sign[:3]}")}
                  for sign in ("positive", "negative")},
                 lambda answer: {sign: set(acts) for sign, acts in answer.items()})
     z, a = np.linspace(-3, 3, 13), -1.7                  # the options, evaluated now
@@ -499,8 +500,8 @@ def variant_8(rng):
 
 
 def cell_truth(name, act):
-    """(exchange kept, scaling kept for α > 0), measured by bn.symmetry_deviation."""
-    return tuple(bool(bn.symmetry_deviation(name, act, sym) <= bn.CLAIM_TOL)
+    """(exchange kept, scaling kept for α > 0), measured by claims.symmetry_deviation."""
+    return tuple(bool(claims.symmetry_deviation(name, act, sym) <= claims.CLAIM_TOL)
                  for sym in ("exchange", "inverse_scaling_pos"))
 
 
@@ -796,7 +797,7 @@ def conservation(c):
               lambda a: "none" if a is None else round(float(a[1]) / float(a[0]), 4))
     c.answer_is("CONSERVED_GATED",
                 set_text({a for a in bn.ACTIVATIONS
-                          if bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}),
+                          if claims.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")}),
                 set_text)
 
 
@@ -858,7 +859,7 @@ def higher_rank(c):
     _, p = draw("bilinear", seed=16)
     A = p["A"]
     d = A.shape[1]
-    Q_ref, K_ref, lam_ref = bn.eigen_factors(A)
+    Q_ref, K_ref, lam_ref = claims.eigen_factors(A)
     c.close("eigen_factors: lam, sorted by |lam|", "eigen_factors", lam_ref,
             lambda: c.call("eigen_factors", A)[2],
             mistakes={("the right eigenvalues in another order: look at the sort key",
@@ -968,9 +969,9 @@ def variant_16(rng):
 
 def balanced_truth(form, act):
     """The pairs weight decay balances: those whose rescaling (α > 0) leaves the unit's
-    output unchanged, measured by bn.symmetry_deviation."""
+    output unchanged, measured by claims.symmetry_deviation."""
     return {pair for pair, sym in PAIRS.items()
-            if bn.symmetry_deviation(form, act, sym) <= bn.CLAIM_TOL}
+            if claims.symmetry_deviation(form, act, sym) <= claims.CLAIM_TOL}
 
 
 def checkpoint_rows(c, folder, file, seed):
@@ -1051,7 +1052,7 @@ def read_a_checkpoint(c):
 
 # ----- Capstone: design a variant --------------------------------------------------------
 
-CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
+CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 
 # What a reason must be about: one of these words (or signs) of the change it explains.
@@ -1088,7 +1089,7 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     # The change of Q, K and V alone, the same for every unit of these three parameters:
     # bn's, named by a form that has them (your unit's own theory is not consulted).
-    t = bn.transform_params("gated_mlp", p, symmetry, alpha)
+    t = claims.transform_params("gated_mlp", p, symmetry, alpha)
     return bn.rel_error(y, forward(x, t["Q"], t["K"], t["V"], act)[0])
 
 
@@ -1185,7 +1186,7 @@ def design_a_variant(c):
 
 # ----- Count the continuous symmetries ------------------------------------------------------
 # The truths are central differences of the forward passes (no backward pass, and no
-# bn.symmetry_dimension: the student may not call it either) and ranks known by construction.
+# claims.symmetry_dimension: the student may not call it either) and ranks known by construction.
 
 
 def fd_jacobian(outputs, params, step=1e-3):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+from experiments import cli
 from experiments import inspect_model as im
 from experiments import safetensors_reader as st
 from safetensors_files import bf16_bits, write_arrays
@@ -122,7 +123,7 @@ def test_near_linear_threshold_is_where_silu_leaves_its_tangent():
 def test_cli_writes_the_tables_and_the_figure(tiny, tmp_path, capsys):
     folder, _ = tiny
     out = tmp_path / "out"
-    assert bn.main(["inspect", str(folder), "--out", str(out), "--tokens", "64"]) == 0
+    assert cli.main(["inspect", str(folder), "--out", str(out), "--tokens", "64"]) == 0
     text = capsys.readouterr().out
     assert "V = down_proj^T" in text and "not the model's real activations" in text
     with open(out / "inspect_units.csv", encoding="utf-8") as f:
@@ -146,16 +147,16 @@ def test_cli_layers_option_and_default_out(tiny, tmp_path, monkeypatch, capsys):
     folder, _ = tiny
     monkeypatch.chdir(tmp_path)                        # the default --out is under the cwd
     monkeypatch.setattr(im, "draw_figure", lambda *args: None)   # drawn in the test above
-    assert bn.main(["inspect", str(folder / "model.safetensors"), "--layers", "1",
+    assert cli.main(["inspect", str(folder / "model.safetensors"), "--layers", "1",
                     "--tokens", "32"]) == 0
     with open(tmp_path / "runs" / "inspect" / "inspect_layers.csv", encoding="utf-8") as f:
         assert [r["layer"] for r in csv.DictReader(f)] == ["1"]
     assert im.parse_layers("0,3-5") == [0, 3, 4, 5]
     with pytest.raises(ValueError, match="--layers: expected"):
         im.parse_layers("0,a")
-    assert bn.main(["inspect", str(folder), "--tokens", "0", "--out", str(tmp_path)]) == 2
+    assert cli.main(["inspect", str(folder), "--tokens", "0", "--out", str(tmp_path)]) == 2
     assert "--tokens: expected an integer >= 1, got '0'" in capsys.readouterr().err
-    assert bn.main(["inspect", str(folder), "--layers", "7", "--out", str(tmp_path)]) == 2
+    assert cli.main(["inspect", str(folder), "--layers", "7", "--out", str(tmp_path)]) == 2
     assert "layers [7] not in the checkpoint, which has layers 0..1" in capsys.readouterr().err
 
 
@@ -197,7 +198,7 @@ def test_other_layouts_and_bad_files_are_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="no gated feed-forward found: expected LLaMA-style "
                                          "names model.layers.i.mlp.gate_proj.weight"):
         im.inspect_checkpoint(gpt2)
-    assert bn.main(["inspect", str(gpt2), "--out", str(tmp_path)]) == 2
+    assert cli.main(["inspect", str(gpt2), "--out", str(tmp_path)]) == 2
     assert "error: " in capsys.readouterr().err
     arrays = tiny_weights()
     del arrays["model.layers.1.mlp.up_proj.weight"]
@@ -211,7 +212,7 @@ def test_other_layouts_and_bad_files_are_refused(tmp_path, capsys):
         im.inspect_checkpoint(bad_shape)
     truncated = tmp_path / "cut.safetensors"
     truncated.write_bytes(partial.read_bytes()[:-3])
-    assert bn.main(["inspect", str(truncated), "--out", str(tmp_path)]) == 2
+    assert cli.main(["inspect", str(truncated), "--out", str(tmp_path)]) == 2
     assert "truncated file" in capsys.readouterr().err
 
 

@@ -42,8 +42,8 @@ def test_thesis_paragraph_agrees_with_the_law_table():
     assert "1 and 1 per unit" in thesis
     flat, laws = map(int, re.search(r"rank-2 bilinear unit has (\d+) flat directions and (\d+) laws",
                                     thesis).groups())
-    import bilinear_numpy as bn
-    rows = bn.conservation_law_table()
+    import claims
+    rows = claims.conservation_law_table()
     smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
     for r in rows:
         per_unit = r["sizes"][1]
