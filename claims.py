@@ -676,22 +676,36 @@ def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
 
 # ----- Conservation laws: how many of the flat directions each give one --------------------
 # A conservation law of gradient flow is a function h(theta) that every loss of the outputs
-# leaves constant. Only the symmetric generators of a symmetry group give one (derivations.md,
-# 5.10); conservation_law_count below measures the count from the Lie algebra of the loss
+# leaves constant. For the forms here, whose symmetries are linear actions (and translations)
+# whose loss-gradient brackets rotate away every antisymmetric generator, exactly the
+# symmetric generators give one (derivations.md, 5.10): a property of these forms, not a
+# general rule (theta in R^2, y = sigma(x |theta|^2) v: a rotation, antisymmetric, conserves
+# the angle). conservation_law_count below measures the count from the Lie algebra of the loss
 # gradients (experiments/hessian.py measures the flat directions in the loss landscape).
+
+
+def _symmetric_generators(d, r):
+    # dim g_sym theta for one rank-r unit, W = [Q_j K_j] (d, 2r) generic: the symmetric
+    # generators of O(r, r) are, in the basis (Q + K, Q - K) / sqrt 2, [[0, C], [C^T, 0]] for
+    # any r x r C, and W X = 0 needs C in ker(U) x ker(L) (U, L: d x r): r^2 - (r - d)^2 for
+    # d < r, else r^2 (derivations.md, 5.10).
+    return r * r - max(0, r - d) ** 2
 
 
 def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     """What theory says the number of conservation laws of gradient flow is (derivations.md,
     5.10; measured by conservation_law_count).
 
-    Each continuous symmetry group acts linearly, theta -> exp(t B) theta; a generator B that
-    is a symmetric matrix gives the law theta^T B theta / 2, an antisymmetric one gives none.
-    A nonlinear sigma, per unit: mlp 0; bilinear d(d - 1)/2 (the antisymmetric part of A_j, a
-    translation); rank-r r^2 (2r <= d: Q_j^T Q_j - K_j^T K_j and Q_j^T K_j - K_j^T Q_j; the
-    group O(r, r) has r(2r - 1) dimensions); rank-1 1; gated 1; double-gated 0; gated rank-r
-    1; relu adds its rescalings, which commute, one law each (mlp, static query, bilinear,
-    rank-r, rank-1: 1; gated: 1; double-gated: 2; gated rank-r: r); static_query_mlp adds
+    Each continuous symmetry group acts linearly, theta -> exp(t B) theta (or translates); a
+    generator B that is a symmetric matrix gives the law theta^T B theta / 2, and for these
+    forms (not in general; derivations.md, 5.8) an antisymmetric one gives none: the count is
+    dim g_sym theta. A nonlinear sigma, per unit: mlp 0; bilinear d(d - 1)/2 (the
+    antisymmetric part of A_j, a translation); rank-r r^2 - max(0, r - d)^2 (O(r, r)'s r^2
+    symmetric generators, Q_j^T Q_j - K_j^T K_j and Q_j^T K_j - K_j^T Q_j, of which (r - d)^2
+    vanish at theta when d < r); rank-1 1; gated 1; double-gated 0; gated rank-r 1; relu adds
+    its rescalings, one law each (mlp, static query, bilinear, rank-r, rank-1: 1; gated: 1;
+    double-gated: 2; gated rank-r: r; bilinear's does not commute with its translations, the
+    bracket is a translation, and the count is still one law each); static_query_mlp adds
     d(d + 1)/2 for the layer (Q^T Q - K^T K). The identity (m <= d_out): the units' laws as
     for relu, and where units mix through GL(m) (mlp, static query, bilinear) the m(m - 1)/2
     off-diagonal entries of the symmetric m x m balance matrix more.
@@ -699,8 +713,8 @@ def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     Args: as symmetry_dimension (no seed).
     Returns: int.
     Raises: ValueError for an unknown name or a size; for the identity with m > d_out; where
-        no count is derived: rank-r with 2r > d, and the identity where rank-1 or rank-r units
-        mix (the mixing is then not a linear action on theta; see derivations.md, 5.10).
+        no count is derived: the identity where rank-1 or rank-r units mix (the mixing is
+        then not a linear action on theta; see derivations.md, 5.10).
     Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, section 5.10.
     """
     form, act = get_formulation(formulation), get_activation(act)
@@ -710,12 +724,10 @@ def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
                          "conservation_law_count")
     name = form.name
     form.n_params(d, m, d_out, r)                          # checks the sizes
-    if name in ("rank_r_bilinear", "gated_rank_r") and 2 * r > d:
-        raise ValueError(f"r: the count is derived for 2 r <= d = {d}, got r = {r}")
     ph = int(act.positively_homogeneous)                   # relu, identity: rescalings
     global_q = d * (d + 1) // 2 if name == "static_query_mlp" else 0   # Q^T Q - K^T K
     per_unit = {"mlp": ph, "static_query_mlp": ph, "bilinear": d * (d - 1) // 2 + ph,
-                "rank_r_bilinear": r * r + ph, "rank1_bilinear": 1 + ph,
+                "rank_r_bilinear": _symmetric_generators(d, r) + ph, "rank1_bilinear": 1 + ph,
                 "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
                 "gated_rank_r": 1 + r * ph}[name]
     if not act.linear:
@@ -726,7 +738,7 @@ def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
     if name in ("mlp", "static_query_mlp", "bilinear"):   # GL(m) mixes the units
         return global_q + m * per_unit + m * (m - 1) // 2
     rank = r if name in ("rank_r_bilinear", "gated_rank_r") else 1
-    per_unit = rank * rank + 1                             # the rank-r form, and its scaling
+    per_unit = _symmetric_generators(d, rank) + 1          # the rank-r form, and its scaling
     codim = d * (d + 1) // 2 - _score_dimension("rank_r_bilinear", d, rank)
     if m - 1 > codim:
         raise ValueError(f"m: with the identity, {m} units of rank {rank} at d = {d} can mix "

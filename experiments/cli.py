@@ -125,8 +125,9 @@ def conservation_law_report(seed=0, out=print):
             text = "".join(f"{str(cells[a]['flat']) + ' / ' + str(cells[a]['laws']) + ('' if cells[a]['holds'] else '!'):>10}"
                            for a in acts)
             out(f"   {formulation:<17}{str(tuple(size)).replace(' ', ''):>14}{text}")
-    out("   Laws equal flat directions where the symmetries are commuting rescalings or translations;")
-    out("   fewer where the group is GL or O(r, r): only its symmetric generators give a law.")
+    out("   Laws equal flat directions where every generator is a rescaling or a translation (full")
+    out("   bilinear relu: their bracket is a translation, 7 / 7); fewer where the group is GL or")
+    out("   O(r, r): for these forms only its symmetric generators give a law (derivations.md, 5.10).")
     return sum(not r["holds"] for r in rows)
 
 

@@ -275,8 +275,8 @@ def test_conservation_law_count_equals_theory(sizes):
 
 
 def test_laws_and_flat_directions_counted_apart():
-    # 5.10: they agree where the group is made of commuting rescalings (rank-1, gated: 1 and
-    # 1, ReGLU 2 and 2; full bilinear: the translations of the antisymmetric part, 6 and 6
+    # 5.10: they agree where every generator is a rescaling or a translation (rank-1, gated: 1
+    # and 1, ReGLU 2 and 2; full bilinear: the translations of the antisymmetric part, 6 and 6
     # at d = 4); a rank-2 bilinear unit (O(2, 2)) has 6 flat directions and 4 laws, the
     # key-value MLP with the identity and m = 2 (GL(2)) 4 and 3.
     cases = [(("rank1_bilinear", "silu", 5, 1, 3, 2), 1, 1), (("gated_mlp", "silu", 5, 1, 3, 2), 1, 1),
@@ -287,9 +287,21 @@ def test_laws_and_flat_directions_counted_apart():
         assert claims.conservation_law_count(*args) == claims.conservation_law_count_expected(*args) == laws
 
 
+@pytest.mark.parametrize("d, flat, laws", [(4, 6, 4), (3, 6, 4), (2, 5, 4), (1, 3, 3)])
+def test_a_rank_2_unit_below_2r_equals_d_has_the_laws_of_its_symmetric_generators(d, flat, laws):
+    # 2 r > d: W = [Q K] (d, 4) has a kernel, O(2, 2) a stabilizer; dim g_sym theta = r^2 -
+    # max(0, r - d)^2 is still the count (derivations.md, 5.10): 4 down to d = 2, 3 at d = 1.
+    # ReLU and the identity add their rescaling to both counts.
+    for act, extra in (("silu", 0), ("sigmoid", 0), ("relu", 1), ("identity", 1)):
+        args = ("rank_r_bilinear", act, d, 1, 2, 2)
+        assert claims.symmetry_dimension(*args) == claims.symmetry_dimension_expected(*args) \
+            == flat + extra, args
+        assert claims.conservation_law_count(*args) == claims.conservation_law_count_expected(*args) \
+            == laws + extra, args
+    assert claims.conservation_law_count_expected("gated_rank_r", "silu", d, 1, 2, 2) == 1
+
+
 def test_conservation_law_count_refuses_where_no_count_is_derived():
-    with pytest.raises(ValueError, match="2 r <= d"):
-        claims.conservation_law_count_expected("rank_r_bilinear", "silu", d=3, r=2)
     with pytest.raises(ValueError, match="can mix"):
         claims.conservation_law_count_expected("rank_r_bilinear", "identity", d=5, m=3, d_out=3, r=2)
     with pytest.raises(ValueError, match="m <= d_out"):
