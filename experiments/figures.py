@@ -937,12 +937,11 @@ def draw_panels(name, rows, out_dir):
 
     Args: name: key of FIGURES; rows: its data function's rows; out_dir: str or Path,
         created if missing.
-    Returns: list of the Paths written, in reading order. A one-panel figure has none.
+    Returns: list of the Paths written, in reading order (a one-panel figure, 4 or 6: its
+        one panel, NAME_a.png, at the slide's size).
     Raises: KeyError for an unknown name.
     """
     mosaic, _, panels, _ = LAYOUTS[name]
-    if len(panels) == 1:
-        return []
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -253,10 +253,10 @@ def test_panels_are_lettered_in_reading_order(drawn, name):
     if len(titles) > 1:
         letters = [t[:3] for t in titles]
         assert letters == [f"({chr(97 + i)})" for i in range(len(titles))], titles
-    # figures --panels wrote each panel alone, one file per letter, in the same order.
+    # figures --panels wrote each panel alone, one file per letter, in the same order; a
+    # one-panel figure (4, 6) its one panel too, at the slide's size.
     written = sorted((drawn[0] / "panels").glob(f"{name}_*.png"))
-    assert [p.stem for p in written] == ([f"{name}_{chr(97 + i)}" for i in range(len(titles))]
-                                        if len(titles) > 1 else [])
+    assert [p.stem for p in written] == [f"{name}_{chr(97 + i)}" for i in range(len(titles))]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
 
