@@ -11,13 +11,19 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
                         project, not by the paper. Then FORMULATIONS, the pairs by name
                         (training, figures, ablation, benchmark and gradcheck use it).
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
-4. The paper's claims   equivalences, the symmetry table, input parity, the number of
-                        continuous symmetries, the conservation identity.
-5. Training substrate   losses, embedding, RMSNorm, Adam (experiments/model.py builds
+4. Training substrate   losses, embedding, RMSNorm, Adam (experiments/model.py builds
                         the one-block model that `train` fits from them).
-6. Plumbing             input checks, cache freezing, cache checks.
-7. Command line         main(), which runs experiments/cli.py: `python bilinear_numpy.py
-                        [verify | figures | train | bench | inspect]`.
+5. Input checks         the public checks other files use too (as_float, as_real,
+                        check_positive, check_shape, check_ndim, check_grad, check_ids,
+                        check_sizes, checked_cache), then the pairs' private entry and exit
+                        (_checked_inputs, _frozen_cache, _checked_dy).
+
+The paper's claims about these forms (equivalences, symmetries, conservation laws, the
+number of continuous symmetries) are measured in claims.py, beside this file, which imports
+this module (this module imports neither it nor experiments/). The command line is
+experiments/cli.py: `python bilinear_numpy.py [verify | figures | train | bench | inspect]`
+runs it (the file run as a script imports experiments.cli at its end; an import of the
+module never does).
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
@@ -26,7 +32,7 @@ s the score of a bilinear unit, h the hidden layer, y the output. A name that st
 d is a gradient, dT = dL/dT (dx, dQ, ...); the slope of sigma is sigma' (cache keys
 sigma_prime, sigma_prime_a).
 
-Input checks, one set of rules for every pair (section 6): x, the parameters and dy are
+Input checks, one set of rules for every pair (section 5): x, the parameters and dy are
 float32 or float64 arrays of one dtype (TypeError otherwise), kept in outputs; shapes
 agree, or a ValueError names the tensor that disagrees ("Q: expected shape (m, d) =
 (3, 4), got (4, 3)"); nothing is broadcast; act is a name in ACTIVATIONS or an Activation
@@ -38,7 +44,6 @@ never modified. Parameter gradients are summed over every leading axis of x.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import os
@@ -212,7 +217,7 @@ def get_activation(act: str | Activation) -> Activation:
 # =============================================================================
 # Each pair is the one FORMULATIONS (end of this section) runs, for training, figures,
 # benchmark and gradcheck alike. Its checks sit at its two ends, nowhere in between (the
-# helpers are in section 6):
+# helpers are in section 5):
 # - a forward starts with `x, act, Q, K, V = _checked_inputs(x, act, AXES, Q=Q, K=K, V=V)`:
 #   act looked up (an Activation: act.f is sigma, act.df is sigma'), the shapes of x and the
 #   parameters checked against AXES and each other (x's last axis is d; a wrong tensor is
@@ -654,10 +659,10 @@ def gated_rank_r_backward(dy, cache):
 
 
 # ----- The registry: every formulation by name -----------------------------------
-# Sections 3 to 5 reach a formulation through its Formulation: the pair above
+# Sections 3 and 4 (and claims.py) reach a formulation through its Formulation: the pair above
 # (form.forward is NAME_forward), fresh parameters (form.init), the cache keys that hold
 # sigma's arguments (form.sigma_args, where gradcheck keeps a kink away) and its family, a
-# word for the place of sigma that the symmetry code of section 4 branches on.
+# word for the place of sigma that the symmetry code of claims.py branches on.
 @dataclass(frozen=True)
 class Formulation:
     """One formulation: its equation, its forward/backward pair, its parameters, and what
@@ -692,7 +697,7 @@ class Formulation:
         Raises ValueError if a size is not a positive integer.
         """
         d_out = d if d_out is None else d_out
-        _check_positive(d=d, m=m, d_out=d_out, r=r)
+        check_positive(d=d, m=m, d_out=d_out, r=r)
         return self.shapes(int(d), int(m), int(d_out), int(r))
 
     def n_params(self, d, m, d_out=None, r=1):
@@ -847,7 +852,7 @@ def numerical_gradient(f, x, dy, step=1e-6):
     if not (real and np.finfo(np.float64).eps < step < math.inf):
         raise ValueError(f"numerical_gradient: expected a finite step > 0, above float64's "
                          f"eps 2.2e-16 (a smaller one is lost in rounding), got {step!r}")
-    step = _real("step", step)                    # a Python float, also from np.float32
+    step = as_real("step", step)                    # a Python float, also from np.float32
     xp, grad = x.copy(), np.zeros_like(x)
 
     def output(arr):
@@ -939,8 +944,8 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6
         raise ValueError(f"gradcheck: x_shape must be a tuple of integers >= 1, e.g. (2, 3, 4) "
                          f"(with a 0, nothing would be checked), got {x_shape!r}")
     x_shape = tuple(x_shape)
-    _check_positive(max_draws=max_draws)
-    tol, kink_margin = _real("tol", tol), _real("kink_margin", kink_margin)   # Python floats
+    check_positive(max_draws=max_draws)
+    tol, kink_margin = as_real("tol", tol), as_real("kink_margin", kink_margin)   # Python floats
     if not (0 < tol < 1 and 0 <= kink_margin < math.inf):   # rel_error <= 1: tol >= 1 passes all
         raise ValueError(f"gradcheck: expected 0 < tol < 1 and a finite kink_margin >= 0, got "
                          f"tol={tol!r}, kink_margin={kink_margin!r}")
@@ -968,911 +973,7 @@ def gradcheck(name, act, x_shape=(2, 3, 4), m=3, d_out=2, r=2, seed=0, step=1e-6
 
 
 # =============================================================================
-# 4. The paper's claims, as functions that return measured numbers
-# =============================================================================
-# Every claim is checked in float64 on random inputs: a deviation (rel_error of two
-# outputs that theory says are equal) at rounding level, about 1e-15, means it holds.
-
-CLAIM_TOL = 1e-10  # deviations below this are rounding; broken claims give about 1e-2 or more
-
-
-def _draw(name, seed, d=6, m=5, d_out=3, r=2, n_tokens=7):
-    """Random float64 x (n_tokens, d) and parameters of formulation `name`."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n_tokens, d))
-    return x, get_formulation(name).init(rng, d, m, d_out, r)
-
-
-def _max_over_activations(compare, acts=None):
-    return max(compare(act) for act in (acts or ACTIVATIONS))
-
-
-# ----- Equivalences ------------------------------------------------------------
-# Each equiv_* returns the rel_error of the two outputs (the largest over all activations
-# where it says "for every sigma"): about 1e-16 when the equivalence holds.
-def equiv_rank1_as_bilinear(seed=0):
-    """rank1_bilinear(Q, K, V) = bilinear(A, V) with A_j = q_j^T k_j, for every sigma.
-
-    (x . q)(x . k) = x (q^T k) x^T. Source: derivations.md, sections 2.3 and 2.5.
-    """
-    x, params = _draw("rank1_bilinear", seed)
-    A = params["Q"][:, :, None] * params["K"][:, None, :]  # (m, d, d)  A_j = q_j^T k_j
-    return _max_over_activations(lambda act: rel_error(
-        rank1_bilinear_forward(x, **params, act=act)[0],
-        bilinear_forward(x, A, params["V"], act)[0]))
-
-
-def equiv_rank_r_as_bilinear(seed=0):
-    """rank_r_bilinear(Q, K, V) = bilinear(A, V) with A_j = Q_j K_j^T, for every sigma.
-
-    Source: derivations.md, sections 2.3 and 2.4.
-    """
-    x, params = _draw("rank_r_bilinear", seed, r=3)
-    A = params["Q"] @ params["K"].transpose(0, 2, 1)      # (m, d, d)  A_j = Q_j K_j^T
-    return _max_over_activations(lambda act: rel_error(
-        rank_r_bilinear_forward(x, **params, act=act)[0],
-        bilinear_forward(x, A, params["V"], act)[0]))
-
-
-def equiv_static_query_as_mlp(seed=0):
-    """static_query_mlp(Q, K, V) = mlp(K', V) with K' = K Q^T, for every sigma.
-
-    x Q K^T = x (K Q^T)^T: the global query is absorbed into the keys.
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.2.
-    """
-    x, params = _draw("static_query_mlp", seed)
-    K_prime = params["K"] @ params["Q"].T                 # (m, d)
-    return _max_over_activations(lambda act: rel_error(
-        static_query_mlp_forward(x, **params, act=act)[0],
-        mlp_forward(x, K_prime, params["V"], act)[0]))
-
-
-def equiv_mlp_as_rank1_static_query(seed=0):
-    """mlp(K, V)(x) = rank1_bilinear(Q', K', V)(x'), every sigma, where x' = [1, x],
-    q'_j = e_0 (a static query) and k'_j = [0, k_j].
-
-    (x' . e_0)(x' . k'_j) = x . k_j: a bilinear unit whose query ignores the input.
-    Source: derivations.md, section 5.7.
-    """
-    x, params = _draw("mlp", seed)
-    m, d = params["K"].shape
-    x1 = np.concatenate([np.ones((x.shape[0], 1)), x], axis=1)   # (N, d + 1)
-    Q1 = np.zeros((m, d + 1))
-    Q1[:, 0] = 1.0                                               # q'_j = e_0
-    K1 = np.concatenate([np.zeros((m, 1)), params["K"]], axis=1)  # k'_j = [0, k_j]
-    return _max_over_activations(lambda act: rel_error(
-        mlp_forward(x, **params, act=act)[0],
-        rank1_bilinear_forward(x1, Q1, K1, params["V"], act)[0]))
-
-
-def equiv_bilinear_glu_as_rank1(seed=0):
-    """gated_mlp with identity (the "Bilinear" GLU) = rank1_bilinear with identity.
-
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 2.6.
-    """
-    x, params = _draw("gated_mlp", seed)
-    return rel_error(gated_mlp_forward(x, **params, act="identity")[0],
-                     rank1_bilinear_forward(x, **params, act="identity")[0])
-
-
-def equiv_double_gated_identity_as_rank1(seed=0):
-    """double_gated_mlp with identity = rank1_bilinear with identity (no sigma anywhere).
-
-    Source: derivations.md, section 2.8.
-    """
-    x, params = _draw("double_gated_mlp", seed)
-    return rel_error(double_gated_mlp_forward(x, **params, act="identity")[0],
-                     rank1_bilinear_forward(x, **params, act="identity")[0])
-
-
-def equiv_squared_relu_as_tied_reglu(seed=0):
-    """gated_mlp with relu and tied factors Q = K equals relu(x K^T)^2 V (squared ReLU).
-
-    relu(a) * a = relu(a)^2. Source: So et al. (Primer, arXiv 2109.08668); derivations.md, 5.6.
-    """
-    x, params = _draw("gated_mlp", seed)
-    squared = (np.maximum(x @ params["K"].T, 0) ** 2) @ params["V"]  # (N, d_out)
-    tied = gated_mlp_forward(x, params["K"], params["K"], params["V"], "relu")[0]   # Q = K
-    return rel_error(tied, squared)
-
-
-def equiv_gated_rank_r_at_r1(seed=0):
-    """gated_rank_r with r = 1 equals gated_mlp, for every sigma.
-
-    Source: derivations.md, section 2.7.
-    """
-    x, params = _draw("gated_mlp", seed)
-    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
-    return _max_over_activations(lambda act: rel_error(
-        gated_rank_r_forward(x, Q3, K3, params["V"], act)[0],
-        gated_mlp_forward(x, **params, act=act)[0]))
-
-
-def equiv_rank_r_at_r1(seed=0):
-    """rank_r_bilinear with r = 1 equals rank1_bilinear, for every sigma.
-
-    Source: derivations.md, sections 2.4 and 2.5.
-    """
-    x, params = _draw("rank1_bilinear", seed)
-    Q3, K3 = params["Q"][:, :, None], params["K"][:, :, None]    # (m, d, 1)
-    return _max_over_activations(lambda act: rel_error(
-        rank_r_bilinear_forward(x, Q3, K3, params["V"], act)[0],
-        rank1_bilinear_forward(x, **params, act=act)[0]))
-
-
-def equiv_bilinear_symmetric_part(seed=0):
-    """bilinear(A) = bilinear((A + A^T) / 2), for every sigma: x A x^T = x A^T x^T, so
-    only the symmetric part of each A_j matters.
-
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.2.
-    """
-    x, params = _draw("bilinear", seed)
-    A_sym = 0.5 * (params["A"] + params["A"].transpose(0, 2, 1))
-    return _max_over_activations(lambda act: rel_error(
-        bilinear_forward(x, **params, act=act)[0], bilinear_forward(x, A_sym, params["V"], act)[0]))
-
-
-def eigen_factors(A):
-    """Rank-1 factors of each symmetrized A_j from its eigendecomposition, largest |lambda| first.
-
-    (A_j + A_j^T) / 2 = sum_i lambda_i u_i u_i^T, so x A_j x^T = sum_i lambda_i (x . u_i)^2.
-
-    Args: A, (m, d, d) float64 (or float32).
-    Returns: Q, K (m, d, d), Q[j, :, i] = lambda_i u_i, K[j, :, i] = u_i, by decreasing
-        |lambda_i| (the first r columns: Eckart-Young's best rank-r *matrix*; the best rank-r
-        *unit* keeps both signs, experiments/low_rank.py); lam (m, d), the eigenvalues.
-    Raises: ValueError if A is not of shape (m, d, d).
-    Source: Pearce et al. (arXiv 2410.08417); derivations.md, sections 6.2 and 6.3.
-    """
-    A = _check_ndim("A", A, "(m, d, d)")
-    if A.shape[1] != A.shape[2]:
-        raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
-    lam, U = np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
-    order = np.argsort(-np.abs(lam), axis=1)                     # largest |lambda| first
-    lam = np.take_along_axis(lam, order, axis=1)
-    U = np.take_along_axis(U, order[:, None, :], axis=2)
-    return U * lam[:, None, :], U, lam
-
-
-def equiv_bilinear_as_rank_d(seed=0):
-    """bilinear(A) = rank_r_bilinear with r = d and the eigen-factors of sym(A_j).
-
-    Source: Pearce et al. (arXiv 2410.08417); derivations.md, section 6.2.
-    """
-    x, params = _draw("bilinear", seed)
-    Q, K, _ = eigen_factors(params["A"])
-    return _max_over_activations(lambda act: rel_error(
-        bilinear_forward(x, **params, act=act)[0],
-        rank_r_bilinear_forward(x, Q, K, params["V"], act)[0]))
-
-
-EQUIVALENCES = {
-    "rank1_as_bilinear": ("rank-1 = full bilinear with A_j = q_j^T k_j", equiv_rank1_as_bilinear),
-    "rank_r_as_bilinear": ("rank-r = full bilinear with A_j = Q_j K_j^T", equiv_rank_r_as_bilinear),
-    "static_query_as_mlp": ("static query = key-value MLP with K' = K Q^T",
-                            equiv_static_query_as_mlp),
-    "mlp_as_rank1_static_query": ("key-value MLP = rank-1 with x' = [1, x], q_j = e_0",
-                                  equiv_mlp_as_rank1_static_query),
-    "bilinear_glu_as_rank1": ("gated, identity (Bilinear) = rank-1, identity",
-                              equiv_bilinear_glu_as_rank1),
-    "double_gated_identity_as_rank1": ("double-gated, identity = rank-1, identity",
-                                       equiv_double_gated_identity_as_rank1),
-    "squared_relu_as_tied_reglu": ("gated ReLU with Q = K = relu(x K^T)^2 V",
-                                   equiv_squared_relu_as_tied_reglu),
-    "gated_rank_r_at_r1": ("gated rank-r at r = 1 = gated MLP", equiv_gated_rank_r_at_r1),
-    "rank_r_at_r1": ("rank-r at r = 1 = rank-1", equiv_rank_r_at_r1),
-    "bilinear_symmetric_part": ("full bilinear sees only (A_j + A_j^T)/2",
-                                equiv_bilinear_symmetric_part),
-    "bilinear_as_rank_d": ("full bilinear = rank-d from the eigendecomposition",
-                           equiv_bilinear_as_rank_d),
-}
-
-
-def equivalences(seed=0):
-    """Measure every equivalence of EQUIVALENCES.
-
-    Args: seed, an int for the random inputs.
-    Returns: list of dicts with keys name, statement, deviation (float) and holds
-        (deviation <= CLAIM_TOL).
-    Source: Breslow (arXiv 2606.22172); derivations.md, sections 2, 5 and 6.
-    """
-    rows = []
-    for name, (statement, measure) in EQUIVALENCES.items():
-        deviation = measure(seed)
-        rows.append({"name": name, "statement": statement, "deviation": deviation,
-                     "holds": deviation <= CLAIM_TOL})
-    return rows
-
-
-# ----- Symmetries ----------------------------------------------------------------
-
-SYMMETRIES = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg",
-              "key_value_rescaling", "permutation", "parity")
-
-
-def symmetry_expected(formulation, act, symmetry):
-    """What theory says: does `symmetry` leave `formulation` with `act` unchanged?
-
-    exchange (Q <-> K; bilinear: A_j <-> A_j^T): always in the symmetric forms, for linear
-    sigma in the gated ones. inverse_scaling_pos / _neg ((alpha Q, K / alpha), alpha > 0 /
-    < 0): always in the symmetric forms and the static query; gated: for positively
-    homogeneous / linear sigma. key_value_rescaling ((k_j, v_j) -> (alpha k_j, v_j / alpha),
-    alpha > 0): always in the gated forms, else for positively homogeneous sigma.
-    permutation: always. double-gated: exchange always, the others as for positively
-    homogeneous (pos, key-value) or linear (neg) sigma. parity: parity_expected.
-
-    Args: formulation: key of FORMULATIONS; act: activation name or Activation;
-        symmetry: one of SYMMETRIES.
-    Returns: True / False, or None where the symmetry does not apply (the form lacks the
-        factors).
-    Raises: ValueError for an unknown name.
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
-    """
-    family = get_formulation(formulation).family      # see Formulation
-    if family not in ("key-value", "static-query", "full-bilinear", "symmetric", "gated",
-                      "double-gated"):
-        raise ValueError(f"{formulation}: no theory for family {family!r} (see Formulation)")
-    act = get_activation(act)
-    if symmetry not in SYMMETRIES:
-        raise ValueError(f"unknown symmetry {symmetry!r}; expected one of {list(SYMMETRIES)}")
-    gated = family == "gated"
-    if symmetry == "parity":
-        return parity_expected(formulation, act)
-    if symmetry == "permutation":
-        return True
-    if family == "double-gated":                         # sigma on both factors
-        return {"exchange": True, "inverse_scaling_pos": act.positively_homogeneous,
-                "inverse_scaling_neg": act.linear,
-                "key_value_rescaling": act.positively_homogeneous}[symmetry]
-    if symmetry == "key_value_rescaling":
-        return True if gated else act.positively_homogeneous
-    if symmetry == "exchange":
-        if family in ("key-value", "static-query"):      # no per-unit (Q, K) pair
-            return None
-        return act.linear if gated else True
-    if family in ("key-value", "full-bilinear"):        # no (Q, K) pair to rescale
-        return None
-    if symmetry == "inverse_scaling_pos":
-        return act.positively_homogeneous if gated else True
-    return act.linear if gated else True                 # inverse_scaling_neg
-
-
-def _scale_units(W, alpha):
-    # Multiply unit j of the parameter W (leading axis m) by alpha[j].
-    return W * alpha.reshape((-1,) + (1,) * (W.ndim - 1))
-
-
-def transform_params(formulation, params, symmetry, alpha):
-    """Apply a symmetry transformation to a copy of the parameters.
-
-    Args: formulation, a key of FORMULATIONS; params, a dict of its parameters; symmetry,
-        one of SYMMETRIES; alpha, an (m,) float array of per-unit factors (alpha[0] is used
-        for the global Q of static_query_mlp; permutation reverses the units, alpha unused).
-    Returns: a new dict of parameters (the input dict and arrays are not modified).
-    Raises: ValueError if the symmetry does not apply (parity included), params are unlike
-        the forward's, or alpha is not (m,), finite, non-zero, of the symmetry's sign.
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
-    """
-    if symmetry == "parity":
-        raise ValueError("parity changes the input (x -> -x), not the parameters")
-    if symmetry_expected(formulation, "identity", symmetry) is None:
-        raise ValueError(f"symmetry {symmetry!r} does not apply to {formulation!r}")
-    form = get_formulation(formulation)
-    if set(params) != set(form.param_names):
-        raise ValueError(f"params: expected keys {list(form.param_names)}, got {list(params)}")
-    axes = {n: " ".join(s) for n, s in form.shapes("d", "m", "d_out", "r").items()}  # "m d"...
-    _check_sizes(None, {n: _as_float(n, v) for n, v in params.items()}, axes)   # as the forward
-    m = params["V"].shape[0]
-    alpha = np.asarray(alpha, dtype=params["V"].dtype)
-    if alpha.shape != (m,) or not np.isfinite(alpha).all() or np.any(alpha == 0):
-        raise ValueError(f"alpha: expected {m} finite non-zero factors, shape ({m},), got "
-                         f"shape {alpha.shape}: {alpha}")
-    if symmetry in ("inverse_scaling_pos", "key_value_rescaling") and np.any(alpha < 0):
-        raise ValueError(f"alpha: {symmetry} needs alpha > 0, got {alpha}")
-    if symmetry == "inverse_scaling_neg" and np.any(alpha > 0):
-        raise ValueError(f"alpha: inverse_scaling_neg needs alpha < 0, got {alpha}")
-    new = {k: v.copy() for k, v in params.items()}
-    key = "A" if form.family == "full-bilinear" else "K"     # the key factor
-    if symmetry == "exchange":
-        if form.family == "full-bilinear":
-            new["A"] = params["A"].transpose(0, 2, 1).copy()
-        else:
-            new["Q"], new["K"] = params["K"].copy(), params["Q"].copy()
-    elif symmetry in ("inverse_scaling_pos", "inverse_scaling_neg"):
-        if form.family == "static-query":            # one global Q: one factor
-            new["Q"], new["K"] = params["Q"] * alpha[0], params["K"] / alpha[0]
-        else:
-            new["Q"] = _scale_units(params["Q"], alpha)
-            new["K"] = _scale_units(params["K"], 1 / alpha)
-    elif symmetry == "key_value_rescaling":
-        new[key], new["V"] = _scale_units(params[key], alpha), _scale_units(params["V"], 1 / alpha)
-    else:                                                # permutation: reverse the units
-        for name in (key, "V") + (("Q",) if "Q" in new and form.family != "static-query" else ()):
-            new[name] = params[name][::-1].copy()
-    return new
-
-
-def symmetry_deviation(formulation, act, symmetry, seed=0):
-    """rel_error between the outputs before and after a symmetry transformation.
-
-    Uses per-unit factors alpha_j = geomspace(0.5, 2, m) (negated for inverse_scaling_neg).
-    For parity, the output at -x against the output at x, with the parameters unchanged.
-
-    Args: formulation, act, symmetry: as in symmetry_expected; seed: int.
-    Returns: float, about 1e-16 where the symmetry holds, far above CLAIM_TOL where it breaks.
-    Raises: ValueError for an unknown name or a symmetry that does not apply.
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.1.
-    """
-    x, params = _draw(formulation, seed)
-    m = params["V"].shape[0]
-    alpha = np.geomspace(0.5, 2.0, m) * (-1 if symmetry == "inverse_scaling_neg" else 1)
-    form = get_formulation(formulation)
-    y = form.forward(x, **params, act=act)[0]
-    if symmetry == "parity":                              # y(-x) against y(x)
-        return rel_error(y, form.forward(-x, **params, act=act)[0])
-    y_t = form.forward(x, **transform_params(formulation, params, symmetry, alpha), act=act)[0]
-    return rel_error(y, y_t)
-
-
-def symmetry_table(seed=0):
-    """Measure every symmetry of every formulation with every activation.
-
-    Args: seed, an int for the random inputs.
-    Returns: list of dicts with keys formulation, activation, symmetry, deviation (float),
-        holds (deviation <= CLAIM_TOL) and expected (symmetry_expected); cells where the
-        symmetry does not apply are left out.
-    Source: Breslow (arXiv 2606.22172); derivations.md, section 4.7.
-    """
-    rows = []
-    for formulation in FORMULATIONS:
-        for act in ACTIVATIONS:
-            for symmetry in SYMMETRIES:
-                expected = symmetry_expected(formulation, act, symmetry)
-                if expected is None:
-                    continue
-                deviation = symmetry_deviation(formulation, act, symmetry, seed)
-                rows.append({"formulation": formulation, "activation": act,
-                             "symmetry": symmetry, "deviation": deviation,
-                             "holds": deviation <= CLAIM_TOL, "expected": expected})
-    return rows
-
-
-# ----- Symmetry => conservation law ----------------------------------------------
-
-
-def conservation_residual(formulation, act, pair=("Q", "K"), seed=0):
-    """Per unit j: <w_j, dL/dw_j> - <w'_j, dL/dw'_j>, where (w, w') are the two parameters
-    named in `pair` (e.g. ("Q", "K"): w_j = q_j, w'_j = k_j) and w_j is unit j's slice.
-
-    If L = sum(y * G) (a random G) is invariant under (w_j, w'_j) -> (alpha w_j, w'_j / alpha),
-    its derivative at alpha = 1 is this residual, zero: for ("Q", "K") where inverse scaling
-    holds, for ("K", "V") (bilinear: ("A", "V")) where key-value rescaling holds. Under
-    gradient flow ||w_j||^2 - ||w'_j||^2 is then conserved.
-
-    Args: formulation, a key of FORMULATIONS; act: activation; pair: two of its per-unit
-        parameter names; seed: int.
-    Returns: (residual, scale), (m,) float64 each; scale = |<w_j, dw_j>| + |<w'_j, dw'_j>|.
-    Raises: ValueError if the pair is not per-unit parameters of the formulation.
-    Source: Kunin et al. 2021; Du, Hu, Lee 2018; derivations.md, sections 5.1 and 5.4.
-    """
-    form = get_formulation(formulation)
-    per_unit = [n for n in form.param_names if not (form.family == "static-query" and n == "Q")]
-    if len(pair) != 2 or any(n not in per_unit for n in pair):
-        raise ValueError(f"pair: expected two of {per_unit} for {formulation!r}, got {pair}")
-    x, params = _draw(formulation, seed)
-    y, cache = form.forward(x, **params, act=act)
-    G = np.random.default_rng(seed + 1).standard_normal(y.shape)
-    grads = form.backward(G, cache)
-
-    def unit_inner(name):
-        m = params[name].shape[0]
-        return np.sum((params[name] * grads[name]).reshape(m, -1), axis=1)  # (m,)
-
-    first, second = unit_inner(pair[0]), unit_inner(pair[1])
-    return first - second, np.abs(first) + np.abs(second)
-
-
-def conservation_table(seed=0):
-    """The conservation identity for every formulation and activation.
-
-    Args: seed, an int for the random inputs.
-    Returns: list of dicts with keys formulation, activation, pair (e.g. "Q,K"), residual
-        (max_j |residual_j| / max(1e-12, max_j scale_j)), holds (residual <= CLAIM_TOL),
-        expected (the matching symmetry's symmetry_expected).
-    Source: derivations.md, sections 5.1 and 5.4.
-    """
-    rows = []
-    for formulation, form in FORMULATIONS.items():
-        key = "A" if form.family == "full-bilinear" else "K"
-        pairs = [((key, "V"), "key_value_rescaling")]
-        if form.family in ("symmetric", "gated", "double-gated"):   # a per-unit (Q, K) pair
-            pairs.insert(0, (("Q", "K"), "inverse_scaling_pos"))
-        for act in ACTIVATIONS:
-            for pair, symmetry in pairs:
-                res, scale = conservation_residual(formulation, act, pair, seed)
-                residual = float(np.max(np.abs(res)) / max(1e-12, np.max(scale)))
-                rows.append({"formulation": formulation, "activation": act,
-                             "pair": ",".join(pair), "residual": residual,
-                             "holds": residual <= CLAIM_TOL,
-                             "expected": symmetry_expected(formulation, act, symmetry)})
-    return rows
-
-
-# ----- Input parity, and how many continuous symmetries each form has ------------------
-# A parameter symmetry is a set of parameter values that compute one function. The discrete
-# ones (exchange, permutation, sign flips) are above; the continuous ones are counted here
-# as a dimension, from the rank of a Jacobian (derivations.md, 4.9). Parity is not a
-# parameter symmetry at all: it is a property of the functions a form computes (4.8).
-
-def _odd_even(act):
-    # (sigma is odd, sigma is even), read off sigma on a grid: exact for the six activations
-    # (the identity is odd; none is even), and for any sigma written symmetrically.
-    z = np.linspace(0.25, 8.0, 32)
-    f_plus, f_minus = act.f(z), act.f(-z)
-    return bool(np.array_equal(f_minus, -f_plus)), bool(np.array_equal(f_minus, f_plus))
-
-
-def parity_expected(formulation, act):
-    """What theory says about input parity: is y(-x) = y(x) for every x and parameters?
-
-    The score forms (bilinear, rank_r_bilinear, rank1_bilinear) see x through a quadratic
-    form, s(-x) = s(x): even for every sigma. The key-value MLP and the global query see
-    sigma(-z): even only for an even sigma. The gated forms see sigma(-a)(-b): even only for
-    an odd sigma. The double-gated form sees sigma(-a) sigma(-b): even for an odd or an even
-    sigma. Among the six activations the identity is the only odd one and none is even.
-
-    Args: formulation: key of FORMULATIONS; act: activation name or Activation.
-    Returns: bool.
-    Raises: ValueError for an unknown name.
-    Source: derivations.md, section 4.8.
-    """
-    family = get_formulation(formulation).family          # see Formulation
-    odd, even = _odd_even(get_activation(act))
-    if family in ("full-bilinear", "symmetric"):          # sigma of a quadratic form
-        return True
-    if family in ("key-value", "static-query"):
-        return even
-    if family == "double-gated":
-        return odd or even
-    return odd                                            # gated: gated_mlp, gated_rank_r
-
-
-def output_jacobian(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=None,
-                    params=None):
-    """The Jacobian of the outputs on random inputs with respect to every parameter.
-
-    Row n d_out + k is d y[n, k] / d theta, one backward pass with dy = e_(n, k); theta is
-    every parameter, flattened in the order of param_names.
-
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
-        the inputs x ~ N(0, I) and the parameters (the formulation's init); n_tokens: number
-        of inputs (default: enough for the rank to be generic, see symmetry_dimension);
-        params: a dict of parameters of these sizes to use instead of the init (not modified).
-    Returns: J, a float64 array (n_tokens * d_out, n_params).
-    Raises: ValueError for an unknown name or a non-positive size, or (relu, default
-        n_tokens) a unit or term that is on for fewer than its share of 10^5 inputs.
-    Source: derivations.md, section 4.9.
-    """
-    form, act = get_formulation(formulation), get_activation(act)
-    n_params = form.n_params(d, m, d_out, r)
-    rng = np.random.default_rng(seed)
-    drawn = form.init(rng, d, m, d_out, r)
-    params = drawn if params is None else {n: np.array(params[n], dtype=np.float64)
-                                           for n in form.param_names}
-    if n_tokens is not None:
-        _check_positive(n_tokens=n_tokens)
-        x = rng.standard_normal((n_tokens, d))
-    else:                    # rows >= 2 n_params, and d (d + 1) / 2 tokens for the monomials
-        x = rng.standard_normal((max(-(-2 * n_params // d_out), d * (d + 1) // 2) + 10, d))
-        if act.kink:         # relu: each unit (each term) on for 2 P_j / d_out + 10 tokens
-            need = -(-2 * n_params // (m * d_out)) + 10
-            while _fewest_on(form, act, x, params) < need:
-                if len(x) > 10 ** 5:
-                    raise ValueError(f"output_jacobian({form.name}, relu): a unit is on for "
-                                     f"fewer than {need} of {len(x)} inputs (dead, or nearly)")
-                x = np.concatenate([x, rng.standard_normal((len(x), d))])
-    rows = []
-    # A deliberate loop over blocks of 8 tokens (a backward pass costs in proportion to its
-    # tokens, and each block needs 8 d_out of them), then over the block's outputs.
-    for start in range(0, len(x), 8):
-        y, cache = form.forward(x[start:start + 8], **params, act=act)   # (B, d_out)
-        for n, k in np.ndindex(*y.shape):                 # one backward per output
-            dy = np.zeros_like(y)
-            dy[n, k] = 1.0                                # dy = e_(n, k)
-            grads = form.backward(dy, cache)
-            rows.append(np.concatenate([grads[name].ravel() for name in form.param_names]))
-    return np.array(rows)                                 # (N d_out, n_params)
-
-
-def _fewest_on(form, act, x, params):
-    # relu: the fewest tokens on which one unit (one term) has every argument of sigma > 0.
-    cache = form.forward(x, **params, act=act)[1]
-    on = np.logical_and.reduce([cache[k].reshape(len(x), -1) > 0 for k in form.sigma_args])
-    return int(on.sum(axis=0).min())
-
-
-def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, params=None):
-    """The number of continuous parameter symmetries: n_params - rank of output_jacobian.
-
-    A continuous symmetry moves the parameters without changing any output: its directions
-    are the Jacobian's null space, which, with enough generic inputs (2 n_params rows; for
-    ReLU also 2 P_j / d_out + 10 tokens on which each unit, each term, is on), holds nothing
-    else. Rank: the singular values s_i > 1e-8 s_1; each must lie outside
-    [1e-12 s_1, 1e-5 s_1], or the rank is ambiguous.
-
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int;
-        params: parameters to use instead of the init (e.g. ReLU units that are always on).
-    Returns: int >= 0, the dimension of the parameters computing one function, near a random one.
-    Raises: ValueError for an unknown name or a bad size, or a ReLU unit (almost) never on;
-        RuntimeError for an ambiguous rank.
-    Source: derivations.md, section 4.9.
-    """
-    J = output_jacobian(formulation, act, d, m, d_out, r, seed, params=params)
-    s = np.linalg.svd(J, compute_uv=False)                # descending
-    rel = s / s[0]
-    ambiguous = rel[(rel > 1e-12) & (rel < 1e-5)]
-    if ambiguous.size:
-        raise RuntimeError(f"symmetry_dimension({formulation}, {act}): singular values "
-                           f"{ambiguous} (relative to the largest) are neither clearly zero "
-                           "nor clearly not; the rank is ambiguous")
-    return J.shape[1] - int(np.sum(rel > 1e-8))
-
-
-def _score_dimension(formulation, d, r):
-    # Dimension of the set of one unit's quadratic forms x S x^T (derivations.md, 4.9 and 6.1):
-    # symmetric S with at most r positive and r negative eigenvalues: l d - l (l - 1) / 2.
-    rank = {"bilinear": d, "rank_r_bilinear": r}.get(formulation, 1)
-    ell = min(2 * rank, d)
-    return ell * d - ell * (ell - 1) // 2
-
-
-def symmetry_dimension_expected(formulation, act, d=5, m=1, d_out=3, r=2):
-    """What theory says symmetry_dimension is (derivations.md, 4.9).
-
-    A nonlinear sigma: units cannot mix; per unit, mlp 0, bilinear d(d - 1)/2 (the
-    antisymmetric part of A_j), rank-r and rank-1 2 d r - n_s (n_s = l d - l(l - 1)/2,
-    l = min(2r, d): the dimension of its scores), gated_mlp 1, double_gated_mlp 0,
-    gated_rank_r 1; relu adds its scalings; static_query_mlp adds d^2 for the layer.
-    The identity: y = M phi(x) is linear in x or in the monomials x_p x_c; for mlp,
-    static_query_mlp and bilinear M is any matrix of rank <= min(m, d_out, D), for the
-    rank-1 and rank-r forms (m <= d_out) a product of two matrices with the units' cones
-    (derivations.md, 4.9).
-
-    Args: as symmetry_dimension (no seed).
-    Returns: int.
-    Raises: ValueError for an unknown name or a size, for a Formulation not in FORMULATIONS,
-        and for the identity with rank-1 or rank-r units and m > d_out.
-    Source: derivations.md, section 4.9.
-    """
-    form, act = get_formulation(formulation), get_activation(act)
-    if FORMULATIONS.get(form.name) is not form:
-        raise ValueError(f"formulation: the theory is derived for the formulations of "
-                         f"FORMULATIONS, got {form.name!r}; measure it with symmetry_dimension")
-    formulation = form.name
-    n_params = form.n_params(d, m, d_out, r)
-    global_q = d * d if formulation == "static_query_mlp" else 0
-    if act.linear:
-        linear_in_x = formulation in ("mlp", "static_query_mlp")
-        D = d if linear_in_x else d * (d + 1) // 2        # features: x, or the monomials
-        if formulation in ("mlp", "static_query_mlp", "bilinear"):   # w_j: any vector
-            rho = min(m, d_out, D)                        # y = M phi(x), rank M <= rho
-            return n_params - rho * (d_out + D - rho)
-        if m > d_out:
-            raise ValueError(f"m: with the identity, the count for rank-1 and rank-r units is "
-                             f"derived for m <= d_out = {d_out}, got {m} (dependent values "
-                             "add the units' scores into scores of higher rank)")
-        if linear_in_x:
-            n = d
-        elif formulation in ("gated_mlp", "double_gated_mlp"):
-            n = _score_dimension("rank1_bilinear", d, 1)   # = rank-1 with the identity
-        elif formulation == "gated_rank_r":
-            n = _score_dimension("rank_r_bilinear", d, r)  # = rank-r with the identity
-        else:
-            n = _score_dimension(formulation, d, r)
-        image = m * (d_out + n - 1) - m * max(0, m - 1 - (D - n))
-        return n_params - image
-    ph = int(act.positively_homogeneous)                  # relu: one more scaling
-    per_unit = {"mlp": ph, "static_query_mlp": ph,
-                "bilinear": d * (d - 1) // 2 + ph,
-                "rank_r_bilinear": 2 * d * r - _score_dimension(formulation, d, r) + ph,
-                "rank1_bilinear": 2 * d - _score_dimension(formulation, d, 1) + ph,
-                "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
-                "gated_rank_r": 1 + r * ph}[formulation]
-    return global_q + m * per_unit
-
-
-def symmetry_dimension_table(seed=0, sizes=((1, "unit"), (3, "layer"))):
-    """symmetry_dimension and its expected value for every formulation and activation,
-    at d = 5, d_out = 3, r = 2 and each m of `sizes` (default: one unit and a layer of 3).
-
-    Returns: list of dicts with keys formulation, activation, m, n_params, measured,
-        expected, holds (measured == expected).
-    Source: derivations.md, section 4.9.
-    """
-    rows = []
-    for m, _ in sizes:
-        for formulation, form in FORMULATIONS.items():
-            for act in ACTIVATIONS:
-                measured = symmetry_dimension(formulation, act, m=m, seed=seed)
-                expected = symmetry_dimension_expected(formulation, act, m=m)
-                rows.append({"formulation": formulation, "activation": act, "m": m,
-                             "n_params": form.n_params(5, m, 3, 2), "measured": measured,
-                             "expected": expected, "holds": measured == expected})
-    return rows
-
-
-# ----- Conservation laws: how many of the flat directions each give one --------------------
-# A conservation law of gradient flow is a function h(theta) that every loss of the outputs
-# leaves constant. Only the symmetric generators of a symmetry group give one (derivations.md,
-# 5.10); conservation_law_count below measures the count from the Lie algebra of the loss
-# gradients (experiments/hessian.py measures the flat directions in the loss landscape).
-
-
-def conservation_law_count_expected(formulation, act, d=5, m=1, d_out=3, r=2):
-    """What theory says the number of conservation laws of gradient flow is (derivations.md,
-    5.10; measured by conservation_law_count).
-
-    Each continuous symmetry group acts linearly, theta -> exp(t B) theta; a generator B that
-    is a symmetric matrix gives the law theta^T B theta / 2, an antisymmetric one gives none.
-    A nonlinear sigma, per unit: mlp 0; bilinear d(d - 1)/2 (the antisymmetric part of A_j, a
-    translation); rank-r r^2 (2r <= d: Q_j^T Q_j - K_j^T K_j and Q_j^T K_j - K_j^T Q_j; the
-    group O(r, r) has r(2r - 1) dimensions); rank-1 1; gated 1; double-gated 0; gated rank-r
-    1; relu adds its rescalings, which commute, one law each (mlp, static query, bilinear,
-    rank-r, rank-1: 1; gated: 1; double-gated: 2; gated rank-r: r); static_query_mlp adds
-    d(d + 1)/2 for the layer (Q^T Q - K^T K). The identity (m <= d_out): the units' laws as
-    for relu, and where units mix through GL(m) (mlp, static query, bilinear) the m(m - 1)/2
-    off-diagonal entries of the symmetric m x m balance matrix more.
-
-    Args: as symmetry_dimension (no seed).
-    Returns: int.
-    Raises: ValueError for an unknown name or a size; for the identity with m > d_out; where
-        no count is derived: rank-r with 2r > d, and the identity where rank-1 or rank-r units
-        mix (the mixing is then not a linear action on theta; see derivations.md, 5.10).
-    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, section 5.10.
-    """
-    form, act = get_formulation(formulation), get_activation(act)
-    if FORMULATIONS.get(form.name) is not form:
-        raise ValueError(f"formulation: the theory is derived for the formulations of "
-                         f"FORMULATIONS, got {form.name!r}; measure it with "
-                         "conservation_law_count")
-    name = form.name
-    form.n_params(d, m, d_out, r)                          # checks the sizes
-    if name in ("rank_r_bilinear", "gated_rank_r") and 2 * r > d:
-        raise ValueError(f"r: the count is derived for 2 r <= d = {d}, got r = {r}")
-    ph = int(act.positively_homogeneous)                   # relu, identity: rescalings
-    global_q = d * (d + 1) // 2 if name == "static_query_mlp" else 0   # Q^T Q - K^T K
-    per_unit = {"mlp": ph, "static_query_mlp": ph, "bilinear": d * (d - 1) // 2 + ph,
-                "rank_r_bilinear": r * r + ph, "rank1_bilinear": 1 + ph,
-                "gated_mlp": 1 + ph, "double_gated_mlp": 2 * ph,
-                "gated_rank_r": 1 + r * ph}[name]
-    if not act.linear:
-        return global_q + m * per_unit
-    if m > d_out:
-        raise ValueError(f"m: the count for a linear sigma is derived for m <= d_out = "
-                         f"{d_out}, got {m}")
-    if name in ("mlp", "static_query_mlp", "bilinear"):   # GL(m) mixes the units
-        return global_q + m * per_unit + m * (m - 1) // 2
-    rank = r if name in ("rank_r_bilinear", "gated_rank_r") else 1
-    per_unit = rank * rank + 1                             # the rank-r form, and its scaling
-    codim = d * (d + 1) // 2 - _score_dimension("rank_r_bilinear", d, rank)
-    if m - 1 > codim:
-        raise ValueError(f"m: with the identity, {m} units of rank {rank} at d = {d} can mix "
-                         f"(m - 1 > {codim}); no count is derived for that")
-    return m * per_unit
-
-
-# ----- Conservation laws, measured: the Lie algebra of the loss gradients ---------------
-# n_params minus the dimension of the Lie algebra generated by the gradients of the losses
-# at a point (Marcotte, Gribonval, Peyre, NeurIPS 2023; derivations.md, section 5.10).
-
-LAW_ZERO, LAW_NONZERO = 1e-8, 1e-5   # relative singular values: zero below, non-zero above
-LAW_STEP = 1e-3                      # finite-difference step of the brackets
-LAW_KINK_MARGIN = 0.1                # relu: tokens this close to a kink are not used
-
-
-def _loss_field(form, act, x, G, theta0):
-    """The field theta -> grad_theta sum(G * y(x; theta)), one backward pass per value.
-
-    With a kink (relu), the field refuses a theta where some argument of sigma has another
-    sign than at theta0: a finite difference must not step across a kink.
-    """
-    names = form.param_names
-    shapes = {n: s for n, s in zip(names, theta0["shapes"])}
-    sizes = np.cumsum([math.prod(s) for s in theta0["shapes"]])[:-1]
-
-    def unflatten(theta):                                    # (P,) -> {name: array}
-        return {n: p.reshape(shapes[n]) for n, p in zip(names, np.split(theta, sizes))}
-
-    def signs(cache):
-        return [np.sign(cache[k]) for k in form.sigma_args] if act.kink else []
-
-    pattern = signs(form.forward(x, **unflatten(theta0["theta"]), act=act)[1])
-
-    def field(theta):
-        y, cache = form.forward(x, **unflatten(theta), act=act)
-        if any(not np.array_equal(a, b) for a, b in zip(signs(cache), pattern)):
-            raise RuntimeError("a finite-difference step crossed a kink of relu")
-        grads = form.backward(G, cache)                      # dL/dtheta for L = sum(G y)
-        return np.concatenate([grads[n].ravel() for n in names])
-    return field
-
-
-def _derivative(field, theta, v, step=LAW_STEP):
-    # D field(theta) v, by the five-point stencil along u = v / |v| (error step^4 for a smooth
-    # field; exact, up to rounding, for a polynomial of degree <= 4, as relu's are between kinks).
-    size = np.linalg.norm(v)
-    if size == 0:
-        return np.zeros_like(theta)
-    u = v / size
-    f = {t: field(theta + t * step * u) for t in (-2, -1, 1, 2)}
-    return size * (8 * (f[1] - f[-1]) - (f[2] - f[-2])) / (12 * step)
-
-
-def _bracket(X, Y):
-    # The Lie bracket of two fields, itself a field: [X, Y](theta) = DY X - DX Y.
-    return lambda theta: _derivative(Y, theta, X(theta)) - _derivative(X, theta, Y(theta))
-
-
-def _remembering(field, theta0):
-    # The same field, computed once at theta0 (every bracket asks for it there again).
-    value = field(theta0)
-    return lambda theta: value if theta is theta0 else field(theta)
-
-
-def _relative_singular_values(vectors):
-    rows = np.array([v / np.linalg.norm(v) for v in vectors if np.linalg.norm(v) > 0])
-    s = np.linalg.svd(rows, compute_uv=False)                # descending
-    return s / s[0]
-
-
-def lie_algebra_dimensions(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, n_tokens=16,
-                           max_level=2):
-    """The dimensions, bracket level by bracket level, of the Lie algebra generated by the
-    gradient fields of the losses of a formulation, at one random parameter value.
-
-    Level 0: fields X_i(theta) = grad_theta sum(G_i * y(x_i; theta)), each for its own
-    n_tokens inputs x_i ~ N(0, I) and upstream gradient G_i ~ N(0, I), from the module's
-    forward and backward; their span at theta is that of the output Jacobian (P - flat
-    directions). Level l: brackets [X, Y] = DY X - DX Y of a new level-0 field X with a level
-    l - 1 field Y, the derivatives D by five-point differences of the fields (step LAW_STEP;
-    a level l - 1 field is itself differenced, so level 2 differences differences). Each level
-    adds (P - dimension so far) + 3 vectors; the iteration stops at the first level that adds
-    no dimension: then no later level can (derivations.md, 5.10). Rank: the vectors scaled to
-    length 1; singular values s_i below LAW_ZERO s_1 are zero, above LAW_NONZERO s_1 not.
-
-    Args: formulation, act: as in symmetry_expected; d, m, d_out, r: sizes; seed: int for
-        the parameters (the formulation's init), inputs and upstream gradients; n_tokens:
-        inputs per field; max_level: the deepest bracket level tried.
-    Returns: dict with n_params, dims (list: dimension after levels 0, 1, ...), laws
-        (n_params - dims[-1]), largest_zero and smallest_nonzero (relative singular values,
-        over every level; largest_zero is 0.0 where none was zero).
-    Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous
-        rank, a span still growing at max_level, or (relu) a step across a kink.
-    Source: Marcotte, Gribonval, Peyre, "Abide by the law and follow the flow: conservation
-        laws for gradient flows" (NeurIPS 2023); derivations.md, section 5.10.
-    """
-    form, act = get_formulation(formulation), get_activation(act)
-    for name, value in (("n_tokens", n_tokens), ("max_level", max_level)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
-    sizes = (int(d), int(m), int(d_out), int(r), int(seed), int(n_tokens), int(max_level))
-    if FORMULATIONS.get(form.name) is form and ACTIVATIONS.get(act.name) is act:
-        return dict(_lie_algebra_cached(form.name, act.name, *sizes))     # the same numbers
-    return _lie_algebra(form, act, *sizes)
-
-
-@functools.lru_cache(maxsize=None)   # verify and the tests ask for the same cells
-def _lie_algebra_cached(formulation, act, *sizes):
-    # Tests and `verify` ask for the same counts: measured once per process, kept as a tuple.
-    return tuple(_lie_algebra(FORMULATIONS[formulation], ACTIVATIONS[act], *sizes).items())
-
-
-def _lie_algebra(form, act, d, m, d_out, r, seed, n_tokens, max_level):
-    # The measurement of lie_algebra_dimensions, for a Formulation and an Activation.
-    rng = np.random.default_rng(seed)
-    params = form.init(rng, d, m, d_out, r)
-    theta = np.concatenate([params[n].ravel() for n in form.param_names])      # (P,)
-    at = {"theta": theta, "shapes": [params[n].shape for n in form.param_names]}
-    n_params = theta.size
-
-    def new_field():
-        x = rng.standard_normal((0, d))
-        while len(x) < n_tokens:        # relu: only inputs whose arguments of sigma keep off
-            more = rng.standard_normal((4 * n_tokens, d))        # the kink by the margin
-            if act.kink:
-                cache = form.forward(more, **params, act=act)[1]
-                far = [np.abs(cache[k]).reshape(len(more), -1).min(axis=1) > LAW_KINK_MARGIN
-                       for k in form.sigma_args]
-                more = more[np.logical_and.reduce(far)]
-            x = np.concatenate([x, more])
-        G = rng.standard_normal((n_tokens, d_out))
-        return _remembering(_loss_field(form, act, x[:n_tokens], G, at), theta)
-
-    zeros, nonzeros = [0.0], [1.0]
-
-    def dimension(vectors):
-        rel = _relative_singular_values(vectors)
-        unclear = rel[(rel >= LAW_ZERO) & (rel <= LAW_NONZERO)]
-        if unclear.size:
-            raise RuntimeError(f"lie_algebra_dimensions({form.name}, {act.name}): relative "
-                               f"singular values {unclear} are neither clearly zero nor not")
-        zeros.extend(rel[rel < LAW_ZERO]), nonzeros.extend(rel[rel > LAW_NONZERO])
-        return int(np.sum(rel > LAW_NONZERO))
-
-    vectors, dims, level, dim = [], [], [], 0
-    while True:
-        # One level: batches of new fields until one adds no dimension. Level 0: gradients,
-        # P + 3 of them, then P - dimension + 3. Level l: brackets of new gradients with the
-        # fields of level l - 1 (each a random element of level l); a first batch of 3 (one
-        # would generically show growth), then P - dimension + 3 while it grows. The last
-        # level only looks for growth.
-        previous, level = level, []
-        while dim < n_params:
-            size = 3 if dims and not level else n_params - dim + 3
-            level += [_remembering(_bracket(new_field(), previous[i % len(previous)])
-                                   if dims else new_field(), theta) for i in range(size)]
-            vectors += [X(theta) for X in level[-size:]]
-            dim, before = dimension(vectors), dim
-            if dim == before or len(dims) == max_level:
-                break
-        dims.append(dim)
-        if dim == n_params or (len(dims) > 1 and dim == dims[-2]):   # the span stopped growing
-            break
-        if len(dims) > max_level:
-            raise RuntimeError(f"lie_algebra_dimensions({form.name}, {act.name}): the span "
-                               f"still grows at bracket level {max_level} (dims {dims}); a "
-                               "deeper level would difference differences too often")
-    return {"n_params": n_params, "dims": dims, "laws": n_params - dims[-1],
-            "largest_zero": float(max(zeros)), "smallest_nonzero": float(min(nonzeros))}
-
-
-def conservation_law_count(formulation, act, d=5, m=1, d_out=3, r=2, seed=0):
-    """The number of independent conservation laws of gradient flow: n_params minus the
-    dimension of the Lie algebra generated by the loss gradients (lie_algebra_dimensions).
-
-    A law is a function h(theta) constant along the gradient flow of every loss that depends
-    on theta through the outputs. Every law's gradient is a flat direction (symmetry_dimension
-    counts those), but not every flat direction gives a law: of a group of symmetries only the
-    generators that are symmetric matrices do (derivations.md, 5.10).
-
-    Args: as bilinear_numpy.symmetry_dimension.
-    Returns: int >= 0.
-    Raises: ValueError for an unknown name or a bad size; RuntimeError for an ambiguous rank.
-    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, section 5.10.
-    """
-    return lie_algebra_dimensions(formulation, act, d, m, d_out, r, seed)["laws"]
-
-
-LAW_SIZES = ((4, 1, 2, 2), (3, 2, 2, 1))   # (d, m, d_out, r): a rank-2 unit; a layer of 2
-
-
-def conservation_law_table(seed=0, sizes=LAW_SIZES):
-    """Flat directions and conservation laws, measured and expected, for every formulation
-    and activation at each (d, m, d_out, r) of `sizes`.
-
-    Returns: list of dicts with keys formulation, activation, sizes, n_params, flat
-        (symmetry_dimension), flat_expected, laws (conservation_law_count), laws_expected,
-        holds (both equal their theory).
-    Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, sections 4.9, 5.10.
-    """
-    rows = []
-    for size in sizes:
-        for formulation, form in FORMULATIONS.items():
-            for act in ACTIVATIONS:
-                row = {"formulation": formulation, "activation": act, "sizes": tuple(size),
-                       "n_params": form.n_params(*size),
-                       "flat": symmetry_dimension(formulation, act, *size, seed=seed),
-                       "flat_expected": symmetry_dimension_expected(formulation, act, *size),
-                       "laws": conservation_law_count(formulation, act, *size, seed=seed),
-                       "laws_expected": conservation_law_count_expected(formulation, act, *size)}
-                row["holds"] = (row["flat"] == row["flat_expected"]
-                                and row["laws"] == row["laws_expected"])
-                rows.append(row)
-    return rows
-
-
-# =============================================================================
-# 5. Training substrate: losses, embedding, RMSNorm, Adam
+# 4. Training substrate: losses, embedding, RMSNorm, Adam
 # =============================================================================
 # The same conventions as the formulations: forward returns (out, cache), backward
 # takes (upstream gradient, cache); shapes checked at entry; dtype kept; nothing is
@@ -1889,9 +990,9 @@ def cross_entropy_forward(logits, targets):
     Raises: ValueError on a shape mismatch or a target outside [0, C); TypeError on dtype.
     Source: CS231n softmax_loss; Goodfellow et al., Deep Learning, section 6.2.2.
     """
-    z = _check_ndim("logits", logits, "(N, C)")
-    t = _check_ids("targets", targets, z.shape[1])
-    _check_shape("targets", t, (z.shape[0],), "(N,)")
+    z = check_ndim("logits", logits, "(N, C)")
+    t = check_ids("targets", targets, z.shape[1])
+    check_shape("targets", t, (z.shape[0],), "(N,)")
     if len(t) == 0:
         raise ValueError("logits: expected at least one row, got shape (0, C)")
     shifted = z - z.max(axis=1, keepdims=True)                          # (N, C), <= 0
@@ -1909,10 +1010,10 @@ def cross_entropy_backward(dloss, cache):
     Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: CS231n softmax_loss.
     """
-    probs, t = _checked_cache(cache, "cross_entropy_forward", "probs", "t")
+    probs, t = checked_cache(cache, "cross_entropy_forward", "probs", "t")
     dz = probs.copy()                             # (N, C)
     dz[np.arange(len(t)), t] -= 1                 # probs - onehot(t)
-    return dz * (_real("dloss", dloss) / len(t))
+    return dz * (as_real("dloss", dloss) / len(t))
 
 
 def mse_forward(pred, target):
@@ -1923,8 +1024,8 @@ def mse_forward(pred, target):
     Raises: ValueError if the shapes differ or are empty; TypeError on a non-float or mixed dtype.
     Source: the squared-error loss of regression.
     """
-    pred, target = _as_float("pred", pred), _as_float("target", target)
-    _check_shape("target", target, pred.shape, "pred's shape")
+    pred, target = as_float("pred", pred), as_float("target", target)
+    check_shape("target", target, pred.shape, "pred's shape")
     if pred.dtype != target.dtype:
         raise TypeError(f"target: expected dtype {pred.dtype} (pred's), got {target.dtype}")
     if pred.size == 0:                            # the mean of nothing: NaN, then 0 / 0
@@ -1940,8 +1041,8 @@ def mse_backward(dloss, cache):
     Raises: TypeError for a dloss not a number; ValueError / TypeError for another cache.
     Source: d/dpred of mean((pred - target)^2).
     """
-    diff = _checked_cache(cache, "mse_forward", "diff")[0]
-    return diff * (2.0 * _real("dloss", dloss) / diff.size)
+    diff = checked_cache(cache, "mse_forward", "diff")[0]
+    return diff * (2.0 * as_real("dloss", dloss) / diff.size)
 
 
 def embedding_forward(ids, E):
@@ -1954,8 +1055,8 @@ def embedding_forward(ids, E):
         outside [0, vocab) or an E that is not 2-D.
     Source: CS231n word_embedding_forward.
     """
-    E = _check_ndim("E", E, "(vocab, d_emb)")
-    ids = _check_ids("ids", ids, E.shape[0])
+    E = check_ndim("E", E, "(vocab, d_emb)")
+    ids = check_ids("ids", ids, E.shape[0])
     return E[ids], {"forward": "embedding_forward", "ids": ids.copy(), "E_shape": E.shape,
                     "dtype": E.dtype}
 
@@ -1969,9 +1070,9 @@ def embedding_backward(dout, cache):
         not E's; ValueError / TypeError if the cache is not embedding_forward's.
     Source: CS231n word_embedding_backward (np.add.at accumulates repeated ids).
     """
-    ids, (vocab, d_emb), dtype = _checked_cache(cache, "embedding_forward", "ids", "E_shape",
+    ids, (vocab, d_emb), dtype = checked_cache(cache, "embedding_forward", "ids", "E_shape",
                                                 "dtype")
-    dout = _check_grad("dout", dout, ids.shape + (d_emb,), "ids.shape + (d_emb,)", dtype)
+    dout = check_grad("dout", dout, ids.shape + (d_emb,), "ids.shape + (d_emb,)", dtype)
     dE = np.zeros((vocab, d_emb), dtype=dtype)
     np.add.at(dE, ids.ravel(), np.reshape(dout, (-1, d_emb)))
     return dE
@@ -1986,11 +1087,11 @@ def rmsnorm_forward(x, g, eps=1e-6):
     Raises: ValueError on a shape mismatch or eps <= 0; TypeError on dtype or a non-number eps.
     Source: Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019.
     """
-    x, g = _check_ndim("x", x, "(N, d)"), _as_float("g", g)
-    _check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
+    x, g = check_ndim("x", x, "(N, d)"), as_float("g", g)
+    check_shape("g", g, x.shape[1:], "(d,)")                       # d is x's width
     if g.dtype != x.dtype:
         raise TypeError(f"g: expected dtype {x.dtype} (the dtype of x), got {g.dtype}")
-    eps = _real("eps", eps)                       # a Python float keeps float32 work float32
+    eps = as_real("eps", eps)                       # a Python float keeps float32 work float32
     if not 0 < eps < math.inf:
         raise ValueError(f"eps: expected a number > 0, got {eps} (a finite one)")
     rms = np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)     # (N, 1)
@@ -2008,8 +1109,8 @@ def rmsnorm_backward(dy, cache):
     Raises: ValueError / TypeError for a dy unlike x, or a cache not rmsnorm_forward's.
     Source: differentiating xhat = x / rms(x), with d rms / dx_i = x_i / (d * rms).
     """
-    xhat, rms, g = _checked_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
-    dy = _check_grad("dy", dy, xhat.shape, "(N, d)", xhat.dtype)
+    xhat, rms, g = checked_cache(cache, "rmsnorm_forward", "xhat", "rms", "g")
+    dy = check_grad("dy", dy, xhat.shape, "(N, d)", xhat.dtype)
     dxhat = dy * g                                                 # (N, d)
     dx = (dxhat - xhat * np.mean(dxhat * xhat, axis=1, keepdims=True)) / rms
     return {"x": dx, "g": np.sum(dy * xhat, axis=0)}
@@ -2049,11 +1150,11 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
     Source: Kingma & Ba, Adam, ICLR 2015, Algorithm 1 (its defaults); Loshchilov & Hutter,
         Decoupled Weight Decay Regularization, ICLR 2019 (AdamW).
     """
-    lr, eps = _real("lr", lr), _real("eps", eps)      # Python floats: no upcast (see _real)
-    weight_decay = _real("weight_decay", weight_decay)
+    lr, eps = as_real("lr", lr), as_real("eps", eps)      # Python floats: no upcast (see as_real)
+    weight_decay = as_real("weight_decay", weight_decay)
     if not weight_decay >= 0:
         raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay}")
-    beta1, beta2 = _real("beta1", beta1), _real("beta2", beta2)
+    beta1, beta2 = as_real("beta1", beta1), as_real("beta2", beta2)
     if not (0 < lr < math.inf and 0 < eps < math.inf):
         raise ValueError(f"lr and eps: expected finite positive numbers, got lr={lr}, eps={eps}")
     if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
@@ -2066,7 +1167,7 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
         for name, a in ((f"grads[{k!r}]", grads[k]), (f"state['m'][{k!r}]", state["m"][k]),
                         (f"state['v'][{k!r}]", state["v"][k])):   # no broadcasting, no upcast
             a = np.asarray(a)
-            _check_shape(name, a, theta.shape, f"params[{k!r}].shape")
+            check_shape(name, a, theta.shape, f"params[{k!r}].shape")
             if a.dtype != theta.dtype:
                 raise TypeError(f"{name}: expected dtype {theta.dtype} (params[{k!r}]'s), "
                                 f"got {a.dtype}")
@@ -2079,59 +1180,79 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 
 
 # =============================================================================
-# 6. Plumbing: input checks, cache freezing, cache checks
+# 5. Plumbing: input checks, cache freezing, cache checks
 # =============================================================================
 # The rules are stated once, in the module docstring; every error names the tensor, the
-# expected and what came.
+# expected and what came. The checks up to check_sizes are public: experiments/ (the model,
+# training, the data, the figures) and claims.py check their own inputs with them, so that
+# one rule and one message hold everywhere. Each returns what it checked, or raises.
 
 
-def _check_positive(**sizes):
+def check_positive(**sizes):
+    """Check that each size, given as name=value (check_positive(d=4, m=2)), is a Python or
+    NumPy integer >= 1 (not a bool). Returns None. Raises: ValueError naming the first that
+    is not. Source: this module's input rules (module docstring), as for every check here.
+    """
     for name, size in sizes.items():
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
             raise ValueError(f"{name}: expected a positive integer, got {size!r}")
 
 
-def _as_float(name, a):
+def as_float(name, a):
+    """np.asarray(a) (any shape; no copy of an array), checked to be float32 or float64,
+    never cast. name names it in the message. Raises: TypeError for another dtype."""
     a = np.asarray(a)
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected a float32 or float64 array, got dtype {a.dtype}")
     return a
 
 
-def _check_shape(name, a, expected, symbols):
+def check_shape(name, a, expected, symbols):
+    """Check that the array a has the shape `expected` (a tuple of ints), written `symbols`
+    (text, e.g. "(m, d)") in the message. Returns None. Raises: ValueError "name: expected
+    shape (m, d) = (3, 4), got (4, 3)"."""
     if a.shape != tuple(expected):
         raise ValueError(f"{name}: expected shape {symbols} = {tuple(expected)}, got {a.shape}")
 
 
-def _check_grad(name, a, shape, symbols, dtype):
-    # An upstream gradient: the forward output's shape (symbols, e.g. "(N, d)") and dtype.
-    a = _as_float(name, a)
-    _check_shape(name, a, shape, symbols)
+def check_grad(name, a, shape, symbols, dtype):
+    """An upstream gradient a, checked to have the forward output's shape (a tuple, written
+    `symbols`, e.g. "(N, d)") and dtype. Returns as_float(name, a). Raises: TypeError for
+    another dtype; ValueError for another shape."""
+    a = as_float(name, a)
+    check_shape(name, a, shape, symbols)
     if a.dtype != dtype:
         raise TypeError(f"{name}: expected dtype {dtype} (the forward's), got {a.dtype}")
     return a
 
 
-def _check_ndim(name, a, what):
-    # A float array with as many axes as the symbolic shape `what`, e.g. "(m, d)".
-    a = _as_float(name, a)
+def check_ndim(name, a, what):
+    """as_float(name, a), checked to have as many axes as the shape written `what` (e.g.
+    "(m, d)"). Raises: TypeError for a non-float dtype; ValueError for another ndim."""
+    a = as_float(name, a)
     ndim = what.count(",") + 1
     if a.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-D array of shape {what}, got shape {a.shape}")
     return a
 
 
-def _real(name, value):
-    # A real number (Python or NumPy scalar) as a Python float: an array here would broadcast,
-    # and a NumPy float64 scalar would promote float32 arrays to float64 under NumPy 2's
-    # rules (NEP 50), where a Python float takes the array's dtype. Every public function
-    # that takes a number (eps, lr, betas, step, tol, ...) passes it through here first.
+def as_real(name, value):
+    """A real number (a Python or NumPy integer or float, 0-d) as a Python float.
+
+    An array here would broadcast, and a NumPy float64 scalar would promote float32 arrays
+    to float64 under NumPy 2's rules (NEP 50), where a Python float takes the array's dtype:
+    every public function that takes a number (eps, lr, betas, step, tol, ...) passes it
+    through here first. Raises: TypeError for an array with axes, a bool, a complex or a
+    non-number. Source: NumPy NEP 50, promotion of Python scalars.
+    """
     if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     return float(value)
 
 
-def _check_ids(name, ids, n_rows):
+def check_ids(name, ids, n_rows):
+    """Token ids, np.asarray(ids) of any shape, checked to be integers in [0, n_rows).
+    Raises: TypeError for a non-integer dtype; ValueError for an id out of range."""
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected an integer array, got dtype {ids.dtype}")
@@ -2155,13 +1276,16 @@ def _shape_text(shape):
     return str(tuple(shape)).replace("'", "")    # ("m", "d") -> "(m, d)"; (4,) -> "(4,)"
 
 
-def _check_sizes(x, params, axes):
+def check_sizes(x, params, axes):
     """Check x (..., d) and the parameters, whose axes are named in `axes` (for example
     {"K": "m d", "V": "m d_out"}), against one another, and name the tensor that is wrong.
 
     The sizes are those of the largest group of tensors that agree, so a wrong Q is blamed on
     Q, not on the K beside it (ties: x first, then V); a tensor with the wrong number of axes
     has no say; a size 0 is refused. With x None, the parameters alone.
+    Args: x, float (..., d) or None; params, {name: float array}; axes, {name: its axes'
+    names}. Returns None. Raises: ValueError naming the tensor whose shape disagrees ("Q:
+    expected shape (m, d) = (5, 4), got (4, 5)"), or the sizes that are 0.
     """
     readings = {"x": [("d", x.shape[-1])] if x is not None and x.ndim else []}
     for name, value in params.items():
@@ -2186,14 +1310,14 @@ def _check_sizes(x, params, axes):
 
 def _checked_inputs(x, act, axes, **params):
     # A forward's entry (section 2): the Activation for act; x and the parameters checked
-    # (float, one dtype, shapes by _check_sizes against axes, e.g. {"K": "m d", ...}).
+    # (float, one dtype, shapes by check_sizes against axes, e.g. {"K": "m d", ...}).
     # Returns act, then private copies of x and of each parameter, in the order given: the
     # pair computes with them and caches them, so later edits of the caller's arrays change
     # nothing, and freezing the cache freezes none of the caller's arrays.
     act = get_activation(act)
-    x = _as_float("x", x)
-    params = {name: _as_float(name, value) for name, value in params.items()}
-    _check_sizes(x, params, axes)
+    x = as_float("x", x)
+    params = {name: as_float(name, value) for name, value in params.items()}
+    check_sizes(x, params, axes)
     for name, value in params.items():
         if value.dtype != x.dtype:
             raise TypeError(f"{name}: expected dtype {x.dtype} (the dtype of x), got {value.dtype}")
@@ -2221,13 +1345,14 @@ def _checked_dy(dy, cache, forward):
     if cache["forward"] != forward:
         raise ValueError(f"cache: cache from {cache['forward']}, expected one from {forward}")
     x, d_out = cache["x"], cache["V"].shape[1]
-    dy = _check_grad("dy", dy, x.shape[:-1] + (d_out,), "(..., d_out)", x.dtype)
+    dy = check_grad("dy", dy, x.shape[:-1] + (d_out,), "(..., d_out)", x.dtype)
     return dy.reshape(-1, d_out)
 
 
-def _checked_cache(cache, forward, *keys):
-    # Section 5's caches (and experiments/model.py's): cache[key] for each key, once it is
-    # clear that `forward` made the cache.
+def checked_cache(cache, forward, *keys):
+    """[cache[key] for key in keys], once it is clear that `forward` (a name) made the dict
+    cache (section 4's caches, and experiments/model.py's). Raises: TypeError if cache is
+    not a dict; ValueError if another forward made it or a key (or "forward") is missing."""
     if not isinstance(cache, dict):
         raise TypeError(f"cache: expected the dict returned by {forward}, "
                         f"got {type(cache).__name__}")
@@ -2239,19 +1364,8 @@ def _checked_cache(cache, forward, *keys):
     return [cache[key] for key in keys]
 
 
-# =============================================================================
-# 7. The command line
-# =============================================================================
-def main(argv=None):
-    """Run `python bilinear_numpy.py [verify | figures | train | bench | inspect]` with argv
-    (default sys.argv[1:]); return the exit status, 0 when everything agrees with theory.
-
-    The parser and the subcommands are in experiments/cli.py, imported here, when the
-    command runs, so that `import bilinear_numpy` needs NumPy alone.
-    """
-    from experiments import cli
-    return cli.main(argv)
-
-
 if __name__ == "__main__":
+    # The command line is experiments/cli.py; run as a script, this file is __main__, not
+    # the module bilinear_numpy that cli imports, so nothing imports itself.
+    from experiments.cli import main
     sys.exit(main())

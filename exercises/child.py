@@ -21,7 +21,7 @@ from pathlib import Path
 from exercises import protocol
 
 KEPT = {}            # handle -> a value that is not data (the checker holds the handle)
-CALLED = []          # the bn functions the exercise asks the student to write, called
+CALLED = []          # the library functions the exercise asks the student to write, called
 
 
 def keep(value):
@@ -38,18 +38,26 @@ def tripwire(name, fn):
     return noted
 
 
-def library_state(bn):
-    return dict(vars(bn)), dict(bn.FORMULATIONS), dict(bn.ACTIVATIONS)
+def tables():
+    """(label, table) of what the student's code may not change: the names of
+    bilinear_numpy and claims, and bilinear_numpy's two registries."""
+    import bilinear_numpy as bn
+    import claims
+    return [("bn.", vars(bn)), ("claims.", vars(claims)), ("bn.FORMULATIONS", bn.FORMULATIONS),
+            ("bn.ACTIVATIONS", bn.ACTIVATIONS)]
 
 
-def restore_library(bn, saved):
+def library_state():
+    return [dict(table) for _, table in tables()]
+
+
+def restore_library(saved):
     """Put back every name and registry entry of `saved`; the names that had changed."""
     changed = []
-    for label, table, before in zip(("bn.", "bn.FORMULATIONS", "bn.ACTIVATIONS"),
-                                    (vars(bn), bn.FORMULATIONS, bn.ACTIVATIONS), saved):
+    for (label, table), before in zip(tables(), saved):
         for key, value in before.items():
             if table.get(key, saved) is not value:
-                changed.append(label + (key if label == "bn." else f"[{key!r}]"))
+                changed.append(label + (key if label.endswith(".") else f"[{key!r}]"))
                 table[key] = value
     return changed
 
@@ -108,17 +116,19 @@ class Served:
     tripwires on the functions that exercise asks the student to write."""
 
     def __init__(self, trace, seconds):
-        import bilinear_numpy as bn
-        self.bn, self.module, self.path, self.trace, self.seconds = bn, None, "", trace, seconds
-        self.cwd, self.pristine = os.getcwd(), library_state(bn)
+        self.module, self.path, self.trace, self.seconds = None, "", trace, seconds
+        self.cwd, self.pristine = os.getcwd(), library_state()
         self.library = self.pristine
 
     def load(self, path, writes):
-        """Import the file at `path` (an exercise's), its writes tripped."""
-        restore_library(self.bn, self.pristine)
-        for name in writes:
-            setattr(self.bn, name, tripwire(name, getattr(self.bn, name)))
-        self.path, self.library = path, library_state(self.bn)
+        """Import the file at `path` (an exercise's), its writes (names of bilinear_numpy
+        or claims) tripped."""
+        restore_library(self.pristine)
+        for label, table in tables()[:2]:
+            for name in writes:
+                if name in table:
+                    table[name] = tripwire(label + name, table[name])
+        self.path, self.library = path, library_state()
         return load_module(path)
 
     def student(self, name):
@@ -141,9 +151,9 @@ class Served:
         finally:
             faulthandler.cancel_dump_traceback_later()
             os.chdir(self.cwd)
-            changed = restore_library(self.bn, self.library)
+            changed = restore_library(self.library)
             if CALLED:
-                self.refused = (f"you called bn.{CALLED[0]}, which this exercise asks you "
+                self.refused = (f"you called {CALLED[0]}, which this exercise asks you "
                                 f"to write")
             elif changed:
                 self.refused = (f"your code replaced {', '.join(changed[:3])}; the checker "

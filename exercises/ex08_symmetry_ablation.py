@@ -29,8 +29,8 @@
 # gives the verdicts of the comparisons it names; yours is never one of them.)
 #
 # **What to do.** Predict, measure, then read the experiment: complete the functions marked
-# `TODO`. You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation`,
-# `bn.symmetry_expected` and `bn.transform_params` (they measure or state the answers). **Check:** `python -m exercises check 8`.
+# `TODO`. You may call anything in `bilinear_numpy` (`bn`) and `claims` except `claims.symmetry_deviation`,
+# `claims.symmetry_expected` and `claims.transform_params` (they measure or state the answers). **Check:** `python -m exercises check 8`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
@@ -57,6 +57,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from experiments.ablation import CELLS, t_975  # CELLS[name][:2]: (formulation, activation)
 from exercises import variant  # variant(8): your cells and comparison, from exercises/student.json
 

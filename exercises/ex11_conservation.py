@@ -25,7 +25,7 @@
 # is the derivation**: your own unit, whose answer no file of the course holds.
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
-# You may call anything in `bilinear_numpy` (`bn`) except `bn.conservation_residual`; use
+# You may call anything in `bilinear_numpy` (`bn`) and `claims` except `claims.conservation_residual`; use
 # `bn.FORMULATIONS[name].forward` and `.backward` for the gradients.
 # **Check:** `python -m exercises check 11`.
 #
@@ -52,6 +52,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]

@@ -42,8 +42,8 @@
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
 # You may not use `experiments/safetensors_reader.py` or `experiments/inspect_model.py`
 # (the project's own reader and inspector: the exercise is to read the format yourself),
-# nor, in `decay_balances`, `bn.symmetry_expected`, `bn.symmetry_deviation` or
-# `bn.transform_params` (they state or measure the answer: predict it from the form and σ).
+# nor, in `decay_balances`, `claims.symmetry_expected`, `claims.symmetry_deviation` or
+# `claims.transform_params` (they state or measure the answer: predict it from the form and σ).
 # `exercises/tiny_checkpoint.py`, which writes the files, shows the same format from the
 # writer's side; it holds no reader, and which unit is odd is found only by measuring.
 # **Check:** `python -m exercises check 16`.
@@ -74,6 +74,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 
 from exercises import variant  # noqa: E402  variant(16): your file and unit (student.json)
 from exercises.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402

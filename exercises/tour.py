@@ -40,6 +40,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims                          # the paper's claims, measured (beside bilinear_numpy.py)
 
 from matplotlib.figure import Figure   # the object API: no pyplot, no display needed
 
@@ -150,7 +151,7 @@ A1 = Q[:, :, None] * K[:, None, :]                    # (m, d, d) A_j = q_j^T k_
 y_rank1 = bn.rank1_bilinear_forward(tokens, Q, K, V, act="silu")[0]
 y_full = bn.bilinear_forward(tokens, A1, V, act="silu")[0]
 print(f"rank 1: rank1_bilinear against bilinear with A_j = q_j^T k_j, rel_error {bn.rel_error(y_rank1, y_full):.1e}")
-lam = bn.eigen_factors(A1)[2][0]                      # (d,) eigenvalues of sym(A_0), largest |.| first
+lam = claims.eigen_factors(A1)[2][0]                      # (d,) eigenvalues of sym(A_0), largest |.| first
 nonzero = lam[np.abs(lam) > 1e-12 * np.max(np.abs(lam))]
 print(f"rank 1: sym(q_0^T k_0) has {len(nonzero)} non-zero eigenvalues: {np.round(nonzero, 3)}")
 
@@ -203,16 +204,16 @@ show(fig, "4_the_gate")
 # **exchange** `(Q, K) → (K, Q)`, and the **inverse scaling** `(Q, K) → (αQ, K/α)`. The gated
 # form keeps the exchange only if `σ(a)·b = σ(b)·a` for all `a, b`, i.e. σ linear; and the
 # scaling only if `σ(αa) = ασ(a)`: for every α with the identity, for α > 0 with ReLU.
-# `bn.symmetry_deviation` measures the relative change of the output (0 up to rounding: kept).
+# `claims.symmetry_deviation` measures the relative change of the output (0 up to rounding: kept).
 # derivations.md, [4.2](../derivations.md#42-exchange) and
 # [4.3](../derivations.md#43-inverse-scaling).
 
 # %%
 acts = list(bn.ACTIVATIONS)
 symmetries = ("exchange", "inverse_scaling_pos", "inverse_scaling_neg")
-deviation = {(form, s, a): bn.symmetry_deviation(form, a, s)
+deviation = {(form, s, a): claims.symmetry_deviation(form, a, s)
              for form in ("rank1_bilinear", "gated_mlp") for s in symmetries for a in acts}
-print(f"kept means a deviation below bn.CLAIM_TOL = {bn.CLAIM_TOL:.0e}")
+print(f"kept means a deviation below claims.CLAIM_TOL = {claims.CLAIM_TOL:.0e}")
 print(f"{'':<45}" + "".join(f"{a:>10}" for a in acts))
 for (form, s) in [(f, s) for f in ("rank1_bilinear", "gated_mlp") for s in symmetries]:
     print(f"symmetry: {form + ' ' + s:<35}" + "".join(f"{deviation[form, s, a]:10.1e}" for a in acts))
@@ -227,7 +228,7 @@ for ax, s in zip(axes, symmetries):
                 label="rank-1 bilinear" if form == "rank1_bilinear" else "gated MLP")
     ax.set_yscale("symlog", linthresh=1e-16)
     ax.set_yticks([0, 1e-12, 1e-8, 1e-4, 1], ["0", "1e-12", "1e-8", "1e-4", "1"])
-    ax.axhspan(0, bn.CLAIM_TOL, color="#EBEBEB", zorder=0)
+    ax.axhspan(0, claims.CLAIM_TOL, color="#EBEBEB", zorder=0)
     ax.set_xticks(range(len(acts)), acts, rotation=35, fontsize=8)
     ax.set_title({"exchange": "(a) exchange Q ↔ K", "inverse_scaling_pos": "(b) (αQ, K/α), α > 0",
                   "inverse_scaling_neg": "(c) (αQ, K/α), α < 0"}[s], fontsize=10)
@@ -244,7 +245,7 @@ show(fig, "5_broken_symmetries")
 # unit keeps another one, `(k_j, v_j) → (αk_j, v_j/α)`, so SwiGLU conserves `‖k_j‖² − ‖v_j‖²`
 # instead: gating *trades* one conserved quantity for another, it does not remove one. The count
 # of continuous symmetries (parameters minus the rank of the outputs' Jacobian,
-# `bn.symmetry_dimension`) says the same. Below: plain gradient descent on a small regression task
+# `claims.symmetry_dimension`) says the same. Below: plain gradient descent on a small regression task
 # (targets from a random rank-1 teacher), a few lines with the module's own backward passes.
 # derivations.md, [4.9](../derivations.md#49-counting-the-continuous-symmetries),
 # [5.2](../derivations.md#52-a-conserved-quantity-under-gradient-flow) and
@@ -277,7 +278,7 @@ for (form, pair), change in moved.items():
     print(f"trade: {form} SiLU, ||{pair[0]}_j||^2 - ||{pair[3]}_j||^2 moved by at most {change:.2e}")
 for name, act in (("rank1_bilinear", "silu"), ("gated_mlp", "silu"), ("double_gated_mlp", "silu"),
                   ("gated_mlp", "relu")):
-    print(f"count: {name} {act}, one unit: {bn.symmetry_dimension(name, act, d=5, m=1, d_out=3)} "
+    print(f"count: {name} {act}, one unit: {claims.symmetry_dimension(name, act, d=5, m=1, d_out=3)} "
           f"continuous symmetries")
 
 fig = Figure(figsize=(10, 3.6), layout="constrained")

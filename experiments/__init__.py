@@ -2,7 +2,7 @@
 benchmark).
 
 Each module here is imported only when `python bilinear_numpy.py COMMAND` runs (cli.py by
-bilinear_numpy.main, the others by their subcommand), so that `import bilinear_numpy`
+bilinear_numpy.py run as a script, the others by their subcommand), so that `import bilinear_numpy`
 needs NumPy alone.
 
     cli.py            the command line: the parser, one function per subcommand, verify's report

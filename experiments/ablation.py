@@ -87,7 +87,7 @@ def formulation_of(name):
 
 # name -> (formulation, activation, exchange kept, inverse scaling (alpha > 0) kept).
 # The two booleans are what theory says (derivations.md, 4.6); tests/test_ablation.py
-# checks them against bn.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
+# checks them against claims.symmetry_expected. Exact GELU, as in the GEGLU of `train text|image`.
 CELLS = {
     "rank1-silu": ("rank1_bilinear", "silu", True, True),
     "rank1-gelu": ("rank1_bilinear", "gelu", True, True),
@@ -101,8 +101,8 @@ CELLS = {
     "GEGLU": ("gated_mlp", "gelu", False, False),
 }
 # name -> (the function is even in x, continuous symmetries per unit): derivations.md, 4.8
-# and 4.9; tests/test_ablation.py checks them against bn.parity_expected and
-# bn.symmetry_dimension_expected, and against measurement.
+# and 4.9; tests/test_ablation.py checks them against claims.parity_expected and
+# claims.symmetry_dimension_expected, and against measurement.
 FUNCTION_PROPERTIES = {
     "rank1-silu": (True, 1), "rank1-gelu": (True, 1),
     "rank1-bias-silu": (False, 1), "rank1-bias-gelu": (False, 1),

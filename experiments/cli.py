@@ -1,7 +1,7 @@
 """The command line of bilinear_numpy.py: `python bilinear_numpy.py [COMMAND]`.
 
-bilinear_numpy.main imports this module when the script runs, so that `import
-bilinear_numpy` needs NumPy alone. Subcommands: verify (verification_report below),
+bilinear_numpy.py imports this module's main at its end when it runs as a script (never on
+`import bilinear_numpy`, which needs NumPy alone). Subcommands: verify (verification_report below),
 figures, train, bench, inspect; with none, verify and then `train text --quick` and
 `train image --quick`. Each subcommand imports its experiments/ module when it runs.
 
@@ -18,6 +18,7 @@ import os
 import sys
 
 import bilinear_numpy as bn
+import claims
 from experiments import outputs
 
 
@@ -34,21 +35,21 @@ def verification_report(seed=0, out=print):
     """
     failures = 0
     out("bilinear-numpy: the paper's claims, measured in float64 (deviation = rel_error)\n")
-    out(f"1. Equivalences (hold when deviation <= {bn.CLAIM_TOL:.0e})")
-    for row in bn.equivalences(seed):
+    out(f"1. Equivalences (hold when deviation <= {claims.CLAIM_TOL:.0e})")
+    for row in claims.equivalences(seed):
         failures += not row["holds"]
         mark = "ok" if row["holds"] else "DISAGREES"
         out(f"   {row['statement']:<54} {row['deviation']:9.1e}  {mark}")
 
     out("\n2. Symmetries: kept / broken with the measured deviation ('!' = disagrees with theory)")
-    rows = bn.symmetry_table(seed)
+    rows = claims.symmetry_table(seed)
     acts = list(bn.ACTIVATIONS)
     labels = {"exchange": "exchange Q<->K", "inverse_scaling_pos": "(aQ, K/a), a>0",
               "inverse_scaling_neg": "(aQ, K/a), a<0", "key_value_rescaling": "(ak, v/a), a>0",
               "permutation": "permutation", "parity": "y(-x) = y(x)"}
     out(f"   {'formulation':<17}{'symmetry':<16}" + "".join(f"{a:>13}" for a in acts))
     for formulation in bn.FORMULATIONS:
-        for symmetry in bn.SYMMETRIES:
+        for symmetry in claims.SYMMETRIES:
             cells = {r["activation"]: r for r in rows
                      if r["formulation"] == formulation and r["symmetry"] == symmetry}
             if not cells:
@@ -72,7 +73,7 @@ def verification_report(seed=0, out=print):
             f"{rep.worst:>10.1e}{'' if rep.passed else '!'}" for rep in reports))
 
     out("\n4. Conservation, pair (w, w'): max_j |<w_j, dL/dw_j> - <w'_j, dL/dw'_j>| / scale (0 <=> symmetry)")
-    for row in bn.conservation_table(seed):
+    for row in claims.conservation_table(seed):
         failures += row["holds"] != row["expected"]
         if row["activation"] in ("relu", "silu"):
             word = "conserved" if row["holds"] else "not conserved"
@@ -82,7 +83,7 @@ def verification_report(seed=0, out=print):
 
     out("\n5. Continuous symmetries: n_params - rank of the output Jacobian (d = 5, d_out = 3, r = 2),")
     out("   measured / theory ('!' = disagrees; derivations.md, 4.9)")
-    rows = bn.symmetry_dimension_table(seed)
+    rows = claims.symmetry_dimension_table(seed)
     out(f"   {'formulation':<17}{'m':>2}" + "".join(f"{a:>10}" for a in acts))
     for m in (1, 3):
         for formulation in bn.FORMULATIONS:
@@ -112,20 +113,21 @@ def conservation_law_report(seed=0, out=print):
     Returns: int, the number of cells that disagree (0 when all agree).
     Source: Marcotte, Gribonval, Peyre (NeurIPS 2023); derivations.md, sections 4.9, 5.10.
     """
-    rows = bn.conservation_law_table(seed)
+    rows = claims.conservation_law_table(seed)
     acts = list(bn.ACTIVATIONS)
     out("\n6. Flat directions / conservation laws of gradient flow, measured (laws: n_params - dim of")
     out("   the Lie algebra of the loss gradients; '!' = disagrees; derivations.md, 5.10)")
     out(f"   {'formulation':<17}{'(d,m,d_out,r)':>14}" + "".join(f"{a:>10}" for a in acts))
-    for size in bn.LAW_SIZES:
+    for size in claims.LAW_SIZES:
         for formulation in bn.FORMULATIONS:
             cells = {r["activation"]: r for r in rows
                      if r["formulation"] == formulation and r["sizes"] == tuple(size)}
             text = "".join(f"{str(cells[a]['flat']) + ' / ' + str(cells[a]['laws']) + ('' if cells[a]['holds'] else '!'):>10}"
                            for a in acts)
             out(f"   {formulation:<17}{str(tuple(size)).replace(' ', ''):>14}{text}")
-    out("   Laws equal flat directions where the symmetries are commuting rescalings or translations;")
-    out("   fewer where the group is GL or O(r, r): only its symmetric generators give a law.")
+    out("   Laws equal flat directions where every generator is a rescaling or a translation (full")
+    out("   bilinear relu: their bracket is a translation, 7 / 7); fewer where the group is GL or")
+    out("   O(r, r): for these forms only its symmetric generators give a law (derivations.md, 5.10).")
     return sum(not r["holds"] for r in rows)
 
 

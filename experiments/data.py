@@ -68,7 +68,7 @@ def text_dataset(text: str, val_fraction: float = 0.1) -> TextData:
     Raises: ValueError for an empty text or a fraction outside (0, 1); TypeError for a
         fraction that is not a real number.
     """
-    val_fraction = bn._real("val_fraction", val_fraction)   # a Python float (see bn._real)
+    val_fraction = bn.as_real("val_fraction", val_fraction)   # a Python float (see bn.as_real)
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction: expected a number in (0, 1), got {val_fraction}")
     if not text:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 from experiments import low_rank
 from experiments.hessian import hessian_at_minimum
 
@@ -56,9 +57,9 @@ def _row(panel, series, x, y):
 
 
 def _positive(name, value, integer=False):
-    # A positive int, or a positive real number returned as a Python float (bn._real: a
+    # A positive int, or a positive real number returned as a Python float (bn.as_real: a
     # NumPy float32 z_max would make a float32 grid, a float64 one upcast float32 work).
-    value = value if integer else bn._real(name, value)
+    value = value if integer else bn.as_real(name, value)
     ok = value > 0 and (not integer or isinstance(value, (int, np.integer)))
     if isinstance(value, bool) or not ok:
         kind = "a positive integer" if integer else "a positive number"
@@ -183,7 +184,7 @@ def exchange_data(seed=0, z_max=4.0, n_z=201):
     """Figure 1: the exchange symmetry (Q, K) -> (K, Q), and why only a linear sigma keeps it.
 
     Panel "deviation": rel_error of the outputs before and after Q <-> K
-    (bn.symmetry_deviation), series = formulation (rank1_bilinear, gated_mlp), x = activation.
+    (claims.symmetry_deviation), series = formulation (rank1_bilinear, gated_mlp), x = activation.
     Panel "sigma_over_z": series = activation, x = z, y = sigma(z) / z. The gated form is
     invariant iff sigma(a) b = sigma(b) a for all a, b, i.e. iff sigma(z)/z is constant.
 
@@ -202,7 +203,7 @@ def exchange_data(seed=0, z_max=4.0, n_z=201):
     for name in FORM_LABELS:
         for act in bn.ACTIVATIONS:
             rows.append(_row("deviation", name, act,
-                             bn.symmetry_deviation(name, act, "exchange", seed)))
+                             claims.symmetry_deviation(name, act, "exchange", seed)))
     z = np.linspace(-z_max, z_max, n_z)
     z = z[z != 0]                                                  # sigma(0)/0 is undefined
     for act, activation in bn.ACTIVATIONS.items():
@@ -240,7 +241,7 @@ def inverse_scaling_data(seed=0, n_alpha=25, d=6, m=5, d_out=3, n_tokens=7):
             for sign, symmetry, panel in ((1, "inverse_scaling_pos", "alpha>0"),
                                           (-1, "inverse_scaling_neg", "alpha<0")):
                 for alpha in sign * magnitudes:
-                    scaled = bn.transform_params(name, params, symmetry, np.full(m, alpha))
+                    scaled = claims.transform_params(name, params, symmetry, np.full(m, alpha))
                     y_scaled = form.forward(x, **scaled, act=act)[0]
                     rows.append(_row(panel, f"{name} {act}", alpha, bn.rel_error(y, y_scaled)))
     return rows
@@ -378,7 +379,7 @@ def signed_truncation(lam, r):
 
     Args:
         lam: (m, d) float eigenvalues, each row sorted by decreasing |lambda| (as returned
-            by bn.eigen_factors); r: int >= 0.
+            by claims.eigen_factors); r: int >= 0.
     Returns:
         keep: (m, d) bool.
     Raises:
@@ -405,7 +406,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     structure the task needs and little else (only sum_j vec(A_j) v_j^T matters, so at
     full scale much of the random start stays). Panels "spectrum init" and "spectrum
     trained": series "unit j", x = i, y = |lambda_i| of sym(A_j), largest first
-    (bn.eigen_factors). Panel "truncation matrix": x = r, y = ||S_j - S_j^(r)||_F / ||S_j||_F,
+    (claims.eigen_factors). Panel "truncation matrix": x = r, y = ||S_j - S_j^(r)||_F / ||S_j||_F,
     S_j = sym(A_j), S_j^(r) its r largest eigen-terms (Eckart-Young: the error is
     sqrt(sum_{i>r} lambda_i^2 / sum_i lambda_i^2)). Panel "truncation output": x = r,
     y = rel_rms of the truncated layer's output against the full layer's, on n_tokens
@@ -447,11 +448,11 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     y_full = bn.bilinear_forward(X_test, **trained, act="identity")[0]           # (N, d_out)
     rows.append(_row("fit", "bilinear identity", steps, rel_rms(y_full, T_test)))
     for label, A in (("init", params["A"]), ("trained", trained["A"])):
-        lam = bn.eigen_factors(A)[2]                                             # (m, d)
+        lam = claims.eigen_factors(A)[2]                                             # (m, d)
         for j in range(m):
             rows += [_row(f"spectrum {label}", f"unit {j}", i + 1, abs(lam[j, i]))
                      for i in range(d)]
-    Q, K, _ = bn.eigen_factors(trained["A"])                                     # (m, d, d)
+    Q, K, _ = claims.eigen_factors(trained["A"])                                     # (m, d, d)
     S = 0.5 * (trained["A"] + trained["A"].transpose(0, 2, 1))                   # sym(A_j)
     for r in range(1, d + 1):
         S_r = Q[:, :, :r] @ K[:, :, :r].transpose(0, 2, 1)     # (m, d, d) r largest terms
@@ -464,7 +465,7 @@ def rank_data(seed=0, d=8, m=4, d_out=4, n_tokens=512, eta=0.1, steps=2000, init
     n = student_tokens
     X, T, teacher = teacher_task(seed + 2, d, 1, 2 * n, "bilinear", 1)
     X_train, T_train, X_test, T_test = X[:n], T[:n], X[n:], T[n:]
-    Q_t, K_t, lam_t = bn.eigen_factors(teacher["A"])                             # (1, d, d)
+    Q_t, K_t, lam_t = claims.eigen_factors(teacher["A"])                             # (1, d, d)
     for r in (range(1, d + 1) if ranks is None else ranks):
         keep = signed_truncation(lam_t, r)                                       # (1, d)
         y_r = bn.rank_r_bilinear_forward(X_test, Q_t * keep[:, None, :], K_t, teacher["V"],
@@ -496,7 +497,7 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
     "FORMULATION ACTIVATION",
     x = i (1 = smallest |lambda|), y = |lambda_i| / max |lambda|, for the n_small smallest.
     Panel "zeros": x = "measured" (eigenvalues below HESSIAN_ZERO) and "theory"
-    (bn.symmetry_dimension at these sizes), y = the count. Panel "gradient": y = the gradient
+    (claims.symmetry_dimension at these sizes), y = the count. Panel "gradient": y = the gradient
     norm at the minimum.
 
     Args: seed: int (seed 1: for every case Newton's method finds a minimum; with seed 0 the
@@ -516,7 +517,7 @@ def hessian_data(seed=1, d=5, m=2, d_out=3, n_tokens=60, noise=0.1, n_small=8):
         relative = size / size[-1]
         rows += [_row("spectrum", series, i + 1, relative[i]) for i in range(min(n_small, len(size)))]
         rows.append(_row("zeros", series, "measured", np.sum(relative < HESSIAN_ZERO)))
-        rows.append(_row("zeros", series, "theory", bn.symmetry_dimension(name, act, d, m, d_out)))
+        rows.append(_row("zeros", series, "theory", claims.symmetry_dimension(name, act, d, m, d_out)))
         rows.append(_row("gradient", series, "norm", result["grad_norm"]))
     return rows
 
@@ -550,7 +551,7 @@ ACT_COLORS = {"identity": _C["black"], "relu": _C["blue"], "sigmoid": _C["bluish
               "silu": _C["vermillion"], "gelu": _C["reddish purple"], "gelu_tanh": _C["orange"]}
 ACT_MARKERS = {"identity": "o", "relu": "s", "sigmoid": "^", "silu": "v", "gelu": "D",
                "gelu_tanh": "x"}
-KEPT_SHADE = "#EBEBEB"           # the band below bn.CLAIM_TOL: "kept"
+KEPT_SHADE = "#EBEBEB"           # the band below claims.CLAIM_TOL: "kept"
 
 
 def _figure(**kwargs):
@@ -573,12 +574,12 @@ def _legend_beside(ax, **kwargs):
 
 def _symlog_deviation_axis(ax):
     # A log axis that can also show exact zeros: linear below 1e-16, logarithmic above; the
-    # band below bn.CLAIM_TOL, where a symmetry counts as kept, shaded and named in place.
+    # band below claims.CLAIM_TOL, where a symmetry counts as kept, shaded and named in place.
     ax.set_yscale("symlog", linthresh=1e-16, linscale=0.5)
     ax.set_ylim(0, 5)
     ax.set_yticks([0, 1e-12, 1e-8, 1e-4, 1], ["0", "1e-12", "1e-8", "1e-4", "1"])
-    ax.axhspan(0, bn.CLAIM_TOL, color=KEPT_SHADE, zorder=0, lw=0)
-    ax.text(0.02, 2e-11, f"kept: below bn.CLAIM_TOL = {bn.CLAIM_TOL:.0e}", fontsize=9,
+    ax.axhspan(0, claims.CLAIM_TOL, color=KEPT_SHADE, zorder=0, lw=0)
+    ax.text(0.02, 2e-11, f"kept: below claims.CLAIM_TOL = {claims.CLAIM_TOL:.0e}", fontsize=9,
             color="#555555", va="top", transform=ax.get_yaxis_transform())
 
 
@@ -936,12 +937,11 @@ def draw_panels(name, rows, out_dir):
 
     Args: name: key of FIGURES; rows: its data function's rows; out_dir: str or Path,
         created if missing.
-    Returns: list of the Paths written, in reading order. A one-panel figure has none.
+    Returns: list of the Paths written, in reading order (a one-panel figure, 4 or 6: its
+        one panel, NAME_a.png, at the slide's size).
     Raises: KeyError for an unknown name.
     """
     mosaic, _, panels, _ = LAYOUTS[name]
-    if len(panels) == 1:
-        return []
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

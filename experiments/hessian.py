@@ -2,7 +2,7 @@
 
 An experiment, not a formulation: it fits a small regression with the module's forward and
 backward passes and Newton steps, then counts the Hessian's zero eigenvalues, which should
-equal bilinear_numpy.symmetry_dimension (derivations.md, section 5.8; figure 6 of
+equal claims.symmetry_dimension (derivations.md, section 5.8; figure 6 of
 `python bilinear_numpy.py figures`).
 """
 

@@ -353,8 +353,11 @@ def adamw_balances(params, state, eps=1e-8, beta2=0.999):
         euclidean_j      = (||k_j||^2 - ||v_j||^2) / (||k_j||^2 + ||v_j||^2)
         preconditioned_j = (sum_i s_ji k_ji^2 - sum_i s_ji v_ji^2) / (same with +)
 
-    At a fixed point of AdamW, m_hat / s = -lambda theta; with m_hat the gradient and the
-    identity <k_j, dk_j> = <v_j, dv_j> (5.4) this makes preconditioned_j = 0, not euclidean_j.
+    Where AdamW's step vanishes, m_hat / s = -lambda theta; with m_hat the gradient and the
+    identity <k_j, dk_j> = <v_j, dv_j> (5.4) this makes preconditioned_j = 0 for the s of the
+    run's own v_hat. At an exact full-batch fixed point v_hat = g^2 too, so s_i = eps / (1 -
+    lambda |theta_i|) and |euclidean_j| <= t / (2 - t), t = lambda max_i |theta_i|: the two
+    nearly coincide there (derivations.md 9.3); an oscillating run can part them.
 
     Args: params: {"Q", "K" (m, d), "V" (m, d_out)} of gated_mlp; state: its adam_step state
         (t >= 1); eps, beta2: as in adam_step.

@@ -4,7 +4,7 @@ A full bilinear unit scores x A_j x^T; only the symmetric part S_j = (A_j + A_j^
 best_rank_r_unit keeps the r largest positive and the r most negative eigenvalues of S_j
 (the closest rank-r unit's score in the Frobenius norm); best_rank_r_function minimizes the
 mean squared error of the score itself for x ~ N(0, I) (function_error). The rank figure of
-experiments/figures.py compares both with bilinear_numpy.eigen_factors' Eckart-Young
+experiments/figures.py compares both with claims.eigen_factors' Eckart-Young
 truncation. derivations.md, section 6.4, works them out.
 """
 
@@ -20,7 +20,7 @@ import bilinear_numpy as bn
 
 def _sym_eigh(A):
     # Eigenvalues (ascending) and eigenvectors (columns) of each symmetric part (A_j + A_j^T)/2.
-    A = bn._check_ndim("A", A, "(m, d, d)")
+    A = bn.check_ndim("A", A, "(m, d, d)")
     if A.shape[1] != A.shape[2]:
         raise ValueError(f"A: expected shape (m, d, d), got {A.shape}")
     return np.linalg.eigh(0.5 * (A + A.transpose(0, 2, 1)))   # (m, d), (m, d, d)
@@ -55,7 +55,7 @@ def best_rank_r_unit(A, r):
     Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
     Source: derivations.md, section 6.4.
     """
-    bn._check_positive(r=r)
+    bn.check_positive(r=r)
     lam, U = _sym_eigh(A)                                 # (m, d) ascending, (m, d, d)
     Q, K = np.zeros(A.shape[:2] + (r,)), np.zeros(A.shape[:2] + (r,))
     for j in range(A.shape[0]):
@@ -77,7 +77,7 @@ def function_error(S, B):
     Raises: ValueError if the shapes differ or are not square.
     Source: Isserlis' theorem: E[x_a x_b x_c x_e] = d_ab d_ce + d_ac d_be + d_ae d_bc.
     """
-    S, B = bn._as_float("S", S), bn._as_float("B", B)
+    S, B = bn.as_float("S", S), bn.as_float("B", B)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or B.shape != S.shape:
         raise ValueError(f"S, B: expected two (d, d) arrays, got {S.shape} and {B.shape}")
     M = 0.5 * (S - B + (S - B).T)                         # symmetric part of S - B
@@ -100,7 +100,7 @@ def best_rank_r_function(A, r):
     Raises: ValueError for A not of shape (m, d, d) or r not a positive integer.
     Source: derivations.md, section 6.4.
     """
-    bn._check_positive(r=r)
+    bn.check_positive(r=r)
     lam, U = _sym_eigh(A)
     m, d = lam.shape
     Q, K = np.zeros((m, d, r)), np.zeros((m, d, r))

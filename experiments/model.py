@@ -34,10 +34,10 @@ def model_init(rng, formulation, d_in, d, m, d_out, r=1, vocab=None, d_emb=None,
     Source: a pre-norm residual block (Xiong et al. 2020) around one FFN.
     """
     form = bn.get_formulation(formulation)
-    bn._check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
+    bn.check_positive(d_in=d_in, d=d, m=m, d_out=d_out, r=r)
     params = {}
     if vocab is not None:
-        bn._check_positive(vocab=vocab, d_emb=d_emb)
+        bn.check_positive(vocab=vocab, d_emb=d_emb)
         if d_in % d_emb:
             raise ValueError(f"d_in: expected a multiple of d_emb = {d_emb} (context * d_emb), "
                              f"got {d_in}")
@@ -69,22 +69,22 @@ def model_forward(inputs, params, formulation, act):
     expected = {"W_in", "b_in", "g", "W_out", "b_out", *("ffn." + n for n in form.param_names)}
     if set(params) - {"E"} != expected:           # another formulation's: half of it unused
         raise ValueError(f"params: expected {formulation}'s model_init keys, got {sorted(params)}")
-    W_in = bn._check_ndim("W_in", params["W_in"], "(d_in, d)")
+    W_in = bn.check_ndim("W_in", params["W_in"], "(d_in, d)")
     for name, value in params.items():
-        if bn._as_float(name, value).dtype != W_in.dtype:
+        if bn.as_float(name, value).dtype != W_in.dtype:
             raise TypeError(f"{name}: expected dtype {W_in.dtype} (W_in's), got {value.dtype}")
-    W_out = bn._check_ndim("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
-    bn._check_shape("W_out", W_out, (W_in.shape[1], W_out.shape[1]), "(d, d_out)")
-    bn._check_shape("b_in", np.asarray(params["b_in"]), W_in.shape[1:], "(d,)")
-    bn._check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
+    W_out = bn.check_ndim("W_out", params["W_out"], "(d, d_out)")       # no broadcasting below
+    bn.check_shape("W_out", W_out, (W_in.shape[1], W_out.shape[1]), "(d, d_out)")
+    bn.check_shape("b_in", np.asarray(params["b_in"]), W_in.shape[1:], "(d,)")
+    bn.check_shape("b_out", np.asarray(params["b_out"]), W_out.shape[1:], "(d_out,)")
     if "E" in params:
         emb, emb_cache = bn.embedding_forward(inputs, params["E"])    # (N, k, e)
         X = emb.reshape(len(emb), -1)                              # (N, k e) concatenated
     else:
-        X, emb_cache = bn._check_ndim("inputs", inputs, "(N, d_in)"), None
+        X, emb_cache = bn.check_ndim("inputs", inputs, "(N, d_in)"), None
         if X.dtype != W_in.dtype:
             raise TypeError(f"inputs: expected dtype {W_in.dtype} (the model's), got {X.dtype}")
-    bn._check_shape("inputs (as features)", X, (len(X), W_in.shape[0]), "(N, d_in)")
+    bn.check_shape("inputs (as features)", X, (len(X), W_in.shape[0]), "(N, d_in)")
     h = X @ W_in + params["b_in"]                                  # (N, d)
     u, norm_cache = bn.rmsnorm_forward(h, params["g"])                # (N, d)
     ffn = {n: params["ffn." + n] for n in form.param_names}
@@ -106,9 +106,9 @@ def model_backward(dout, cache):
         differs; ValueError / TypeError if the cache is not model_forward's.
     Source: the chain rule through each forward line, in reverse order.
     """
-    form, X, emb, norm, ffn, h2, W_in, W_out = bn._checked_cache(
+    form, X, emb, norm, ffn, h2, W_in, W_out = bn.checked_cache(
         cache, "model_forward", "form", "X", "emb", "norm", "ffn", "h2", "W_in", "W_out")
-    dout = bn._check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
+    dout = bn.check_grad("dout", dout, (len(h2), W_out.shape[1]), "(N, d_out)", W_out.dtype)
     grads = {"W_out": h2.T @ dout, "b_out": dout.sum(axis=0)}
     dh2 = dout @ W_out.T                                           # (N, d)
     grads_ffn = form.backward(dh2, ffn)
@@ -137,8 +137,8 @@ def match_units(formulation, budget, d, r=1, tol=0.02):
     Source: Shazeer 2020, section 2 (d_ff reduced by 2/3 to match parameters).
     """
     form = bn.get_formulation(formulation)
-    bn._check_positive(budget=budget, d=d, r=r)
-    tol = bn._real("tol", tol)
+    bn.check_positive(budget=budget, d=d, r=r)
+    tol = bn.as_real("tol", tol)
     if not 0 <= tol < 1:       # NaN or inf would accept any m, a negative tol none
         raise ValueError(f"tol: expected a relative mismatch with 0 <= tol < 1, got {tol!r}")
     n1, n2 = form.n_params(d, 1, d, r), form.n_params(d, 2, d, r)

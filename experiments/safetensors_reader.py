@@ -68,6 +68,36 @@ def _fail(path, text):
     raise SafetensorsError(f"{path}: {text}")
 
 
+class _JSONObject(dict):
+    # A JSON object that remembers the keys it was given more than once (json.loads, left to
+    # itself, keeps the last value of a repeated key and says nothing): object_pairs_hook.
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        seen = set()
+        self.repeated = [key for key, _ in pairs if key in seen or seen.add(key)]
+
+
+def _load_json(path, text, what):
+    # The parsed JSON, objects as _JSONObject; a repeated key anywhere is refused, named.
+    try:
+        value = json.loads(text, object_pairs_hook=_JSONObject)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        _fail(path, f"bad {what}: not UTF-8 JSON ({exc})")
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _JSONObject):
+            if item.repeated:
+                names = item is value or (isinstance(value, dict) and item is value.get("weight_map"))
+                where = "tensor name" if names else "key"
+                _fail(path, f"bad {what}: the {where} {item.repeated[0]!r} appears twice (a "
+                            "JSON reader would keep only the last)")
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
 def _check_entry(path, name, entry):
     """One header entry -> (dtype, shape, begin, end), every field checked."""
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
@@ -105,8 +135,9 @@ class SafetensorsFile:
     `name in f`. The mapping is closed when the object and every array read from it
     are gone.
 
-    Raises (when opened): SafetensorsError for a truncated file, a bad header, an unknown
-    dtype, data_offsets out of range or overlapping; FileNotFoundError for a missing file.
+    Raises (when opened): SafetensorsError for a truncated file, a bad header (a tensor name
+    or a key given twice included), an unknown dtype, data_offsets out of range or
+    overlapping; FileNotFoundError for a missing file.
     Source: the safetensors format (Hugging Face).
     """
 
@@ -125,9 +156,10 @@ class SafetensorsFile:
             _fail(self.path, f"truncated file: the header needs bytes 8..{8 + n}, the file "
                              f"has {size} bytes")
         try:
-            header = json.loads(self._map[8:8 + n].tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            text = self._map[8:8 + n].tobytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
             _fail(self.path, f"bad header: not UTF-8 JSON ({exc})")
+        header = _load_json(self.path, text, "header")
         if not isinstance(header, dict):
             _fail(self.path, f"bad header: expected a JSON object, got {type(header).__name__}")
         self.metadata = header.pop("__metadata__", None) or {}
@@ -215,9 +247,10 @@ class ShardedCheckpoint:
     def __init__(self, index_path):
         self.path = Path(index_path)
         try:
-            index = json.loads(self.path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
             _fail(self.path, f"bad index: not UTF-8 JSON ({exc})")
+        index = _load_json(self.path, text, "index")
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(
                 isinstance(v, str) for v in weight_map.values()):

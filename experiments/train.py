@@ -105,7 +105,7 @@ class TextTask:
                  curve_size=4096):
         corpus = data.text_dataset(data.load_text_corpus())
         self.context, self.e, self.d, self.batch_size = context, e, d, batch
-        self.lr = bn._real("lr", lr)             # a Python float: float32 training stays float32
+        self.lr = bn.as_real("lr", lr)             # a Python float: float32 training stays float32
         self.budget = 2 * d * budget_units       # = a key-value MLP with budget_units units
         self.train_ids, self.val_ids, self.vocab = corpus.train, corpus.val, len(corpus.vocab)
         self.baseline = data.unigram_bpc(corpus.train, corpus.val, self.vocab)
@@ -151,7 +151,7 @@ class ImageTask:
                  batch=256, lr=1e-2, curve_size=4096):
         self.image = data.load_image(path, stride)                     # (H, W, 3)
         self.d, self.batch_size = d, batch
-        self.lr, sigma = bn._real("lr", lr), bn._real("sigma", sigma)   # Python floats
+        self.lr, sigma = bn.as_real("lr", lr), bn.as_real("sigma", sigma)   # Python floats
         self.budget = 2 * d * budget_units
         H, W, _ = self.image.shape
         B = np.random.default_rng(0).normal(0.0, sigma, (2, n_freq))   # (2, F)
@@ -248,7 +248,7 @@ def train_run(task, variant, seed, steps, lr=None, n_evals=10, progress=None):
         number > 0.
     """
     formulation, act, r = resolve_variant(variant)
-    lr = task.lr if lr is None else bn._real("lr", lr)      # a Python float (see bn._real)
+    lr = task.lr if lr is None else bn.as_real("lr", lr)      # a Python float (see bn.as_real)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps!r}")
     if not 0 < lr < math.inf:
@@ -374,7 +374,7 @@ def check_lr(value):
     refused like NaN); ValueError otherwise, TypeError for a value that is not a number."""
     if value is None:
         return None
-    lr = bn._real("lr", value)               # a Python float (see bn._real)
+    lr = bn.as_real("lr", value)               # a Python float (see bn.as_real)
     if not 0 < lr < math.inf:
         raise ValueError(f"lr: expected a finite learning rate > 0, got {lr!r}")
     return lr

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, model, train
+import claims
+from experiments import ablation, cli, model, train
 
 COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept", "params",
            "seed", "metric", "metric_name", "parity_even", "continuous_symmetries"]
@@ -21,15 +22,15 @@ COLUMNS = ["task", "formulation", "activation", "exchange_kept", "scaling_kept",
 def test_cells_agree_with_symmetry_expected_and_measurement(name):
     formulation, act, exchange, scaling = ablation.CELLS[name]
     even, count = ablation.FUNCTION_PROPERTIES[name]
-    assert bn.parity_expected(formulation, act) is even
-    assert (bn.symmetry_deviation(formulation, act, "parity") <= bn.CLAIM_TOL) is even
-    assert bn.symmetry_dimension_expected(formulation, act) == count      # one unit
-    assert bn.symmetry_dimension(formulation, act) == count
-    assert bn.symmetry_expected(formulation, act, "exchange") is exchange
-    assert bn.symmetry_expected(formulation, act, "inverse_scaling_pos") is scaling
+    assert claims.parity_expected(formulation, act) is even
+    assert (claims.symmetry_deviation(formulation, act, "parity") <= claims.CLAIM_TOL) is even
+    assert claims.symmetry_dimension_expected(formulation, act) == count      # one unit
+    assert claims.symmetry_dimension(formulation, act) == count
+    assert claims.symmetry_expected(formulation, act, "exchange") is exchange
+    assert claims.symmetry_expected(formulation, act, "inverse_scaling_pos") is scaling
     # and the measured deviations say the same (kept: rounding level; broken: far above)
-    assert (bn.symmetry_deviation(formulation, act, "exchange") <= bn.CLAIM_TOL) is exchange
-    assert (bn.symmetry_deviation(formulation, act, "inverse_scaling_pos") <= bn.CLAIM_TOL) is scaling
+    assert (claims.symmetry_deviation(formulation, act, "exchange") <= claims.CLAIM_TOL) is exchange
+    assert (claims.symmetry_deviation(formulation, act, "inverse_scaling_pos") <= claims.CLAIM_TOL) is scaling
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu"])
@@ -43,10 +44,10 @@ def test_rank1_with_biases_keeps_exchange_and_scaling_breaks_parity(act):
     p = form.init(rng, 6, 5, 3)
     alpha = np.geomspace(0.5, 2.0, 5)[:, None]
     y = form.forward(x, **p, act=act)[0]
-    assert bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act=act)[0]) <= bn.CLAIM_TOL
-    assert bn.rel_error(y, form.forward(x, alpha * p["Q"], p["K"] / alpha, p["V"], act=act)[0]) <= bn.CLAIM_TOL
+    assert bn.rel_error(y, form.forward(x, p["K"], p["Q"], p["V"], act=act)[0]) <= claims.CLAIM_TOL
+    assert bn.rel_error(y, form.forward(x, alpha * p["Q"], p["K"] / alpha, p["V"], act=act)[0]) <= claims.CLAIM_TOL
     assert bn.rel_error(y, form.forward(-x, **p, act=act)[0]) > 1e-2          # not even
-    assert bn.symmetry_dimension(form, act) == 1                                 # per unit
+    assert claims.symmetry_dimension(form, act) == 1                                 # per unit
     # its backward: central differences of the forward (float64)
     dy = rng.standard_normal(y.shape)
     grads = form.backward(dy, form.forward(x, **p, act=act)[1])
@@ -63,8 +64,8 @@ def test_every_cell_is_filled_with_two_activations_where_the_table_allows():
     # Broken exchange with kept scaling: among the gated forms, only a positively homogeneous,
     # nonlinear sigma, which is ReLU alone (identity keeps exchange too).
     only = [a for a in bn.ACTIVATIONS
-            if not bn.symmetry_expected("gated_mlp", a, "exchange")
-            and bn.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")]
+            if not claims.symmetry_expected("gated_mlp", a, "exchange")
+            and claims.symmetry_expected("gated_mlp", a, "inverse_scaling_pos")]
     assert only == ["relu"] and acts[(False, True)] == {"relu"}
     assert set(ablation.MODES["default"]["variants"]) == set(ablation.CELLS)
     assert ablation.MODES["default"]["seeds"] >= 5
@@ -156,7 +157,7 @@ def test_tiny_run_writes_the_csv_and_the_grid(tmp_path, capsys, monkeypatch):
         return task
 
     monkeypatch.setattr(ablation, "_make_task", small_task)
-    status = bn.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "2",
+    status = cli.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "2",
                       "--variants", "double-gated-silu,SwiGLU", "--out", str(tmp_path)])
     assert status == 0
     out = capsys.readouterr().out
@@ -185,7 +186,7 @@ def test_bad_input_is_named(capsys):
                           ({"steps": 0}, "steps")):
         with pytest.raises(ValueError, match=word):
             ablation.run_ablation(**{"mode": "quick", **options})
-    assert bn.main(["train", "ablation", "--seeds", "1"]) == 2
+    assert cli.main(["train", "ablation", "--seeds", "1"]) == 2
     assert "at least 2 seeds" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a variant"):
         ablation.variant_of("gated_mlp", "sigmoid")

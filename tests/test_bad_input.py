@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 from experiments import model
 
 FORMS = list(bn.FORMULATIONS)
@@ -74,11 +75,11 @@ def test_transform_params_refuses_params_it_would_broadcast_or_miss():
     _, p = draw("gated_mlp")
     alpha = np.array([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"^K: expected shape \(m, d\) = \(3, 4\), got \(1, 4\)$"):
-        bn.transform_params("gated_mlp", p | {"K": p["K"][:1]}, "key_value_rescaling", alpha)
+        claims.transform_params("gated_mlp", p | {"K": p["K"][:1]}, "key_value_rescaling", alpha)
     with pytest.raises(ValueError, match=r"^params: expected keys \['Q', 'K', 'V'\], got \['K', 'V'\]$"):
-        bn.transform_params("gated_mlp", {"K": p["K"], "V": p["V"]}, "exchange", alpha)
+        claims.transform_params("gated_mlp", {"K": p["K"], "V": p["V"]}, "exchange", alpha)
     with pytest.raises(ValueError, match=r"got shape \(3,\): \[nan  1\.  1\.\]"):   # the values, not the shape
-        bn.transform_params("gated_mlp", p, "key_value_rescaling", [np.nan, 1.0, 1.0])
+        claims.transform_params("gated_mlp", p, "key_value_rescaling", [np.nan, 1.0, 1.0])
 
 
 # ----- training substrate -----------------------------------------------------------

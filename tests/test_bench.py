@@ -100,8 +100,8 @@ def test_floor_lists_exactly_the_products_of_the_code(monkeypatch, name):
     # Same shapes, same count, no more and no fewer: a floor with an extra or a missing
     # product would make the ratio flatter or harsher than the code deserves.
     from experiments import bench
-    as_float = bn._as_float                        # it would turn a _Logged into an ndarray
-    monkeypatch.setattr(bn, "_as_float", lambda n, a: as_float(n, a).view(type(a)))
+    as_float = bn.as_float                        # it would turn a _Logged into an ndarray
+    monkeypatch.setattr(bn, "as_float", lambda n, a: as_float(n, a).view(type(a)))
     N, d, m, r = 11, 3, 5, 2                       # one block of tokens in bilinear
     sizes = bench._sizes(d, m, r, N)
     rng = np.random.default_rng(0)
@@ -136,7 +136,7 @@ def test_bilinear_never_holds_an_array_of_N_m_d_d_elements(monkeypatch):
 
 def test_cli_subset_and_import_stays_light(tmp_path):
     out = tmp_path / "sub" / "b.csv"
-    assert bn.main(["bench", "--quick", "--tokens", "4", "--repeats", "1", "--out", str(out),
+    assert cli.main(["bench", "--quick", "--tokens", "4", "--repeats", "1", "--out", str(out),
                     "--formulation", "gated_mlp", "--activation", "silu", "--dtype", "float32"]) == 0
     with out.open(encoding="utf-8", newline="") as f:
         assert [(r["formulation"], r["activation"], r["dtype"]) for r in csv.DictReader(f)] \

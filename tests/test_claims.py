@@ -3,28 +3,29 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 from experiments.hessian import hessian_at_minimum
 
 SEEDS = [0, 1, 2]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", list(bn.EQUIVALENCES))
+@pytest.mark.parametrize("name", list(claims.EQUIVALENCES))
 def test_equivalence_holds(name, seed):
-    statement, measure = bn.EQUIVALENCES[name]
+    statement, measure = claims.EQUIVALENCES[name]
     assert measure(seed) <= 1e-13, statement
 
 
 def test_equivalences_table():
-    rows = bn.equivalences()
-    assert [r["name"] for r in rows] == list(bn.EQUIVALENCES)
+    rows = claims.equivalences()
+    assert [r["name"] for r in rows] == list(claims.EQUIVALENCES)
     assert all(r["holds"] for r in rows)
 
 
 def test_equivalence_can_fail():
     # A wrong A (transposed factors for a non-symmetric pairing) must not match rank-1
     # gated output: the gated MLP is not the rank-1 form with a nonlinear sigma.
-    x, p = bn._draw("gated_mlp", 0)
+    x, p = claims.random_inputs("gated_mlp", 0)
     y_gated = bn.gated_mlp_forward(x, **p, act="silu")[0]
     y_rank1 = bn.rank1_bilinear_forward(x, **p, act="silu")[0]
     assert bn.rel_error(y_gated, y_rank1) > 1e-2
@@ -32,7 +33,7 @@ def test_equivalence_can_fail():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_symmetry_table_agrees_with_theory(seed):
-    rows = bn.symmetry_table(seed)
+    rows = claims.symmetry_table(seed)
     disagree = [r for r in rows if r["holds"] != r["expected"]]
     assert disagree == []
     kept = [r["deviation"] for r in rows if r["expected"]]
@@ -41,12 +42,12 @@ def test_symmetry_table_agrees_with_theory(seed):
 
 
 def test_symmetry_table_covers_every_cell():
-    rows = bn.symmetry_table()
+    rows = claims.symmetry_table()
     cells = {(r["formulation"], r["activation"], r["symmetry"]) for r in rows}
     for f in bn.FORMULATIONS:
         for a in bn.ACTIVATIONS:
-            for s in bn.SYMMETRIES:
-                applies = bn.symmetry_expected(f, a, s) is not None
+            for s in claims.SYMMETRIES:
+                applies = claims.symmetry_expected(f, a, s) is not None
                 assert ((f, a, s) in cells) == applies
 
 
@@ -60,34 +61,34 @@ def test_symmetry_table_covers_every_cell():
 ])
 @pytest.mark.parametrize("form", ["gated_mlp", "gated_rank_r"])
 def test_gated_symmetries_from_the_paper(form, act, exchange, pos, neg):
-    assert bn.symmetry_expected(form, act, "exchange") is exchange
-    assert bn.symmetry_expected(form, act, "inverse_scaling_pos") is pos
-    assert bn.symmetry_expected(form, act, "inverse_scaling_neg") is neg
-    assert (bn.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange
-    assert (bn.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is pos
-    assert (bn.symmetry_deviation(form, act, "inverse_scaling_neg") < 1e-12) is neg
+    assert claims.symmetry_expected(form, act, "exchange") is exchange
+    assert claims.symmetry_expected(form, act, "inverse_scaling_pos") is pos
+    assert claims.symmetry_expected(form, act, "inverse_scaling_neg") is neg
+    assert (claims.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange
+    assert (claims.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is pos
+    assert (claims.symmetry_deviation(form, act, "inverse_scaling_neg") < 1e-12) is neg
 
 
 @pytest.mark.parametrize("act", list(bn.ACTIVATIONS))
 @pytest.mark.parametrize("form", ["rank1_bilinear", "rank_r_bilinear"])
 def test_symmetric_forms_keep_exchange_and_scaling_for_every_sigma(form, act):
     for s in ("exchange", "inverse_scaling_pos", "inverse_scaling_neg"):
-        assert bn.symmetry_deviation(form, act, s) < 1e-14
+        assert claims.symmetry_deviation(form, act, s) < 1e-14
 
 
 def test_bilinear_exchange_is_transpose():
-    x, p = bn._draw("bilinear", 0)
-    t = bn.transform_params("bilinear", p, "exchange", np.ones(5))
+    x, p = claims.random_inputs("bilinear", 0)
+    t = claims.transform_params("bilinear", p, "exchange", np.ones(5))
     assert np.array_equal(t["A"], p["A"].transpose(0, 2, 1))
 
 
 def test_transform_does_not_modify_params():
-    x, p = bn._draw("gated_mlp", 0)
+    x, p = claims.random_inputs("gated_mlp", 0)
     saved = {k: v.copy() for k, v in p.items()}
-    for s in bn.SYMMETRIES[:-1]:                     # parity changes x, not the parameters
-        assert bn.SYMMETRIES[-1] == "parity"
+    for s in claims.SYMMETRIES[:-1]:                     # parity changes x, not the parameters
+        assert claims.SYMMETRIES[-1] == "parity"
         sign = -1 if s == "inverse_scaling_neg" else 1
-        bn.transform_params("gated_mlp", p, s, sign * np.geomspace(0.5, 2, 5))
+        claims.transform_params("gated_mlp", p, s, sign * np.geomspace(0.5, 2, 5))
     assert all(np.array_equal(saved[k], p[k]) for k in p)
 
 
@@ -100,29 +101,29 @@ def test_transform_does_not_modify_params():
     (np.ones(5), "inverse_scaling_neg", "needs alpha < 0"),
 ])
 def test_transform_checks_alpha(alpha, symmetry, message):
-    x, p = bn._draw("gated_mlp", 0)
+    x, p = claims.random_inputs("gated_mlp", 0)
     with pytest.raises(ValueError, match=message):
-        bn.transform_params("gated_mlp", p, symmetry, alpha)
+        claims.transform_params("gated_mlp", p, symmetry, alpha)
 
 
 def test_transform_keeps_float32():
-    x, p = bn._draw("gated_mlp", 0)
+    x, p = claims.random_inputs("gated_mlp", 0)
     p32 = {k: v.astype(np.float32) for k, v in p.items()}
-    t = bn.transform_params("gated_mlp", p32, "inverse_scaling_pos", np.geomspace(0.5, 2, 5))
+    t = claims.transform_params("gated_mlp", p32, "inverse_scaling_pos", np.geomspace(0.5, 2, 5))
     assert all(v.dtype == np.float32 for v in t.values())
 
 
 def test_transform_rejects_symmetry_that_does_not_apply():
-    x, p = bn._draw("mlp", 0)
+    x, p = claims.random_inputs("mlp", 0)
     with pytest.raises(ValueError, match="'exchange' does not apply to 'mlp'"):
-        bn.transform_params("mlp", p, "exchange", np.ones(5))
+        claims.transform_params("mlp", p, "exchange", np.ones(5))
     with pytest.raises(ValueError, match="unknown symmetry"):
-        bn.symmetry_expected("mlp", "relu", "rotation")
+        claims.symmetry_expected("mlp", "relu", "rotation")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_conservation_table_agrees_with_theory(seed):
-    rows = bn.conservation_table(seed)
+    rows = claims.conservation_table(seed)
     assert [r for r in rows if r["holds"] != r["expected"]] == []
     assert max(r["residual"] for r in rows if r["expected"]) < 1e-14
     assert min(r["residual"] for r in rows if not r["expected"]) > 1e-3
@@ -130,27 +131,27 @@ def test_conservation_table_agrees_with_theory(seed):
 
 @pytest.mark.parametrize("act", ["relu", "identity"])
 def test_conservation_holds_per_unit_for_gated_relu(act):
-    res, scale = bn.conservation_residual("gated_mlp", act, ("Q", "K"))
+    res, scale = claims.conservation_residual("gated_mlp", act, ("Q", "K"))
     assert res.shape == (5,) and np.all(scale > 1e-6)
     assert np.max(np.abs(res)) < 1e-14 * np.max(scale)
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu", "sigmoid"])
 def test_conservation_fails_for_gated_smooth(act):
-    res, scale = bn.conservation_residual("gated_mlp", act, ("Q", "K"))
+    res, scale = claims.conservation_residual("gated_mlp", act, ("Q", "K"))
     assert np.max(np.abs(res)) > 1e-3 * np.max(scale)
-    res_kv, scale_kv = bn.conservation_residual("gated_mlp", act, ("K", "V"))
+    res_kv, scale_kv = claims.conservation_residual("gated_mlp", act, ("K", "V"))
     assert np.max(np.abs(res_kv)) < 1e-14 * np.max(scale_kv)   # key-value identity holds
 
 
 def test_conservation_bad_pair():
     with pytest.raises(ValueError, match="pair: expected two of"):
-        bn.conservation_residual("mlp", "relu", ("Q", "K"))
+        claims.conservation_residual("mlp", "relu", ("Q", "K"))
 
 
 def test_eigen_factors_best_rank_r_truncation_error_decreases():
-    x, p = bn._draw("bilinear", 0, d=6)
-    Q, K, lam = bn.eigen_factors(p["A"])
+    x, p = claims.random_inputs("bilinear", 0, d=6)
+    Q, K, lam = claims.eigen_factors(p["A"])
     assert np.all(np.diff(np.abs(lam), axis=1) <= 1e-15)         # sorted by |lambda|
     A_sym = 0.5 * (p["A"] + p["A"].transpose(0, 2, 1))
     errors = []
@@ -175,11 +176,11 @@ def test_eigen_factors_best_rank_r_truncation_error_decreases():
     ("gated_mlp", "gelu", False, False),
 ])
 def test_ablation_cells(form, act, exchange_kept, scaling_kept):
-    assert (bn.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange_kept
-    assert (bn.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is scaling_kept
-    assert bn.symmetry_expected(form, act, "exchange") is exchange_kept
-    assert bn.symmetry_expected(form, act, "inverse_scaling_pos") is scaling_kept
-    res, scale = bn.conservation_residual(form, act, ("Q", "K"))
+    assert (claims.symmetry_deviation(form, act, "exchange") < 1e-12) is exchange_kept
+    assert (claims.symmetry_deviation(form, act, "inverse_scaling_pos") < 1e-12) is scaling_kept
+    assert claims.symmetry_expected(form, act, "exchange") is exchange_kept
+    assert claims.symmetry_expected(form, act, "inverse_scaling_pos") is scaling_kept
+    res, scale = claims.conservation_residual(form, act, ("Q", "K"))
     assert bool(np.max(np.abs(res)) < 1e-12 * np.max(scale)) is scaling_kept
 
 
@@ -187,7 +188,7 @@ def test_ablation_cells(form, act, exchange_kept, scaling_kept):
 
 
 def test_parity_holds_exactly_where_theory_says():
-    rows = [r for r in bn.symmetry_table() if r["symmetry"] == "parity"]
+    rows = [r for r in claims.symmetry_table() if r["symmetry"] == "parity"]
     assert len(rows) == len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
     assert [r for r in rows if r["holds"] != r["expected"]] == []
     assert max(r["deviation"] for r in rows if r["expected"]) == 0.0   # exactly even
@@ -201,7 +202,7 @@ def test_parity_holds_exactly_where_theory_says():
 def test_symmetry_dimension_equals_theory():
     # Every formulation x activation, one unit and a layer of 3: the Jacobian rank count
     # equals symmetry_dimension_expected (derivations.md, 4.9).
-    rows = bn.symmetry_dimension_table()
+    rows = claims.symmetry_dimension_table()
     assert len(rows) == 2 * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
     assert [r for r in rows if not r["holds"]] == []
     assert all(r["measured"] == r["expected"] for r in rows)
@@ -212,9 +213,9 @@ def test_smooth_single_sigma_units_keep_exactly_one_continuous_symmetry():
     # rescaling), double-gated none; in a layer of 3, three and none.
     for act in ("sigmoid", "silu", "gelu", "gelu_tanh"):
         for m in (1, 3):
-            assert bn.symmetry_dimension("rank1_bilinear", act, m=m) == m
-            assert bn.symmetry_dimension("gated_mlp", act, m=m) == m
-            assert bn.symmetry_dimension("double_gated_mlp", act, m=m) == 0
+            assert claims.symmetry_dimension("rank1_bilinear", act, m=m) == m
+            assert claims.symmetry_dimension("gated_mlp", act, m=m) == m
+            assert claims.symmetry_dimension("double_gated_mlp", act, m=m) == 0
 
 
 def test_symmetry_dimension_refuses_an_ambiguous_rank():
@@ -222,15 +223,28 @@ def test_symmetry_dimension_refuses_an_ambiguous_rank():
     # the identity give singular values about 1e-7 of the largest, neither zero nor not.
     nearly = bn.Activation("nearly_linear", lambda z: z + 1e-7 * z * z,
                            lambda z: 1 + 2e-7 * z, linear=False, positively_homogeneous=False)
-    with pytest.raises(RuntimeError, match="ambiguous"):
-        bn.symmetry_dimension("mlp", nearly, m=3)
-    assert bn.symmetry_dimension("mlp", "identity", m=3) == 9
+    with pytest.raises(RuntimeError, match="at each of 5 random points"):    # every point
+        claims.symmetry_dimension("mlp", nearly, m=3)
+    assert claims.symmetry_dimension("mlp", "identity", m=3) == 9
+
+
+@pytest.mark.parametrize("act", ["sigmoid", "silu"])
+def test_symmetry_dimension_settles_a_badly_conditioned_point_at_further_points(act):
+    # gated_rank_r at d = 4, m = 2, d_out = 1, r = 3: at seed 0 the smallest non-zero singular
+    # value is 3e-6 to 5e-6 of the largest, inside the refused band [1e-12, 1e-5]; the rank is
+    # read at a further random point instead (1e-4 and more there), not by a looser band.
+    size = (4, 2, 1, 3)
+    J = claims.output_jacobian("gated_rank_r", act, *size, seed=0)
+    s = np.linalg.svd(J, compute_uv=False)
+    assert np.any((s / s[0] > 1e-12) & (s / s[0] < 1e-5))           # seed 0 alone: ambiguous
+    assert claims.symmetry_dimension("gated_rank_r", act, *size) == 2
+    assert claims.symmetry_dimension_expected("gated_rank_r", act, *size) == 2
 
 
 def test_output_jacobian_rows_are_gradients_of_single_outputs():
     # Row n d_out + k of the Jacobian is d y[n, k] / d theta: check two rows by central
     # differences of the forward pass.
-    J = bn.output_jacobian("gated_mlp", "silu", d=4, m=2, d_out=2, seed=3, n_tokens=5)
+    J = claims.output_jacobian("gated_mlp", "silu", d=4, m=2, d_out=2, seed=3, n_tokens=5)
     rng = np.random.default_rng(3)
     form = bn.FORMULATIONS["gated_mlp"]
     p = form.init(rng, 4, 2, 2, 2)
@@ -253,46 +267,58 @@ def test_output_jacobian_rows_are_gradients_of_single_outputs():
 def test_hessian_at_a_minimum_has_one_zero_eigenvalue_per_symmetry(name, act):
     result = hessian_at_minimum(name, act, d=4, m=2, d_out=2, n_tokens=40, seed=1)
     size = np.sort(np.abs(result["eigenvalues"]))
-    zeros = bn.symmetry_dimension(name, act, d=4, m=2, d_out=2)
+    zeros = claims.symmetry_dimension(name, act, d=4, m=2, d_out=2)
     assert result["grad_norm"] < 1e-9
     assert np.all(size[:zeros] < 1e-9 * size[-1]) and size[zeros] > 1e-6 * size[-1]
 
 
-@pytest.mark.parametrize("sizes", bn.LAW_SIZES)       # (d, m, d_out, r): a rank-2 unit, a layer of 2
+@pytest.mark.parametrize("sizes", claims.LAW_SIZES)       # (d, m, d_out, r): a rank-2 unit, a layer of 2
 def test_conservation_law_count_equals_theory(sizes):
     # 5.10: every formulation x activation, at two sizes: the laws counted from the Lie
     # algebra of the loss gradients (the module's backward passes and their differences)
     # equal conservation_law_count_expected, with a clear gap between zero and not.
     for formulation in bn.FORMULATIONS:
         for act in bn.ACTIVATIONS:
-            result = bn.lie_algebra_dimensions(formulation, act, *sizes)
-            expected = bn.conservation_law_count_expected(formulation, act, *sizes)
+            result = claims.lie_algebra_dimensions(formulation, act, *sizes)
+            expected = claims.conservation_law_count_expected(formulation, act, *sizes)
             assert result["laws"] == expected, (formulation, act, sizes, result)
             assert result["largest_zero"] < 1e-9 and result["smallest_nonzero"] > 1e-4
-            assert result["dims"][0] == result["n_params"] - bn.symmetry_dimension(
+            assert result["dims"][0] == result["n_params"] - claims.symmetry_dimension(
                 formulation, act, *sizes)                         # level 0: the flat directions
 
 
 def test_laws_and_flat_directions_counted_apart():
-    # 5.10: they agree where the group is made of commuting rescalings (rank-1, gated: 1 and
-    # 1, ReGLU 2 and 2; full bilinear: the translations of the antisymmetric part, 6 and 6
+    # 5.10: they agree where every generator is a rescaling or a translation (rank-1, gated: 1
+    # and 1, ReGLU 2 and 2; full bilinear: the translations of the antisymmetric part, 6 and 6
     # at d = 4); a rank-2 bilinear unit (O(2, 2)) has 6 flat directions and 4 laws, the
     # key-value MLP with the identity and m = 2 (GL(2)) 4 and 3.
     cases = [(("rank1_bilinear", "silu", 5, 1, 3, 2), 1, 1), (("gated_mlp", "silu", 5, 1, 3, 2), 1, 1),
              (("gated_mlp", "relu", 5, 1, 3, 2), 2, 2), (("bilinear", "silu", 4, 1, 3, 2), 6, 6),
              (("rank_r_bilinear", "silu", 5, 1, 3, 2), 6, 4), (("mlp", "identity", 5, 2, 3, 2), 4, 3)]
     for args, flat, laws in cases:
-        assert bn.symmetry_dimension(*args) == bn.symmetry_dimension_expected(*args) == flat, args
-        assert bn.conservation_law_count(*args) == bn.conservation_law_count_expected(*args) == laws
+        assert claims.symmetry_dimension(*args) == claims.symmetry_dimension_expected(*args) == flat, args
+        assert claims.conservation_law_count(*args) == claims.conservation_law_count_expected(*args) == laws
+
+
+@pytest.mark.parametrize("d, flat, laws", [(4, 6, 4), (3, 6, 4), (2, 5, 4), (1, 3, 3)])
+def test_a_rank_2_unit_below_2r_equals_d_has_the_laws_of_its_symmetric_generators(d, flat, laws):
+    # 2 r > d: W = [Q K] (d, 4) has a kernel, O(2, 2) a stabilizer; dim g_sym theta = r^2 -
+    # max(0, r - d)^2 is still the count (derivations.md, 5.10): 4 down to d = 2, 3 at d = 1.
+    # ReLU and the identity add their rescaling to both counts.
+    for act, extra in (("silu", 0), ("sigmoid", 0), ("relu", 1), ("identity", 1)):
+        args = ("rank_r_bilinear", act, d, 1, 2, 2)
+        assert claims.symmetry_dimension(*args) == claims.symmetry_dimension_expected(*args) \
+            == flat + extra, args
+        assert claims.conservation_law_count(*args) == claims.conservation_law_count_expected(*args) \
+            == laws + extra, args
+    assert claims.conservation_law_count_expected("gated_rank_r", "silu", d, 1, 2, 2) == 1
 
 
 def test_conservation_law_count_refuses_where_no_count_is_derived():
-    with pytest.raises(ValueError, match="2 r <= d"):
-        bn.conservation_law_count_expected("rank_r_bilinear", "silu", d=3, r=2)
     with pytest.raises(ValueError, match="can mix"):
-        bn.conservation_law_count_expected("rank_r_bilinear", "identity", d=5, m=3, d_out=3, r=2)
+        claims.conservation_law_count_expected("rank_r_bilinear", "identity", d=5, m=3, d_out=3, r=2)
     with pytest.raises(ValueError, match="m <= d_out"):
-        bn.conservation_law_count_expected("mlp", "identity", m=4, d_out=3)
+        claims.conservation_law_count_expected("mlp", "identity", m=4, d_out=3)
 
 
 def test_lie_algebra_dimensions_refuses_an_ambiguous_rank():
@@ -301,7 +327,7 @@ def test_lie_algebra_dimensions_refuses_an_ambiguous_rank():
     nearly = bn.Activation("nearly_linear", lambda z: z + 1e-6 * z * z,
                            lambda z: 1 + 2e-6 * z, linear=False, positively_homogeneous=False)
     with pytest.raises(RuntimeError, match="neither clearly zero nor not"):
-        bn.lie_algebra_dimensions("mlp", nearly, d=3, m=2, d_out=2)
+        claims.lie_algebra_dimensions("mlp", nearly, d=3, m=2, d_out=2)
 
 
 def test_relu_units_always_on_act_as_the_identity_and_mix():
@@ -314,15 +340,15 @@ def test_relu_units_always_on_act_as_the_identity_and_mix():
     A = np.einsum("jab,jcb->jac", B, B) / 5 + np.eye(5) + 0.3 * rng.standard_normal((2, 5, 5))
     assert np.all(np.linalg.eigvalsh(A + A.transpose(0, 2, 1)) > 0)      # always on
     params = {"A": A, "V": rng.standard_normal((2, 3))}
-    always_on = bn.symmetry_dimension("bilinear", "relu", 5, 2, 3, params=params)
-    assert always_on == bn.symmetry_dimension_expected("bilinear", "identity", 5, 2, 3) == 24
-    assert bn.symmetry_dimension("bilinear", "relu", 5, 2, 3) == 22
-    assert bn.symmetry_dimension_expected("bilinear", "relu", 5, 2, 3) == 22
+    always_on = claims.symmetry_dimension("bilinear", "relu", 5, 2, 3, params=params)
+    assert always_on == claims.symmetry_dimension_expected("bilinear", "identity", 5, 2, 3) == 24
+    assert claims.symmetry_dimension("bilinear", "relu", 5, 2, 3) == 22
+    assert claims.symmetry_dimension_expected("bilinear", "relu", 5, 2, 3) == 22
 
 
 def test_conservation_law_table_agrees_with_theory():
-    rows = bn.conservation_law_table()
-    assert len(rows) == len(bn.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
+    rows = claims.conservation_law_table()
+    assert len(rows) == len(claims.LAW_SIZES) * len(bn.FORMULATIONS) * len(bn.ACTIVATIONS)
     assert [r for r in rows if not r["holds"]] == []
     assert any(r["laws"] < r["flat"] for r in rows) and any(r["laws"] == r["flat"] > 0 for r in rows)
 
@@ -332,8 +358,8 @@ def test_symmetry_dimension_with_more_units_than_outputs():
     # m, k = P - rho (d_out + D - rho), rho = min(m, d_out, D); rank-1 units with m > d_out
     # add into a rank-2 score, which theory refuses and the measurement counts.
     for name, count in (("mlp", 17), ("static_query_mlp", 42), ("bilinear", 67)):
-        assert bn.symmetry_dimension_expected(name, "identity", 5, 4, 3) == count
-        assert bn.symmetry_dimension(name, "identity", 5, 4, 3) == count
-    assert bn.symmetry_dimension("rank1_bilinear", "identity", 5, 2, 1) == 22 - 14 == 8
+        assert claims.symmetry_dimension_expected(name, "identity", 5, 4, 3) == count
+        assert claims.symmetry_dimension(name, "identity", 5, 4, 3) == count
+    assert claims.symmetry_dimension("rank1_bilinear", "identity", 5, 2, 1) == 22 - 14 == 8
     with pytest.raises(ValueError, match="m <= d_out"):
-        bn.symmetry_dimension_expected("rank1_bilinear", "identity", 5, 2, 1)
+        claims.symmetry_dimension_expected("rank1_bilinear", "identity", 5, 2, 1)

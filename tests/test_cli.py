@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 from experiments import ablation, cli, train, train_figures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,9 +49,9 @@ def stopped_line(capsys):
 
 
 def main_status(argv):
-    """bn.main(argv); a KeyboardInterrupt that escapes it (a traceback for the user) fails."""
+    """cli.main(argv); a KeyboardInterrupt that escapes it (a traceback for the user) fails."""
     try:
-        return bn.main(argv)
+        return cli.main(argv)
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped main as KeyboardInterrupt: the user sees a traceback")
 
@@ -108,7 +109,7 @@ def test_main_job_runs_and_agrees(verify_report, monkeypatch):
     assert "DISAGREE" not in out
     # That count is verify's exit status: 0 when every check agrees.
     monkeypatch.setattr(cli, "verification_report", lambda seed: failures)
-    assert bn.main(["verify"]) == cli.EXIT_OK == 0
+    assert cli.main(["verify"]) == cli.EXIT_OK == 0
 
 
 def theory_of(expected):
@@ -122,7 +123,7 @@ def theory_of(expected):
 def test_report_counts_disagreements(monkeypatch):
     # Make theory wrong on purpose: the report must count it, and main must exit with the
     # status of a disagreement, which no other ending shares (a traceback exits 1).
-    original, real_report, counted = bn.symmetry_expected, cli.verification_report, []
+    original, real_report, counted = claims.symmetry_expected, cli.verification_report, []
 
     def wrong_theory(f, a, s):
         expected = original(f, a, s)
@@ -132,13 +133,13 @@ def test_report_counts_disagreements(monkeypatch):
         counted.append(real_report(seed=seed))
         return counted[-1]
 
-    monkeypatch.setattr(bn, "symmetry_expected", wrong_theory)
+    monkeypatch.setattr(claims, "symmetry_expected", wrong_theory)
     monkeypatch.setattr(cli, "verification_report", report)
     # Sections 5 and 6 (the slowest) count as they measure; here they give their theory.
-    monkeypatch.setattr(bn, "symmetry_dimension", theory_of(bn.symmetry_dimension_expected))
-    monkeypatch.setattr(bn, "conservation_law_count",
-                        theory_of(bn.conservation_law_count_expected))
-    assert bn.main(["verify"]) == cli.EXIT_DISAGREES == 3
+    monkeypatch.setattr(claims, "symmetry_dimension", theory_of(claims.symmetry_dimension_expected))
+    monkeypatch.setattr(claims, "conservation_law_count",
+                        theory_of(claims.conservation_law_count_expected))
+    assert cli.main(["verify"]) == cli.EXIT_DISAGREES == 3
     # Every permutation cell of the symmetry table now disagrees, once each.
     cells = sum(original(f, a, "permutation") is not None
                 for f in bn.FORMULATIONS for a in bn.ACTIVATIONS)
@@ -193,9 +194,9 @@ def test_no_option_of_any_command_is_abbreviated():
 
 
 def test_seed_is_not_taken_for_seeds(capsys, no_work):
-    assert bn.main(["train", "text", "--seed", "5"]) == 2
+    assert cli.main(["train", "text", "--seed", "5"]) == 2
     one_error_line(capsys, "unrecognized arguments: --seed 5")
-    assert bn.main(["--seed", "5", "train", "text"]) == 2          # before the subcommand
+    assert cli.main(["--seed", "5", "train", "text"]) == 2          # before the subcommand
     one_error_line(capsys, "--seed", "--seeds")
 
 
@@ -213,7 +214,7 @@ def test_seed_is_not_taken_for_seeds(capsys, no_work):
 def test_an_empty_value_is_an_error_not_a_default(argv, option, capsys, tmp_path, monkeypatch,
                                                  no_work):
     monkeypatch.chdir(tmp_path)
-    assert bn.main(argv) == 2
+    assert cli.main(argv) == 2
     one_error_line(capsys, "expected")
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
 
@@ -225,24 +226,24 @@ def test_an_empty_value_is_an_error_not_a_default(argv, option, capsys, tmp_path
 ])
 def test_an_ignored_option_is_an_error(argv, words, capsys, tmp_path, monkeypatch, no_work):
     monkeypatch.chdir(tmp_path)
-    assert bn.main(argv) == 2
+    assert cli.main(argv) == 2
     one_error_line(capsys, *words)
 
 
 def test_duplicates_are_refused_before_work(capsys, tmp_path, no_work):
     out = str(tmp_path)
-    assert bn.main(["train", "text", "--variants", "SwiGLU,SwiGLU", "--out", out]) == 2
+    assert cli.main(["train", "text", "--variants", "SwiGLU,SwiGLU", "--out", out]) == 2
     one_error_line(capsys, "--variants", "'SwiGLU' is given twice")
-    assert bn.main(["train", "ablation", "--variants", "ReGLU,ReGLU", "--out", out]) == 2
+    assert cli.main(["train", "ablation", "--variants", "ReGLU,ReGLU", "--out", out]) == 2
     one_error_line(capsys, "--variants", "twice")
-    assert bn.main(["bench", "--quick", "--dtype", "float32", "--dtype", "float32",
+    assert cli.main(["bench", "--quick", "--dtype", "float32", "--dtype", "float32",
                     "--out", str(tmp_path / "b.csv")]) == 2
     one_error_line(capsys, "--dtype", "once")
-    assert bn.main(["inspect", "model.safetensors", "--layers", "1,1", "--out", out]) == 2
+    assert cli.main(["inspect", "model.safetensors", "--layers", "1,1", "--out", out]) == 2
     one_error_line(capsys, "--layers", "layer 1 is given twice")
-    assert bn.main(["inspect", "model.safetensors", "--layers", "0-3,2", "--out", out]) == 2
+    assert cli.main(["inspect", "model.safetensors", "--layers", "0-3,2", "--out", out]) == 2
     one_error_line(capsys, "layer 2 is given twice")
-    assert bn.main(["inspect", "model.safetensors", "--layers", "5-2", "--out", out]) == 2
+    assert cli.main(["inspect", "model.safetensors", "--layers", "5-2", "--out", out]) == 2
     one_error_line(capsys, "ends before it starts")
     assert not list(tmp_path.glob("*.csv"))
 
@@ -268,7 +269,7 @@ def test_a_bad_value_is_one_line_naming_the_option_and_what_is_allowed(argv, opt
                                                                          tmp_path, monkeypatch,
                                                                          no_work):
     monkeypatch.chdir(tmp_path)
-    assert bn.main(argv) == 2
+    assert cli.main(argv) == 2
     line = one_error_line(capsys, option)
     assert "expected" in line and "got" in line
     assert not any(tmp_path.iterdir())                        # nothing written, nothing made
@@ -299,24 +300,24 @@ def _a_file(tmp_path):
 def test_a_file_as_out_is_refused_before_any_work(command, capsys, tmp_path, no_work):
     # train text --quick --out FILE trained to the end, then died with NotADirectoryError.
     out = _a_file(tmp_path)
-    assert bn.main([*command, "--out", str(out)]) == 2
+    assert cli.main([*command, "--out", str(out)]) == 2
     one_error_line(capsys, "--out", "which is a file", "expected a folder")
-    assert bn.main([*command, "--out", str(out / "below")]) == 2      # under a file
+    assert cli.main([*command, "--out", str(out / "below")]) == 2      # under a file
     one_error_line(capsys, "--out", "cannot be made")
 
 
 def test_bench_out_is_checked_before_the_benchmark(capsys, tmp_path, no_work):
-    assert bn.main(["bench", "--quick", "--out", str(tmp_path)]) == 2     # a folder
+    assert cli.main(["bench", "--quick", "--out", str(tmp_path)]) == 2     # a folder
     one_error_line(capsys, "--out", "which is a folder", "expected a file name")
     out = _a_file(tmp_path)
-    assert bn.main(["bench", "--quick", "--out", str(out / "bench.csv")]) == 2
+    assert cli.main(["bench", "--quick", "--out", str(out / "bench.csv")]) == 2
     one_error_line(capsys, "--out", "which is a file")
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_a_folder_that_cannot_be_made_is_refused(capsys, no_work):
     # /proc takes no new folder, not even from root.
-    assert bn.main(["train", "text", "--quick", "--out", "/proc/bilinear-numpy-test"]) == 2
+    assert cli.main(["train", "text", "--quick", "--out", "/proc/bilinear-numpy-test"]) == 2
     one_error_line(capsys, "--out", "cannot be made")
 
 
@@ -329,7 +330,7 @@ def test_a_read_only_folder_is_refused(capsys, tmp_path, no_work):
     for path in (folder / "results", folder / "figures", folder):
         path.chmod(0o555)
     try:
-        assert bn.main(["train", "text", "--quick", "--out", str(folder)]) == 2
+        assert cli.main(["train", "text", "--quick", "--out", str(folder)]) == 2
         one_error_line(capsys, "--out", "takes no new file")
     finally:
         for path in (folder, folder / "results", folder / "figures"):
@@ -346,7 +347,7 @@ def test_a_folder_that_takes_no_file_is_refused(capsys, tmp_path, monkeypatch, n
     monkeypatch.setattr(outputs.tempfile, "mkstemp", refuse)
     for argv in (["train", "text", "--quick"], ["figures"], ["bench", "--quick"]):
         target = tmp_path / ("bench.csv" if argv[0] == "bench" else "out")
-        assert bn.main([*argv, "--out", str(target)]) == 2
+        assert cli.main([*argv, "--out", str(target)]) == 2
         one_error_line(capsys, "--out", "takes no new file", "Permission denied")
 
 
@@ -355,7 +356,7 @@ def test_the_main_job_checks_its_folders_before_verify(capsys, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").write_text("a file where runs/ would go", encoding="utf-8")
     monkeypatch.setattr(cli, "verification_report", lambda seed: pytest.fail("verify ran"))
-    assert bn.main([]) == 2
+    assert cli.main([]) == 2
     one_error_line(capsys, "runs")
 
 
@@ -421,7 +422,7 @@ def test_ctrl_c_while_the_figure_is_drawn_leaves_the_old_pair(capsys, tmp_path, 
 
 def test_a_finished_run_replaces_every_file_together(tmp_path, small_tasks):
     out = tmp_path / "out"
-    assert bn.main([*TINY_TEXT, "--out", str(out)]) == 0
+    assert cli.main([*TINY_TEXT, "--out", str(out)]) == 0
     assert len(csv_rows(out / "results" / "text.csv")) == 4
     assert not (out / "results" / "text.partial.csv").exists()
     run = json.loads((out / "results" / "text_run.json").read_text(encoding="utf-8"))
@@ -462,7 +463,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monke
 
     real = train.write_csv
     monkeypatch.setattr(train, "write_csv", full_disk)
-    assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 1
+    assert cli.main([*TINY_TEXT, "--out", str(tmp_path)]) == 1
     line = one_error_line(capsys, "No space left on device", "4 of 4 runs finished")
     assert "text.partial.csv" in line
     assert len(csv_rows(tmp_path / "results" / "text.partial.csv")) == 4
@@ -474,7 +475,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monke
         raise OSError(errno.ENOSPC, "No space left on device", "bench.csv")
 
     monkeypatch.setattr(bench, "_write_rows", no_space)
-    assert bn.main(["bench", "--quick", "--formulation", "mlp", "--activation", "relu",
+    assert cli.main(["bench", "--quick", "--formulation", "mlp", "--activation", "relu",
                     "--dtype", "float64", "--tokens", "8", "--repeats", "1",
                     "--out", str(tmp_path / "bench.csv")]) == 1
     one_error_line(capsys, "No space left on device")
@@ -515,12 +516,12 @@ def test_two_runs_into_one_folder_do_not_mix(capsys, tmp_path, monkeypatch, smal
         monkeypatch.setattr(train_figures, name, lambda *args: args[-1])
     with outputs.one_run_at_a_time(tmp_path, "train-text") as lock:
         assert lock.exists()
-        assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 2
+        assert cli.main([*TINY_TEXT, "--out", str(tmp_path)]) == 2
         one_error_line(capsys, "another train-text run is writing there", str(lock))
-        assert bn.main(["train", "image", "--quick", "--steps", "1", "--seeds", "1",
+        assert cli.main(["train", "image", "--quick", "--steps", "1", "--seeds", "1",
                         "--variants", "SwiGLU", "--out", str(tmp_path)]) == 0   # another job
     assert not lock.exists()
-    assert bn.main([*TINY_TEXT, "--out", str(tmp_path)]) == 0                  # free again
+    assert cli.main([*TINY_TEXT, "--out", str(tmp_path)]) == 0                  # free again
 
 
 @pytest.mark.skipif(os.name != "posix", reason="a process's existence is asked on POSIX only")
@@ -542,7 +543,7 @@ def test_a_lock_left_by_a_process_that_ended_is_taken_over(tmp_path):
 def test_a_diverged_run_is_recorded_not_a_crash(capsys, tmp_path, small_tasks):
     # train image --lr 1e30 died in psnr_db ("math domain error") and wrote no CSV.
     out = tmp_path / "out"
-    assert bn.main(["train", "image", "--quick", "--lr", "1e30", "--steps", "4", "--seeds", "2",
+    assert cli.main(["train", "image", "--quick", "--lr", "1e30", "--steps", "4", "--seeds", "2",
                     "--variants", "SwiGLU,mlp-relu", "--out", str(out)]) == 0
     rows = csv_rows(out / "results" / "image.csv")
     assert len(rows) == 4 and all(r["psnr_db"] == "nan" for r in rows)
@@ -643,7 +644,7 @@ def test_the_ablation_reads_its_image_before_it_trains_on_text(capsys, tmp_path,
     bad.write_text("plain text", encoding="utf-8")
     monkeypatch.setitem(train.TASKS, "text", SmallTextTask)
     monkeypatch.setattr(train, "train_run", lambda *a, **k: pytest.fail("trained first"))
-    assert bn.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "1",
+    assert cli.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "1",
                     "--image", str(bad), "--out", str(tmp_path)]) == 2
     one_error_line(capsys, "not_an_image.jpg")
 

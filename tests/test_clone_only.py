@@ -63,7 +63,7 @@ def test_a_run_without_out_writes_under_the_working_folder(tmp_path, monkeypatch
     monkeypatch.setitem(train.TASKS, "image", SmallImageTask)
     monkeypatch.setattr(train.sys, "stderr", io.StringIO())         # the progress lines
     before = _files_of_the_clone()
-    assert bn.main(["train", "image", "--quick", "--steps", "2", "--seeds", "1",
+    assert cli.main(["train", "image", "--quick", "--steps", "2", "--seeds", "1",
                     "--variants", "SwiGLU"]) == 0
     assert (tmp_path / "runs" / "quick" / "results" / "image.csv").is_file()
     assert (tmp_path / "runs" / "quick" / "figures" / "image_curves.png").is_file()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
-from experiments import ablation, inspect_model, train, train_figures
+from experiments import ablation, cli, inspect_model, train, train_figures
 from safetensors_files import write_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,13 +55,14 @@ def csv_rows(path):
 # (conftest.py's verify_report, test_claims.py).
 COUNTS_FROM_THEORY = """
 import bilinear_numpy as bn
+import claims
 
 def _theory(expected):
     return lambda formulation, act, *sizes, seed=0, **named: expected(formulation, act, *sizes,
                                                                      **named)
 
-bn.symmetry_dimension = _theory(bn.symmetry_dimension_expected)
-bn.conservation_law_count = _theory(bn.conservation_law_count_expected)
+claims.symmetry_dimension = _theory(claims.symmetry_dimension_expected)
+claims.conservation_law_count = _theory(claims.conservation_law_count_expected)
 """
 
 
@@ -88,8 +89,8 @@ def test_main_job_and_train_under_an_ascii_console(tmp_path):
     code = SMALL_TASKS + COUNTS_FROM_THEORY + PLACEHOLDER_PICTURES + (
         'train.MODES["quick"] = {"variants": ("SwiGLU",), "seeds": 1,\n'
         '                        "steps": {"text": 2, "image": 2}}\n'
-        "import sys, bilinear_numpy\n"
-        "status = [bilinear_numpy.main(args.split()) for args in sys.argv[1:]]\n"
+        "import sys\nfrom experiments import cli\n"
+        "status = [cli.main(args.split()) for args in sys.argv[1:]]\n"
         "print('exit statuses', status)\n"
         "sys.exit(max(status))\n")
     runs = ["", "train text --quick --steps 1 --seeds 1 --variants SwiGLU --out t",
@@ -119,7 +120,7 @@ def test_an_encoding_error_is_not_reported_as_bad_input(module, function, args, 
 
     monkeypatch.setattr(module, function, fails_to_print)
     with pytest.raises(UnicodeEncodeError):        # a bug to see, not "error: ..." and exit 2
-        bn.main(args)
+        cli.main(args)
     assert "error:" not in capsys.readouterr().err
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 from experiments import low_rank
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,7 +323,7 @@ def test_symmetry_table_in_the_text_is_symmetry_expected():
     # 4.7: every cell of the table in the text is what the code's symmetry_expected says.
     rows = table_rows("### 4.7 The table")
     header = [cell.strip("`") for cell in rows[0][1:]]
-    assert header == list(bn.SYMMETRIES)
+    assert header == list(claims.SYMMETRIES)
     assert [row[0].strip("`") for row in rows[1:]] == list(bn.FORMULATIONS)
     for row in rows[1:]:
         for symmetry, cell in zip(header, row[1:]):
@@ -333,7 +334,7 @@ def test_symmetry_table_in_the_text_is_symmetry_expected():
                 expected = {"n/a": None, "always": True, "PH": act.positively_homogeneous,
                             "linear": act.linear, "never": False, "odd": odd, "even": even,
                             "odd or even": odd or even}[cell]
-                assert bn.symmetry_expected(row[0].strip("`"), name, symmetry) is expected
+                assert claims.symmetry_expected(row[0].strip("`"), name, symmetry) is expected
 
 
 # ----- 4.8 Input parity, 4.9 Counting the continuous symmetries ----------------------------
@@ -360,8 +361,8 @@ def test_parity_with_an_even_or_odd_sigma():
     assert odd_even_gap("gated_mlp", tanh, p) < TOL
     assert odd_even_gap("mlp", square, {"K": p["K"], "V": p["V"]}) < TOL
     assert odd_even_gap("mlp", tanh, {"K": p["K"], "V": p["V"]}) > 0.1
-    assert bn.parity_expected("double_gated_mlp", square) and not bn.parity_expected("gated_mlp", square)
-    assert bn.parity_expected("gated_mlp", tanh) and bn.parity_expected("mlp", square)
+    assert claims.parity_expected("double_gated_mlp", square) and not claims.parity_expected("gated_mlp", square)
+    assert claims.parity_expected("gated_mlp", tanh) and claims.parity_expected("mlp", square)
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu"])
@@ -419,23 +420,23 @@ def test_symmetry_dimension_table_in_the_text():
         for m, cells in ((1, row[1:5]), (3, row[5:9])):
             assert int(cells[0]) == bn.FORMULATIONS[name].n_params(5, m, 3, 2)
             for act, cell in (("identity", cells[1]), ("relu", cells[2])) + tuple((a, cells[3]) for a in smooth):
-                assert bn.symmetry_dimension_expected(name, act, 5, m, 3, 2) == int(cell), (name, act, m)
+                assert claims.symmetry_dimension_expected(name, act, 5, m, 3, 2) == int(cell), (name, act, m)
 
 
 def test_symmetry_counts_by_hand():
     # 4.9's counts by hand, at the sizes of the text and at others, against the Jacobian rank.
-    assert bn.symmetry_dimension("gated_mlp", "silu", d=5, m=1, d_out=3) == 13 - (5 + (5 + 3 - 1))
-    assert bn.symmetry_dimension("rank1_bilinear", "silu", d=5, m=1, d_out=3) == 13 - ((2 * 5 - 1) + 3)
-    assert bn.symmetry_dimension("double_gated_mlp", "silu", d=5, m=1, d_out=3) == 0
+    assert claims.symmetry_dimension("gated_mlp", "silu", d=5, m=1, d_out=3) == 13 - (5 + (5 + 3 - 1))
+    assert claims.symmetry_dimension("rank1_bilinear", "silu", d=5, m=1, d_out=3) == 13 - ((2 * 5 - 1) + 3)
+    assert claims.symmetry_dimension("double_gated_mlp", "silu", d=5, m=1, d_out=3) == 0
     # O(r, r) has dimension r (2r - 1): r = 2 gives 6, r = 3 (d = 6, 2r <= d) gives 15.
-    assert bn.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=2) == 6
-    assert bn.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=3) == 15
+    assert claims.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=2) == 6
+    assert claims.symmetry_dimension("rank_r_bilinear", "gelu", d=6, m=1, d_out=2, r=3) == 15
     # GL(m) of a linear key-value MLP: m^2; a full bilinear layer: m d(d-1)/2 + m^2.
-    assert bn.symmetry_dimension("mlp", "identity", d=6, m=2, d_out=3) == 4
-    assert bn.symmetry_dimension("bilinear", "identity", d=4, m=2, d_out=2) == 2 * 6 + 4
+    assert claims.symmetry_dimension("mlp", "identity", d=6, m=2, d_out=3) == 4
+    assert claims.symmetry_dimension("bilinear", "identity", d=4, m=2, d_out=2) == 2 * 6 + 4
     # ReLU: double-gated keeps the scales of q, k, v with product 1; gated rank-r one per term.
-    assert bn.symmetry_dimension("double_gated_mlp", "relu", d=5, m=2, d_out=3) == 2 * 2
-    assert bn.symmetry_dimension("gated_rank_r", "relu", d=6, m=1, d_out=2, r=3) == 1 + 3
+    assert claims.symmetry_dimension("double_gated_mlp", "relu", d=5, m=2, d_out=3) == 2 * 2
+    assert claims.symmetry_dimension("gated_rank_r", "relu", d=6, m=1, d_out=2, r=3) == 1 + 3
 
 
 def test_double_gated_keeps_scaling_for_any_homogeneous_degree():
@@ -447,7 +448,7 @@ def test_double_gated_keeps_scaling_for_any_homogeneous_degree():
     alpha = np.array([0.5, 1.7, 3.0])
     for name, kept in (("double_gated_mlp", True), ("gated_mlp", False)):
         form = bn.FORMULATIONS[name]
-        scaled = bn.transform_params(name, p, "inverse_scaling_pos", alpha)
+        scaled = claims.transform_params(name, p, "inverse_scaling_pos", alpha)
         dev = bn.rel_error(form.forward(x, **p, act=relu2)[0], form.forward(x, **scaled, act=relu2)[0])
         assert (dev < TOL) == kept and (kept or dev > 1e-2)
     assert not relu2.positively_homogeneous
@@ -854,7 +855,7 @@ def test_truncated_eigen_factors_bound_the_scores():
     # 6.3: the first r eigen-factors, used as a rank-r unit, miss each score by at most
     # |lambda_{r+1}| ||x||^2, with equality along the dropped eigenvector u_{r+1}.
     x, p, _ = draw("bilinear", n=50, d=5)
-    Q, K, lam = bn.eigen_factors(p["A"])
+    Q, K, lam = claims.eigen_factors(p["A"])
     scores = np.eye(3)                                      # V = I: y holds the m scores
     s = bn.bilinear_forward(x, p["A"], scores, "identity")[0]
     for r in range(1, 5):
@@ -894,7 +895,7 @@ def test_difference_of_squares_is_one_rank1_unit(act):
     A = np.diag([1.0, -1, 0, 0])[None]
     assert bn.rel_error(bn.rank1_bilinear_forward(x, q, k, V, act)[0],
                         bn.bilinear_forward(x, A, V, act)[0]) < TOL
-    Q, K, _ = bn.eigen_factors(A)
+    Q, K, _ = claims.eigen_factors(A)
     basis = np.eye(4)[:2]                                          # x = e1, e2
     full = bn.bilinear_forward(basis, A, np.ones((1, 1)), "identity")[0]
     truncated = bn.rank_r_bilinear_forward(basis, Q[:, :, :1].copy(), K[:, :, :1].copy(),
@@ -937,7 +938,7 @@ def test_eigen_factors_truncation_is_not_the_best_unit():
     B = rng.standard_normal((6, 6))
     S = (B + B.T) / 2
     lam = np.linalg.eigvalsh(S)                                    # increasing
-    Q, K, _ = bn.eigen_factors(S[None])
+    Q, K, _ = claims.eigen_factors(S[None])
     truncation = _score_matrix(Q[0][:, :1], K[0][:, :1])
     Qb, Kb = low_rank.best_rank_r_unit(S[None], 1)
     best = _score_matrix(Qb[0], Kb[0])
@@ -1065,7 +1066,7 @@ def test_law_table_in_the_text():
     for form, act, flat, laws, _ in rows:
         name = form.strip("`")
         for a in (smooth if act == "smooth" else (act,)):
-            assert _count(flat, 5, 2) == bn.symmetry_dimension_expected(name, a, 5, 1, 3, 2), (name, a)
-            assert _count(laws, 5, 2) == bn.conservation_law_count_expected(name, a, 5, 1, 3, 2)
+            assert _count(flat, 5, 2) == claims.symmetry_dimension_expected(name, a, 5, 1, 3, 2), (name, a)
+            assert _count(laws, 5, 2) == claims.conservation_law_count_expected(name, a, 5, 1, 3, 2)
             seen.add((name, a))
     assert seen == {(f, a) for f in bn.FORMULATIONS for a in bn.ACTIVATIONS if a != "identity"}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import bilinear_numpy as bn
+import claims
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "derivations.md").read_text(encoding="utf-8")
@@ -107,7 +108,7 @@ def symmetry_section(text, symmetry):
             if title.startswith("4.") and words in title.lower().replace("-", " ")]
 
 
-@pytest.mark.parametrize("symmetry", bn.SYMMETRIES)
+@pytest.mark.parametrize("symmetry", claims.SYMMETRIES)
 def test_every_symmetry_has_a_cited_section(symmetry):
     assert f"`{symmetry}`" in DOC                  # the code's name is in the text
     found = symmetry_section(DOC, symmetry)
@@ -255,18 +256,21 @@ def test_checks_catch_bad_text(tmp_path):
 
 
 def test_function_index_names_real_functions_and_sections():
-    # The table near the top: every name exists in bilinear_numpy, every section exists,
-    # and every formulation's forward and backward pass is listed.
-    body = DOC.split("**Where each function of `bilinear_numpy.py` is worked out**", 1)[1]
-    rows = [line for line in body.split("\n\n")[1].splitlines() if line.startswith("| `")]
+    # The two tables near the top: every name exists in its module (bilinear_numpy, then
+    # claims), every section exists, and every formulation's forward and backward is listed.
     numbers = {m.group(1) for m in re.finditer(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", DOC, re.M)}
     listed = set()
-    for row in rows:
-        names_cell, sections_cell = row.strip("|").rsplit("|", 1)
-        names = re.findall(r"`(\w+)`", names_cell)
-        assert names and all(hasattr(bn, n) for n in names), row
-        listed.update(names)
-        cited = re.findall(r"\d+\.\d+", sections_cell)
-        assert cited and all(n in numbers for n in cited), row
+    for module, title in ((bn, "`bilinear_numpy.py` is worked out"),
+                          (claims, "`claims.py` (the paper's claims, measured) is worked out")):
+        body = DOC.split(f"**Where each function of {title}**", 1)[1]
+        rows = [line for line in body.split("\n\n")[1].splitlines() if line.startswith("| `")]
+        assert rows, title
+        for row in rows:
+            names_cell, sections_cell = row.strip("|").rsplit("|", 1)
+            names = re.findall(r"`(\w+)`", names_cell)
+            assert names and all(hasattr(module, n) for n in names), row
+            listed.update(names)
+            cited = re.findall(r"\d+\.\d+", sections_cell)
+            assert cited and all(n in numbers for n in cited), row
     for name in bn.FORMULATIONS:                   # the plain pairs, the ones to read
         assert {f"{name}_forward", f"{name}_backward"} <= listed, name

@@ -910,8 +910,8 @@ def test_a_call_of_the_function_to_write_is_named(tmp_path):
 
 @needs_solutions
 @pytest.mark.parametrize("number, function, call", [
-    (8, "predict_cell", "bn.symmetry_expected(formulation, act, 'exchange')"),
-    (16, "decay_balances", "bn.symmetry_deviation(formulation, act, 'exchange')"),
+    (8, "predict_cell", "claims.symmetry_expected(formulation, act, 'exchange')"),
+    (16, "decay_balances", "claims.symmetry_deviation(formulation, act, 'exchange')"),
 ])
 def test_a_prediction_measured_with_the_library_is_refused(tmp_path, number, function, call):
     # The module states or measures these answers: a prediction that calls it is refused.
@@ -962,14 +962,14 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
 
 @needs_solutions
 def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_argument():
-    import bilinear_numpy as bn
+    import claims
     solution = checker.SOLUTIONS_FOLDER / name(19)        # the stub's text, made from it
     text = make_stub(solution.read_text(encoding="utf-8"))
-    assert all(f'"{key}"' in text for key in bn.SYMMETRIES) and "six" in text
+    assert all(f'"{key}"' in text for key in claims.SYMMETRIES) and "six" in text
     assert "five" not in text and "1e-7" in text and "1e-10" in text
     assert "loss ratio < 0.5" in text and "sigma_args" in text and "family" in text
     assert "bn.Formulation(\n        name=NAME" in text and "sigma_args=SIGMA_ARGS)" in text  # shown
-    assert CHECKS[19].CAPSTONE_SYMMETRIES == bn.SYMMETRIES and CHECKS[19].CLAIM_TOL == 1e-10
+    assert CHECKS[19].CAPSTONE_SYMMETRIES == claims.SYMMETRIES and CHECKS[19].CLAIM_TOL == 1e-10
 
 
 @needs_solutions

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
+from experiments import cli
 from experiments import figures as fg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +38,7 @@ def drawn(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for name, (compute, draw) in fg.FIGURES.items():
             mp.setitem(fg.FIGURES, name, keeping(name, compute, draw))
-        assert bn.main(["figures", "--quick", "--panels", "--out", str(out)]) == 0
+        assert cli.main(["figures", "--quick", "--panels", "--out", str(out)]) == 0
     assert sorted(figs) == sorted(data) == sorted(fg.FIGURES)
     renderers = {name: _renderer(fig) for name, fig in figs.items()}
     return out, figs, renderers, data
@@ -154,7 +156,7 @@ def test_a_factor_pair_holds_one_positive_and_one_negative_eigen_term():
     rng = np.random.default_rng(0)
     for r in (1, 2, 3):
         Q, K = rng.standard_normal((1, 7, r)), rng.standard_normal((1, 7, r))
-        lam = bn.eigen_factors(Q @ K.transpose(0, 2, 1))[2]                # sym(Q K^T)
+        lam = claims.eigen_factors(Q @ K.transpose(0, 2, 1))[2]                # sym(Q K^T)
         assert np.sum(lam > 1e-10) <= r and np.sum(lam < -1e-10) <= r
         assert np.all(fg.signed_truncation(lam, r) | (np.abs(lam) <= 1e-10))
     lam = np.array([[3.0, -2.0, 1.0, -0.5]])
@@ -201,7 +203,7 @@ def test_hessian_zero_eigenvalues_equal_the_symmetry_count(drawn):
     for name, act in fg.HESSIAN_CASES:
         series = f"{name} {act}"
         _, (measured, theory) = fg.pick(rows, "zeros", series)
-        assert measured == theory == bn.symmetry_dimension(name, act, 5, 2, 3), series
+        assert measured == theory == claims.symmetry_dimension(name, act, 5, 2, 3), series
         _, relative = fg.pick(rows, "spectrum", series)
         zeros = int(measured)
         assert np.all(relative[:zeros] < 1e-10) and relative[zeros] > 1e-6, series
@@ -251,10 +253,10 @@ def test_panels_are_lettered_in_reading_order(drawn, name):
     if len(titles) > 1:
         letters = [t[:3] for t in titles]
         assert letters == [f"({chr(97 + i)})" for i in range(len(titles))], titles
-    # figures --panels wrote each panel alone, one file per letter, in the same order.
+    # figures --panels wrote each panel alone, one file per letter, in the same order; a
+    # one-panel figure (4, 6) its one panel too, at the slide's size.
     written = sorted((drawn[0] / "panels").glob(f"{name}_*.png"))
-    assert [p.stem for p in written] == ([f"{name}_{chr(97 + i)}" for i in range(len(titles))]
-                                        if len(titles) > 1 else [])
+    assert [p.stem for p in written] == [f"{name}_{chr(97 + i)}" for i in range(len(titles))]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
 

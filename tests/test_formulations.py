@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 
 FORMS = list(bn.FORMULATIONS)
 ACTS = list(bn.ACTIVATIONS)
@@ -301,15 +302,15 @@ def test_symmetry_code_reads_the_family_not_the_name(monkeypatch, name):
     renamed = bn.Formulation(**{**bn.FORMULATIONS[name].__dict__, "name": "renamed"})
     monkeypatch.setitem(bn.FORMULATIONS, "renamed", renamed)
     for act in bn.ACTIVATIONS:
-        for symmetry in bn.SYMMETRIES:
-            assert (bn.symmetry_expected("renamed", act, symmetry)
-                    == bn.symmetry_expected(name, act, symmetry))
-    x, p = bn._draw(name, 0)
+        for symmetry in claims.SYMMETRIES:
+            assert (claims.symmetry_expected("renamed", act, symmetry)
+                    == claims.symmetry_expected(name, act, symmetry))
+    x, p = claims.random_inputs(name, 0)
     alpha = np.geomspace(0.5, 2.0, p["V"].shape[0])
     for symmetry in ("exchange", "key_value_rescaling", "permutation"):
-        a, b = (bn.transform_params(n, p, symmetry, alpha) for n in ("renamed", name))
+        a, b = (claims.transform_params(n, p, symmetry, alpha) for n in ("renamed", name))
         assert all(np.array_equal(a[k], b[k]) for k in p)
     unknown = bn.Formulation(**{**renamed.__dict__, "name": "unknown", "family": ""})
     monkeypatch.setitem(bn.FORMULATIONS, "unknown", unknown)
     with pytest.raises(ValueError, match="no theory for family ''"):
-        bn.symmetry_expected("unknown", "relu", "exchange")
+        claims.symmetry_expected("unknown", "relu", "exchange")

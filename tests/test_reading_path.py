@@ -31,19 +31,18 @@ def _code_lines(node):
 
 
 def test_the_module_is_read_in_one_sitting_and_the_first_formula_comes_early():
-    # 2,159 lines before the law theory, AdamW's weight decay and the relu token rule came
-    # (+100); the fast copies' removal took about 230 away (2,258 -> 2,031); the measured
-    # count of conservation laws (derivations 5.10) moved in beside symmetry_dimension (+211).
-    assert len(SOURCE.splitlines()) < 2260
+    # The formulations alone: the paper's claims (equivalences, symmetries, conservation
+    # laws, about 900 lines) are claims.py, the command line experiments/cli.py.
+    assert len(SOURCE.splitlines()) < 1400
     first = min(FUNCTIONS[f"{name}_forward"].lineno for name in bn.FORMULATIONS)
     assert first <= 300, first
 
 
 def test_sections_come_in_the_reading_order():
     headers = re.findall(r"^# (\d)\. (\w+)", SOURCE, re.M)
-    assert [title for _, title in headers] == ["Activations", "Formulations", "Gradient", "The",
-                                               "Training", "Plumbing", "The"]
-    assert [int(n) for n, _ in headers] == list(range(1, 8))
+    assert [title for _, title in headers] == ["Activations", "Formulations", "Gradient",
+                                               "Training", "Plumbing"]
+    assert [int(n) for n, _ in headers] == list(range(1, 6))
 
 
 def _section_lines():
@@ -80,7 +79,7 @@ def test_each_pair_is_short_written_as_the_equations_and_checked_at_its_ends(nam
 
 def test_what_gradcheck_and_the_claims_use_is_defined_before_them():
     # Reading top to bottom, no section uses a name that a later section defines, but the
-    # plumbing of section 6, which section 2's header introduces.
+    # plumbing of section 5, which section 2's header introduces.
     sections = _section_lines()
     defined = {}
     for node in TREE.body:
@@ -89,14 +88,14 @@ def test_what_gradcheck_and_the_claims_use_is_defined_before_them():
                    ([node.target.id] if isinstance(node, ast.AnnAssign) else []))
         for target in targets:
             defined.setdefault(target, node.lineno)
-    plumbing = {n for n, line in defined.items() if line >= sections[6][0]}
+    plumbing = {n for n, line in defined.items() if line >= sections[5][0]}
 
     def section_of(line):
         return max([0] + [n for n, (start, _) in sections.items() if start <= line])
 
     late = []
     for node in TREE.body:
-        if not sections[1][0] <= node.lineno < sections[6][0]:
+        if not sections[1][0] <= node.lineno < sections[5][0]:
             continue
         for inner in ast.walk(node):
             if (isinstance(inner, ast.Name) and inner.id in defined and inner.id not in plumbing
@@ -105,6 +104,22 @@ def test_what_gradcheck_and_the_claims_use_is_defined_before_them():
     assert late == []
     assert defined["Formulation"] < FUNCTIONS["gradcheck"].lineno
     assert defined["FORMULATIONS"] < FUNCTIONS["gradcheck"].lineno < sections[4][0]
+
+
+def test_the_module_imports_neither_its_claims_nor_its_drivers():
+    # One way: claims.py and experiments/ import bilinear_numpy, never the reverse; only the
+    # script entry at the end of the file (bilinear_numpy.py run as __main__) imports cli.
+    imports = [node for node in ast.walk(TREE) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = {alias.name for node in imports if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module for node in imports if isinstance(node, ast.ImportFrom)}
+    assert names <= {"__future__", "itertools", "math", "os", "sys", "dataclasses", "typing",
+                     "numpy", "scipy.special", "experiments.cli"}, names
+    main_block = TREE.body[-1]
+    assert isinstance(main_block, ast.If) and "__main__" in ast.unparse(main_block.test)
+    late = [node for node in imports
+            if isinstance(node, ast.ImportFrom) and node.module == "experiments.cli"]
+    assert late and all(main_block.lineno < node.lineno for node in late)
+    assert not hasattr(bn, "main")
 
 
 def test_no_reference_to_files_or_issues_outside_the_repository():

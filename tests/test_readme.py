@@ -42,8 +42,8 @@ def test_thesis_paragraph_agrees_with_the_law_table():
     assert "1 and 1 per unit" in thesis
     flat, laws = map(int, re.search(r"rank-2 bilinear unit has (\d+) flat directions and (\d+) laws",
                                     thesis).groups())
-    import bilinear_numpy as bn
-    rows = bn.conservation_law_table()
+    import claims
+    rows = claims.conservation_law_table()
     smooth = ("sigmoid", "silu", "gelu", "gelu_tanh")
     for r in rows:
         per_unit = r["sizes"][1]
@@ -51,3 +51,10 @@ def test_thesis_paragraph_agrees_with_the_law_table():
             assert r["flat"] == r["laws"] == per_unit, r
         if r["formulation"] == "rank_r_bilinear" and r["sizes"] == (4, 1, 2, 2) and r["activation"] in smooth:
             assert (r["flat"], r["laws"]) == (flat, laws) == (6, 4), r
+    # Its conditions: a smooth sigma and 2r <= d (at d = 4, r = 2); ReLU and the identity, 7 and 5.
+    assert "smooth σ and 2r ≤ d a rank-2 bilinear unit" in thesis
+    flat_ph, laws_ph = map(int, re.search(r"ReLU or the identity it has (\d+) and (\d+)", thesis).groups())
+    for r in rows:
+        if (r["formulation"] == "rank_r_bilinear" and r["sizes"] == (4, 1, 2, 2)
+                and r["activation"] in ("relu", "identity")):
+            assert (r["flat"], r["laws"]) == (flat_ph, laws_ph), r

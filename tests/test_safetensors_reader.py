@@ -157,6 +157,7 @@ def test_truncated_files(tmp_path):
     (b"{not json", "bad header: not UTF-8 JSON"),
     (b"\xff\xfe", "bad header: not UTF-8 JSON"),
     (b"[1, 2]", "bad header: expected a JSON object, got list"),
+    (b'[{"a": 1, "a": 2}]', "bad header: the key 'a' appears twice"),
     (b'{"a": {"dtype": "F32", "shape": [1]}}', "should have exactly the keys"),
     (b'{"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}', "shape \\[-1\\]"),
     (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}', "expected \\[begin, end\\]"),
@@ -167,6 +168,26 @@ def test_bad_headers(tmp_path, text, message):
     path.write_bytes(struct.pack("<Q", len(text)) + text + DATA)
     with pytest.raises(st.SafetensorsError, match=message):
         st.SafetensorsFile(path)
+
+
+def test_a_tensor_name_given_twice_is_refused_and_named(tmp_path):
+    # JSON lets a key repeat and json.loads keeps the last: the first tensor would vanish
+    # unseen. One line names it; a key repeated inside an entry, and in an index, likewise.
+    entry = '{"dtype": "F32", "shape": [1], "data_offsets": [%d, %d]}'
+    cases = [('{"w": %s, "w": %s}' % (entry % (0, 4), entry % (4, 8)), "the tensor name 'w'"),
+             ('{"w": {"dtype": "F32", "dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}',
+              "the key 'dtype'")]
+    for text, message in cases:
+        path = tmp_path / "twice.safetensors"
+        path.write_bytes(struct.pack("<Q", len(text)) + text.encode() + tensor_bytes("F32", [1.0, 2.0]))
+        with pytest.raises(st.SafetensorsError, match=f"bad header: {message} appears twice") as info:
+            st.SafetensorsFile(path)
+        assert "\n" not in str(info.value)
+    write_safetensors(tmp_path / "s.safetensors", GOOD)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {"a": "s.safetensors", "a": "s.safetensors"}}', encoding="utf-8")
+    with pytest.raises(st.SafetensorsError, match="bad index: the tensor name 'a' appears twice"):
+        st.ShardedCheckpoint(index)
 
 
 def test_a_huge_header_length_is_a_bad_header(tmp_path):

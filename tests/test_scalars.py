@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import bilinear_numpy as bn
+import claims
 import experiments
 from experiments import ablation, data, figures, model, train, train_figures
 from experiments.hessian import hessian_at_minimum
@@ -98,7 +99,7 @@ def transform(num, tmp_path):
     params = bn.get_formulation("rank1_bilinear").init(np.random.default_rng(0), 4, 3, 2,
                                                        dtype=np.float32)
     alpha = [num(0.5), num(2.0), num(1.25)]
-    return [bn.transform_params("rank1_bilinear", params, s, alpha)
+    return [claims.transform_params("rank1_bilinear", params, s, alpha)
             for s in ("inverse_scaling_pos", "key_value_rescaling")]
 
 
@@ -203,7 +204,7 @@ CASES = {
     rmsnorm: ["bilinear_numpy.rmsnorm_forward"],
     adam: ["bilinear_numpy.adam_step"],
     loss_backwards: ["bilinear_numpy.cross_entropy_backward", "bilinear_numpy.mse_backward"],
-    transform: ["bilinear_numpy.transform_params"],
+    transform: ["claims.transform_params"],
     numerical_gradient: ["bilinear_numpy.numerical_gradient"],
     gradcheck: ["bilinear_numpy.gradcheck", "bilinear_numpy.GradcheckReport"],
     match_units: ["experiments.model.match_units"],
@@ -267,7 +268,7 @@ NUMBER_NAMES = {"dloss", "alpha", "eta", "lr", "baseline", "eps", "h", "tol", "s
 
 def _public_functions():
     # train_torch needs PyTorch (optional), and its numbers go to train.TextTask (swept here).
-    modules = [bn] + [importlib.import_module(f"experiments.{m.name}")
+    modules = [bn, claims] + [importlib.import_module(f"experiments.{m.name}")
                       for m in pkgutil.iter_modules(experiments.__path__)
                       if m.name != "train_torch"]
     for module in modules:

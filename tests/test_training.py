@@ -251,11 +251,11 @@ def test_missing_corpus_and_unreadable_image_are_named(monkeypatch, tmp_path):
 
 
 def test_command_line_reports_bad_input(capsys):
-    assert bn.main(["train", "text", "--steps", "0"]) == 2
+    assert cli.main(["train", "text", "--steps", "0"]) == 2
     assert "steps" in capsys.readouterr().err
-    assert bn.main(["train", "text", "--variants", "mlp-tanh"]) == 2
+    assert cli.main(["train", "text", "--variants", "mlp-tanh"]) == 2
     assert "SwiGLU" in capsys.readouterr().err
-    assert bn.main(["train", "video"]) == 2
+    assert cli.main(["train", "video"]) == 2
     assert "image" in capsys.readouterr().err
 
 
@@ -362,7 +362,7 @@ def test_default_run_is_verify_then_both_quick_experiments(monkeypatch):
     calls = []
     monkeypatch.setattr(train, "run_task", lambda task, mode: calls.append((task, mode)))
     monkeypatch.setattr(cli, "verification_report", lambda seed: calls.append("verify") or 0)
-    assert bn.main([]) == 0
+    assert cli.main([]) == 0
     assert calls == ["verify", ("text", "quick"), ("image", "quick")]
 
 
@@ -375,7 +375,7 @@ def test_default_run_stops_with_a_message_without_the_corpus(monkeypatch, capsys
         raise RuntimeError("cannot read the image file test.jpg")
 
     monkeypatch.setitem(train.TASKS, "image", unreadable_image)
-    assert bn.main([]) == 2
+    assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert "python_doc_topics.txt.gz" in err and "test.jpg" in err
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 from exercises.checks.common import M, PAIR_OF_BOOLS, draw, kind_of, pick, returned
 
 TITLE = 'Which broken symmetry matters? The 2x2 ablation'
@@ -43,8 +44,8 @@ def comparisons():
 
 
 def cell_truth(name, act):
-    """(exchange kept, scaling kept for α > 0), measured by bn.symmetry_deviation."""
-    return tuple(bool(bn.symmetry_deviation(name, act, sym) <= bn.CLAIM_TOL)
+    """(exchange kept, scaling kept for α > 0), measured by claims.symmetry_deviation."""
+    return tuple(bool(claims.symmetry_deviation(name, act, sym) <= claims.CLAIM_TOL)
                  for sym in ("exchange", "inverse_scaling_pos"))
 
 

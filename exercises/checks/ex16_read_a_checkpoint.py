@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 from exercises.tiny_checkpoint import tiny_weights, write_safetensors, write_tiny_checkpoint
 from exercises.checks.common import (D, M, balance, pick, predicted_rows, raised, returned,
                                      set_text, unchanged)
@@ -58,9 +59,9 @@ TENSORS = {"L1.gate_proj": "model.layers.1.mlp.gate_proj.weight", "L1.norm":
 
 def balanced_truth(form, act):
     """The pairs weight decay balances: those whose rescaling (α > 0) leaves the unit's
-    output unchanged, measured by bn.symmetry_deviation."""
+    output unchanged, measured by claims.symmetry_deviation."""
     return {pair for pair, sym in PAIRS.items()
-            if bn.symmetry_deviation(form, act, sym) <= bn.CLAIM_TOL}
+            if claims.symmetry_deviation(form, act, sym) <= claims.CLAIM_TOL}
 
 
 def checkpoint_rows(c, folder, file, seed):

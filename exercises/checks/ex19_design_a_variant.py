@@ -7,13 +7,14 @@ import functools
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 from exercises.checks.common import M, R, N, cost_row, draw
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 WRITES = ()
 
 
-CAPSTONE_SYMMETRIES = bn.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
+CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 
 
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
@@ -53,7 +54,7 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
     # The change of Q, K and V alone, the same for every unit of these three parameters:
     # bn's, named by a form that has them (your unit's own theory is not consulted).
-    t = bn.transform_params("gated_mlp", p, symmetry, alpha)
+    t = claims.transform_params("gated_mlp", p, symmetry, alpha)
     return bn.rel_error(y, forward(x, t["Q"], t["K"], t["V"], act)[0])
 
 

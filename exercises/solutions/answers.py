@@ -9,12 +9,13 @@ transform, e.g. a set of activations as exercises.checks.common.set_text writes 
 import numpy as np
 
 import bilinear_numpy as bn
+import claims
 from exercises.checks.common import set_text
 
 
 def kept_by_gated(symmetry):
     """The activations for which the gated MLP keeps `symmetry` (bn's table)."""
-    return {a for a in bn.ACTIVATIONS if bn.symmetry_expected("gated_mlp", a, symmetry)}
+    return {a for a in bn.ACTIVATIONS if claims.symmetry_expected("gated_mlp", a, symmetry)}
 
 
 def relu_of_negative():
@@ -35,7 +36,7 @@ ANSWERS = {
         "M_GATED": 2 * 3072 * 768 // (3 * 768)},
     6: {"KEEPS_EXCHANGE": set_text(kept_by_gated("exchange")),
         "RANK1_KEEPS_FOR_EVERY_SIGMA": all(
-            bn.symmetry_deviation("rank1_bilinear", a, "exchange") <= 1e-10
+            claims.symmetry_deviation("rank1_bilinear", a, "exchange") <= 1e-10
             for a in bn.ACTIVATIONS)},
     7: {"KEEPS_SCALING": {"positive": kept_by_gated("inverse_scaling_pos"),
                           "negative": kept_by_gated("inverse_scaling_neg")},

@@ -98,7 +98,8 @@ def top_key(x, K):
 #
 # GPT-2 small has `d = 768` and `m = 3072` (and `d_out = d`). Without biases, how many
 # parameters does its key-value memory `K, V` have? Write the number (an `int`); you may
-# check it with `bn.FORMULATIONS["mlp"].n_params`, but work it out first.
+# check it with `bn.FORMULATIONS["mlp"].n_params(d, m)` (a method: call it with the sizes;
+# d_out defaults to d), but work it out first.
 
 # %%
 N_PARAMS = 2 * 3072 * 768  # ANSWER: the number of parameters, an int

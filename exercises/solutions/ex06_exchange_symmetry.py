@@ -24,8 +24,8 @@
 # derivation**: your own unit, whose answer no file of the course holds.
 #
 # **What to do.** Complete the functions marked `TODO` and set the answers that are `None`.
-# You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_deviation` and
-# `bn.transform_params`. **Check:** `python -m exercises check 6`.
+# You may call anything in `bilinear_numpy` (`bn`) and `claims` except `claims.symmetry_deviation` and
+# `claims.transform_params`. **Check:** `python -m exercises check 6`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[act]`, the activation named act: `.f(z)` is σ(z), `.df(z)` is σ′(z),
@@ -50,6 +50,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from exercises import variant  # variant(N): your unit, from exercises/student.json
 
 # %% [markdown]

@@ -24,7 +24,7 @@
 # your own form of A, whose answer no file of the course holds.
 #
 # **What to do.** Complete the functions marked `TODO` and set the answer that is `None`.
-# You may call anything in `bilinear_numpy` (`bn`) except `bn.eigen_factors`.
+# You may call anything in `bilinear_numpy` (`bn`) and `claims` except `claims.eigen_factors`.
 # **Check:** `python -m exercises check 13`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
@@ -45,6 +45,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from exercises import variant  # variant(13): your unit, from exercises/student.json
 
 # %% [markdown]

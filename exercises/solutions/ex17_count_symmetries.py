@@ -26,9 +26,9 @@
 # forms: read it after section 4 below, to compare your reasoning with its table.
 #
 # **What to do.** Complete the functions marked `TODO`.
-# You may call anything in `bilinear_numpy` (`bn`) except `bn.symmetry_dimension` and the
-# functions behind it (`output_jacobian`, `symmetry_dimension_expected`,
-# `symmetry_dimension_table`, `hessian_at_minimum`).
+# You may call anything in `bilinear_numpy` (`bn`) and `claims` except `claims.symmetry_dimension` and the
+# functions behind it (`claims.output_jacobian`, `claims.symmetry_dimension_expected`,
+# `claims.symmetry_dimension_table`, `hessian_at_minimum`).
 # **Check:** `python -m exercises check 17`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
@@ -55,6 +55,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from exercises import variant  # variant(17): your unit, from exercises/student.json
 
 # %% [markdown]

@@ -17,7 +17,7 @@
 # [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them).
 #
 # **What to do.** Set `NAME`, `ACT`, `KEEPS`, `WHY`, `EQUATION` and `SIGMA_ARGS`; write
-# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy`. **Check:**
+# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy` and `claims`. **Check:**
 # `python -m exercises check 19`. It passes when every row is ok:
 #
 # - `register()` puts a `bn.Formulation` with the parameters `("Q", "K", "V")` under `NAME`
@@ -25,7 +25,7 @@
 #   the rank-1 unit, the gated MLP and the double-gated MLP (rel error > 1e-6);
 # - `bn.gradcheck(NAME, ACT, x_shape=(5, 4))`: each of dx, dQ, dK, dV within a rel error of
 #   **1e-7** of finite differences of your forward;
-# - for each of the **six** keys of `bn.SYMMETRIES` — `"exchange"` (Q ↔ K),
+# - for each of the **six** keys of `claims.SYMMETRIES` — `"exchange"` (Q ↔ K),
 #   `"inverse_scaling_pos"` (α q_j, k_j / α, α > 0), `"inverse_scaling_neg"` (the same with
 #   α < 0), `"key_value_rescaling"` (α k_j, v_j / α, α > 0), `"permutation"` (the units
 #   reordered) and `"parity"` (x → −x, the parameters unchanged; derivations.md §4.8) — the
@@ -38,7 +38,8 @@
 # - 300 Adam steps (lr 1e-2) on a small regression: the loss must fall to **less than half**
 #   its start (loss ratio < 0.5), as it does for SwiGLU and the rank-1 unit.
 #
-# **API you may use** (`bn` is `bilinear_numpy`; what each returns):
+# **API you may use** (`bn` is `bilinear_numpy`, `claims` is claims.py beside it; what each
+# returns):
 # - `bn.get_activation(act)`, for a name or an Activation (gradcheck passes the latter):
 #   `.f(z)` is σ(z), `.df(z)` is σ′(z), elementwise, of z's shape.
 # - `bn.Formulation(...)`: one registry entry, its arguments named as in section 2;
@@ -46,7 +47,7 @@
 #   names (`SHAPES` and `SCALES` below are ready); `sigma_args` names the cache entries that
 #   hold σ's arguments, which `bn.gradcheck` keeps away from a kink (relu) so that no finite
 #   difference crosses it. `family` is left out: it tells the module's own symmetry theory
-#   (`bn.symmetry_expected`, `bn.transform_params`) which of its forms an entry is, and a
+#   (`claims.symmetry_expected`, `claims.transform_params`) which of its forms an entry is, and a
 #   unit of your own is none of them, so those two do not apply to it; the checker applies
 #   each symmetry to your unit itself. `bn.FORMULATIONS[name] = ...` registers it.
 # - `bn.gradcheck(name, act, x_shape=(3, 4))` returns a report; `print` it for a table,
@@ -66,12 +67,13 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
+import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 
 
 # %% [markdown]
 # ## 1. Your design, before any code
 #
-# `KEEPS` says, for your `ACT`, which of the six symmetries (the keys of `bn.SYMMETRIES`,
+# `KEEPS` says, for your `ACT`, which of the six symmetries (the keys of `claims.SYMMETRIES`,
 # listed above) your unit keeps (True) or breaks (False); `WHY` gives the reason for each
 # in a sentence (the property of σ it needs, or the reason none is needed).
 
