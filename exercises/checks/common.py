@@ -439,24 +439,21 @@ def cost_row(c, topic, inputs, unit, timed, loss=None):
     there pass directional_error against loss(**big) (default: unit); a slower one is
     WRONG with what it cost."""
     rng = c.rng(9)
-    draws = []
-    for _ in range(COST_REPEATS):
-        big = cost_problem(rng, inputs)
-        draws.append((big, rng.standard_normal(unit(**big).shape)))
-    entries = sum(a.size for a in draws[0][0].values())
-    forward_time = best_time(lambda: unit(**draws[0][0]))
+    draws = [cost_problem(rng, inputs) for _ in range(COST_REPEATS)]
+    entries = sum(a.size for a in draws[0].values())
 
-    def cost():
+    def cost():                                # inside the row: the unit may ask the student
+        dys = [rng.standard_normal(unit(**big).shape) for big in draws]
+        forward_time = best_time(lambda: unit(**draws[0]))
         times = []
-        for big, dy in draws:
+        for big, dy in zip(draws, dys):
             began = time.perf_counter()
             try:
                 kept = timed(dy, big)
             except TimedOut:                   # far past the limit: what it cost so far
                 return (time.perf_counter() - began) / forward_time, None
             times.append(time.perf_counter() - began)
-        big, dy = draws[-1]
-        error = directional_error(loss or unit, big, dy, c.fetch(kept), rng)
+        error = directional_error(loss or unit, draws[-1], dys[-1], c.fetch(kept), rng)
         return min(times) / forward_time, error
 
     def compare(got):
