@@ -267,10 +267,11 @@ NUMBER_NAMES = {"dloss", "alpha", "eta", "lr", "baseline", "eps", "h", "tol", "s
 
 
 def _public_functions():
-    # train_torch needs PyTorch (optional), and its numbers go to train.TextTask (swept here).
+    # train_torch and bench_torch need PyTorch (optional): train_torch's numbers go to
+    # train.TextTask (swept here), bench_torch is a script of fixed sizes.
     modules = [bn, claims] + [importlib.import_module(f"experiments.{m.name}")
-                      for m in pkgutil.iter_modules(experiments.__path__)
-                      if m.name != "train_torch"]
+                              for m in pkgutil.iter_modules(experiments.__path__)
+                              if m.name not in ("train_torch", "bench_torch")]
     for module in modules:
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
