@@ -356,7 +356,8 @@ class Session:
         except StudentError as error:             # the import timed out or ended the child
             self.imported = error
             raise
-        self.imported = student_error(reply["error"], self.path) if "error" in reply else False
+        self.imported = (Refused(str(reply["refused"])[:300]) if "refused" in reply else
+                         student_error(reply["error"], self.path) if "error" in reply else False)
 
     @staticmethod
     def read_replies(stream, replies):
@@ -557,6 +558,9 @@ class Checks:
         except StudentError as error:
             return self._add(Row(check, topic, shown, "raised", None, None, "ERROR",
                                  exception_message(error)))
+        except Exception as error:                # the checks could not use what came back
+            return self._add(Row(check, topic, shown, "unusable", None, None, "WRONG",
+                                 f"{type(error).__name__}: {error}"))
         try:
             verdict, got_text, diff, rel, message = compare(got)
         except Exception as error:                        # a comparison that cannot run fails
@@ -688,6 +692,7 @@ def check_job(job):
     Results."""
     from exercises.course import COURSE
     numbers, folder, seconds, files, seed = job
+    files = sandbox.submission_snapshot(folder) if files is None else files
     session = Session(files, seconds)
     try:
         return [run_exercise(n, COURSE[n - 1], folder, seconds, files, seed, session)

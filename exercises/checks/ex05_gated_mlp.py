@@ -52,12 +52,14 @@ HINTS = {
     'GLU_ACTIVATION': [
         '§2.6 lists the family; the names are keys of the activation registry (the API list).',
         'GLU uses the sigmoid, Bilinear none, Swish₁ is SiLU, GEGLU the exact GELU.',
-        'GLU: sigmoid, Bilinear: identity, ReGLU: relu, GEGLU: gelu, SwiGLU: silu.',
+        ("The prefix before GLU names each variant's σ (Re, GE, Swi); plain GLU gates with "
+         "the sigmoid, Bilinear with none: write each as the registry names it."),
     ],
     'ROLE': [
         '§2.6: the common names of the three projections.',
         'Q sits under σ; K is the other factor; V maps m units back to d.',
-        'Q: gate, K: up, V: down.',
+        ('The projection inside σ gates, the other factor of the product goes up to m, the '
+         'last comes down to d: match each name to where Q, K and V sit.'),
     ],
     'from_common_code': [
         'How nn.Linear applies its weight matrix to x (its orientation).',
