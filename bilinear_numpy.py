@@ -61,10 +61,8 @@ if __name__ == "__main__":
 
 import numpy as np
 
-try:                                   # optional: SciPy's vectorized erfc, for exact GELU's speed
-    from scipy.special import erfc as _erfc_scipy
-except ImportError:
-    _erfc_scipy = None
+_UNSET = object()
+_erfc_scipy = _UNSET                   # optional: SciPy's vectorized erfc (see _scipy_erfc)
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -142,7 +140,20 @@ def _normal_cdf(z64):
     # Phi(z) = erfc(-z / sqrt 2) / 2 in float64: erfc keeps relative accuracy for z << 0,
     # where 1 + erf(z / sqrt 2) would cancel. SciPy's erfc if installed, else math.erfc.
     u = -z64 / math.sqrt(2)
-    return 0.5 * (_erfc_scipy(u) if _erfc_scipy is not None else _erfc_stdlib(u))
+    erfc = _scipy_erfc()
+    return 0.5 * (erfc(u) if erfc is not None else _erfc_stdlib(u))
+
+
+def _scipy_erfc():
+    # SciPy's erfc, or None without SciPy: imported at the first exact GELU, not with the
+    # module (it was 0.27 s of every import, each of the course checker's children included).
+    global _erfc_scipy
+    if _erfc_scipy is _UNSET:
+        try:
+            from scipy.special import erfc as _erfc_scipy
+        except ImportError:
+            _erfc_scipy = None
+    return _erfc_scipy
 
 
 def _erfc_stdlib(u):

@@ -319,7 +319,7 @@ def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_pass
 
 
 def _run9(folder):
-    return checker.run_exercise(9, COURSE[8], folder, 2.0, seed=3)    # 2 s: FD goes far past
+    return checker.run_exercise(9, COURSE[8], folder, 1.0, seed=3)    # 1 s: FD goes far past
 
 
 # ----- (e) A handout holds no reading answer, and judges their form alone -------------------
