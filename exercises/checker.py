@@ -4,6 +4,7 @@ tell the student (the design, step by step: the docstring of exercises/__init__.
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import queue
 import re
@@ -477,7 +478,11 @@ def load_answers():
     return namespace["ANSWERS"]
 
 
-ANSWERS = load_answers()                # read when the checker starts, before any child runs
+@functools.lru_cache(maxsize=None)
+def answers():
+    """load_answers(), once: read before the first child starts (the command line reads it
+    before its worker processes fork, so that no child can have changed the file)."""
+    return load_answers()
 
 
 class Checks:
@@ -663,7 +668,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     seed = read_seed(files=files)[1] if seed is None else seed
     own, session = session is None, session or Session(files, seconds)
     session.use(exercise, path)
-    checks = Checks(session, exercise, number, seed, ANSWERS)
+    checks = Checks(session, exercise, number, seed, answers())
     try:
         try:
             session.request("ping")
@@ -704,7 +709,8 @@ def check_job(job):
 def parallel(fn, items, jobs=None):
     """[fn(item) for item in items], `jobs` processes at a time (default: the machine's
     cores): the checks' own work runs in parallel too. On Linux the processes are forked,
-    so they hold the checks as this process imported them."""
+    so they hold the checks, and the answers, as this process read them."""
+    answers()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     items = list(items)

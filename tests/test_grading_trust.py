@@ -357,7 +357,7 @@ import json, sys
 from pathlib import Path
 from exercises import checker
 from exercises.course import COURSE
-assert checker.ANSWERS is None, "the handout's checker has the answers"
+assert checker.answers() is None, "the handout's checker has the answers"
 found = {}
 folder = Path(sys.argv[1])
 for r in checker.check_job((json.loads(sys.argv[2]), folder, checker.TIME_LIMIT, None, 0)):

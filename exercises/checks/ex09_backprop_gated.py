@@ -7,8 +7,8 @@ import functools
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (draw_unit, own_unit, unchanged, unit_problem, unit_rows,
-                                     unit_text)
+from exercises.checks.common import (UNIT_FORMULAS, draw_unit, own_unit, unchanged, unit_problem,
+                                     unit_rows, unit_text)
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)
@@ -55,30 +55,5 @@ HINTS = {
         ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
          'computed step by step as the header of the file names them.'),
     ],
-    'formulas': {
-        'dx': ("x enters two steps of your forward, its projection onto the gate's factor and "
-               'its projection onto the other factor: each is the rule for p W with x in the '
-               'place of p; apply it at each of the two steps to the gradient arriving there, '
-               'and add what comes back'),
-        'dQ': ("Q enters one step of your forward, its projection of x (the gate's input or "
-               "the other factor's, as your variant places Q): apply the rule for p W to that "
-               'step alone, to the gradient arriving at that projection; if that gradient is '
-               'wrong, the slip is nearer y: in a step your forward takes after this '
-               "projection (the gate's σ and its slope, a power, the other factor's "
-               'activation), which the backward pass goes through first'),
-        'dK': ("K enters one step of your forward, its projection of x (the gate's input or "
-               "the other factor's, as your variant places K): apply the rule for p W to that "
-               'step alone, to the gradient arriving at that projection; if that gradient is '
-               'wrong, the slip is nearer y: in a step your forward takes after this '
-               "projection (the gate's σ and its slope, a power, the other factor's "
-               'activation), which the backward pass goes through first'),
-        'dV': ("V enters only the last step of your forward, where your unit's (N, m) product "
-               'meets V: apply the rule for p W to that step alone, with that product, '
-               'exactly as your forward computes it, in the place of p; a parameter every '
-               'token shares collects over the tokens'),
-        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
-                       'same p: φ′, a function of its own, which you derive from φ (a power '
-                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
-                       'slope); the value φ(p) that your forward computed is not the slope'),
-    },
+    'formulas': UNIT_FORMULAS,
 }

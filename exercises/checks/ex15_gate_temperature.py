@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import M, draw_unit, pick, unchanged, unit_rows, unit_text
+from exercises.checks.common import (UNIT_FORMULAS, M, draw_unit, pick, unchanged, unit_rows,
+                                     unit_text)
 
 TITLE = 'Backprop IV: a learned temperature, your own'
 WRITES = ()
@@ -60,34 +61,10 @@ HINTS = {
          'rule: one term for each parameter the rescaling moves, each its value times its '
          'gradient, with the sign of its exponent of α.'),
     ],
-    'formulas': {
-        'dx': ("x enters two steps of your forward, its projection onto the gate's factor and "
-               'its projection onto the other factor: each is the rule for p W with x in the '
-               'place of p; apply it at each of the two steps to the gradient arriving there, '
-               'and add what comes back'),
-        'dQ': ("Q enters one step of your forward, its projection of x (the gate's input or "
-               "the other factor's, as your variant places Q): apply the rule for p W to that "
-               'step alone, to the gradient arriving at that projection; if that gradient is '
-               'wrong, the slip is nearer y: in a step your forward takes after this '
-               "projection (the gate's σ and its slope, a power, the other factor's "
-               'activation), which the backward pass goes through first'),
-        'dK': ("K enters one step of your forward, its projection of x (the gate's input or "
-               "the other factor's, as your variant places K): apply the rule for p W to that "
-               'step alone, to the gradient arriving at that projection; if that gradient is '
-               'wrong, the slip is nearer y: in a step your forward takes after this '
-               "projection (the gate's σ and its slope, a power, the other factor's "
-               'activation), which the backward pass goes through first'),
-        'dV': ("V enters only the last step of your forward, where your unit's (N, m) product "
-               'meets V: apply the rule for p W to that step alone, with that product, '
-               'exactly as your forward computes it, in the place of p; a parameter every '
-               'token shares collects over the tokens'),
+    'formulas': UNIT_FORMULAS | {
         'dbeta': ('β_j multiplies (or divides) column j of one projection for every token: by '
                   'the product rule, dβ_j collects over the tokens the gradient of the scaled '
-                  'quantity times what β multiplies (for a division, the derivative of z / β '
-                  'in β)'),
-        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
-                       'same p: φ′, a function of its own, which you derive from φ (a power '
-                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
-                       'slope); the value φ(p) that your forward computed is not the slope'),
+                  'quantity times what β multiplies (for a division, the derivative of z / β in '
+                  'β)'),
     },
 }
