@@ -11,6 +11,7 @@ from exercises.checks.common import (draw_unit, own_unit, unchanged, unit_proble
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)
+ROWS = 8
 
 
 def variant(rng):
