@@ -1,10 +1,13 @@
 """The course: exercises on the paper, checked automatically. This docstring is the design.
 
-    python -m exercises start --name alice   once: your seed, kept in exercises/student.json
+    python -m exercises start --code CODE    once: your seed (from your instructor's code;
+                                             alone: --name YOU), kept in student.json
     python -m exercises                      your progress (exit 0 when every exercise is done)
     python -m exercises check N [--hint L]   exercise N's rows, and hints 1 to L (of 3)
     python -m exercises handout DIR          instructors: the repository, stubs, no solutions
-    python -m exercises grade SUBS --csv F   instructors: a class, one folder per student
+    python -m exercises roster CLASS.csv     instructors: a code per student (gradebook.py)
+    python -m exercises grade SUBS --csv F   instructors: a class, one folder per student:
+        [--roster CLASS.csv] [--feedback DIR] [--format canvas]   points, feedback, review
     python -m exercises.release [--write]    instructors: the stubs made from solutions/
 
 In a notebook: run its Setup cell (it finds the repository), save, then
@@ -43,10 +46,12 @@ In a notebook: run its Setup cell (it finds the repository), save, then
 5. checker.advice is the one place that says what the failing rows tell the student, as
    three hint levels (where to look, the slip or the idea, the rule): from the slips
    recognised in the rows, else from which rows fail together, else from the HINTS.
-6. __main__.py prints rows, progress and hints, and grades a class in worker processes
-   (each submission from a snapshot taken before any child runs; the course's files are
-   compared with theirs afterwards and put back); release.py makes the stubs from the
-   solutions and the handout.
+6. __main__.py prints rows, progress and hints; gradebook.py issues a class its codes
+   (the roster: each variant's seed follows from an HMAC of the student id) and grades it
+   in worker processes (each submission from a snapshot taken before any child runs, each
+   against its roster variant; the course's files compared after each child and put
+   back): points (course.py's POINTS x rows passed / the exercise's ROWS), each student's
+   feedback and the capstone's review sheet; release.py makes the stubs and the handout.
 
 Exercise 20 is optional (it needs PyTorch; without it, one SKIPPED row) and counted apart.
 Exit status: 0 done (grade, handout: the work ran); 1 not done (release: a stub differs); 2 bad
@@ -56,9 +61,15 @@ usage.
 
 def check(exercise=None, *options):
     """check(1) is `python -m exercises check 1`, check() `python -m exercises`; options as
-    on the command line, e.g. check(9, "--hint", "2"). Returns the exit status."""
+    on the command line, e.g. check(9, "--hint", "2"), and its suggestions are such calls.
+    Returns the exit status (0 done, 1 not), or None in an IPython kernel (a notebook), so
+    that no 0 or 1 is shown under the rows."""
+    import sys
     from exercises.__main__ import main
-    return main(([] if exercise is None else ["check", str(exercise)]) + [str(o) for o in options])
+    status = main(([] if exercise is None else ["check", str(exercise)])
+                  + [str(o) for o in options], python_call=True)
+    ipython = sys.modules.get("IPython")
+    return None if ipython is not None and ipython.get_ipython() is not None else status
 
 
 def variant(exercise, folder=None):

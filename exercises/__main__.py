@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import secrets
 import sys
-import time
 from pathlib import Path
 
-from exercises import checker, release, sandbox
+from exercises import checker, gradebook, release, sandbox
 from exercises.course import COURSE
 
 NUMBERED = list(enumerate(COURSE, start=1))
-REQUIRED = sum(not exercise.optional for exercise in COURSE)   # the course, optional ones apart
 
 
 def shown(path):
@@ -27,10 +24,25 @@ def shown(path):
     return str(path) if text.startswith("..") else text
 
 
+PYTHON_CALL = False          # True while exercises.check() runs: it suggests that call
+
+
+def again(folder, *words):
+    """The command for `words` (e.g. "check", 1, "--hint", 2) on this folder, as the student
+    would type it: the command line, or, from exercises.check() (a notebook), that call."""
+    words = [str(w) for w in words]
+    if Path(folder).resolve() != checker.PACKAGE:
+        words += ["--folder", str(folder)]
+    if PYTHON_CALL and words and words[0] == "check":
+        return f"exercises.check({', '.join([words[1]] + [json.dumps(w) for w in words[2:]])})"
+    return " ".join(["python -m exercises"] + [f'"{w}"' if " " in w else w for w in words])
+
+
 def who(folder):
     name, seed = checker.read_seed(folder)
     return (f"Student: {name} (seed {seed})" if name else
-            "No seed yet: run `python -m exercises start --name YOURNAME` once")
+            "No seed yet: run `python -m exercises start --code CODE` once (the code from "
+            "your instructor; alone: `start --name YOURNAME`)")
 
 
 def format_rows(rows):
@@ -70,7 +82,7 @@ def show_check(number, folder, seconds, level):
     for k, text in enumerate(checker.advice(result)[:level], start=1):
         print(f"Hint {k} of 3{'' if k == 1 else ', ' + names[k - 1]}: {text}")
     if level < 3:
-        print(f"More: python -m exercises check {number} --hint {level + 1}")
+        print(f"More: {again(folder, 'check', number, '--hint', level + 1)}")
     return 1
 
 
@@ -97,93 +109,97 @@ def show_progress(folder, seconds):
         print(line)
     nxt = next((r for r in course if r.status != "done"), None)
     print("\nEvery exercise is done." if nxt is None else
-          f"\nNext: python -m exercises check {nxt.number}")
+          f"\nNext: {again(folder, 'check', nxt.number)}")
     return 0 if nxt is None else 1
 
 
-def start(folder, name):
-    """Set the student's seed once, in FOLDER/student.json."""
+def start(folder, name, code=None):
+    """Set the student's seed once, in FOLDER/student.json: from the instructor's code
+    (gradebook.seed_of, recorded with it) or, for a reader alone, drawn at random."""
     path = Path(folder) / checker.SEED_FILE
     old_name, old_seed = checker.read_seed(folder)
+    try:
+        code = gradebook.normal_code(code) if code else None
+    except ValueError as error:
+        print(f"error: --code: {error}", file=sys.stderr)
+        return 2
     if old_name:
+        same = gradebook.read_code(folder) == code if code else old_name == name
         print(f"Already started as {old_name} (seed {old_seed}) in {shown(path)}: a seed is "
               f"set once.")
-        return 0 if old_name == name else 1
-    if not name.strip():
-        print("error: --name: give your name (any text that tells you apart)", file=sys.stderr)
+        return 0 if same else 1
+    name = (name or code or "").strip()
+    if not name:
+        print("error: start --code CODE (from your instructor), or --name YOURNAME",
+              file=sys.stderr)
         return 2
-    seed = 1 + secrets.randbelow(999_999)
-    path.write_text(json.dumps({"name": name.strip(), "seed": seed}) + "\n", encoding="utf-8")
-    print(f"Started as {name.strip()}: your seed is {seed}, kept in {shown(path)} (hand it in "
+    seed = gradebook.seed_of(code) if code else 1 + secrets.randbelow(999_999)
+    data = {"name": name, "seed": seed} | ({"code": code} if code else {})
+    path.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    print(f"Started as {name}: your seed is {seed}, kept in {shown(path)} (hand it in "
           f"with your exercises).")
     return 0
 
 
-def grade(submissions, csv_path, seconds, jobs):
-    """Every student folder of SUBMISSIONS, every exercise in parallel: one CSV row per
-    student (an exercise's passed, total, status, file, seconds) and a short table on
-    screen. Exit 0 when grading ran, whatever the grades."""
-    students = sorted(p for p in Path(submissions).iterdir() if p.is_dir()
-                      and not p.name.startswith((".", "_")))
-    if not students:
-        print(f"error: no student folder in {submissions}", file=sys.stderr)
-        return 2
-    began = time.monotonic()
-    snapshots = {student: sandbox.submission_snapshot(student) for student in students}
-    print(sandbox.isolation())
-    numbers = [n for n, _ in NUMBERED]
-    found = [r for results in checker.parallel(checker.check_job, [
-        (numbers, student, seconds, snapshots[student], None) for student in students], jobs)
-        for r in results]                                 # one child a student
-    changed = sandbox.changed_course_files()             # put back, and said
-    lines = [["student", "name", "seed", "done", "passed", "total", "seconds"] + [
-        f"ex{n:02d}_{part}" for n, _ in NUMBERED
-        for part in ("passed", "total", "status", "file", "seconds")]]
-    print(f"{'student':<16} {'name':<12} {'seed':>7} {'done':>8} {'checks':>11} {'seconds':>8}")
-    for k, student in enumerate(students):
-        results = found[k * len(COURSE):(k + 1) * len(COURSE)]
-        name, seed = checker.read_seed(files=snapshots[student])
-        done = sum(r.status == "done" for r in results if not r.exercise.optional)
-        passed, total = sum(r.passed for r in results), sum(len(r.rows) for r in results)
-        taken = sum(r.seconds for r in results)
-        lines.append([student.name, name, seed if name else "", done, passed, total,
-                      f"{taken:.2f}"])
-        for r in results:
-            lines[-1] += [r.passed, len(r.rows), r.status, r.path.name if r.path else "",
-                          f"{r.seconds:.2f}"]
-        print(f"{student.name:<16} {name:<12} {seed if name else '-':>7} {done:>3} of "
-              f"{REQUIRED} {passed:>4} of {total:<4} {taken:>8.1f}")
-    if changed:
-        print(f"warning: a student's file changed the course's files ({', '.join(changed[:5])}"
-              f"); they were put back, and no grade read them", file=sys.stderr)
-    try:
-        with open(csv_path, "w", encoding="utf-8", newline="") as f:
-            csv.writer(f).writerows(lines)
-    except OSError as error:
-        print(f"error: --csv: {error}", file=sys.stderr)
-        return 2
-    print(f"\n{len(students)} students graded in {time.monotonic() - began:.1f} s "
-          f"({jobs or os.cpu_count()} at a time); wrote {shown(csv_path)}")
-    return 0
+COMMANDS = {"check": "N", "start": None, "grade": "SUBMISSIONS", "handout": "DIR",
+            "roster": "ROSTER"}                  # and the target each takes
+HELP = {"check": ("exercise N's rows, and hints", "the exercise's number, 1 to 20"),
+        "start": ("once: your seed, from your instructor's code (or drawn: --name)", ""),
+        "grade": ("instructors: a class, one folder per student (named by its student id "
+                  "with --roster)", "the folder of the students' folders"),
+        "handout": ("instructors: the repository for students: stubs, no solutions",
+                    "a new folder"),
+        "roster": ("instructors: a code per student of a class list (student_id, name)",
+                   "the class list, a CSV")}
+SHARED = {"check": ("--folder", "--time-limit"), "start": ("--folder",),
+          "grade": ("--time-limit", "--jobs")}  # also before the command
 
 
-COMMANDS = {"check": "N", "start": None, "grade": "SUBMISSIONS", "handout": "DIR"}  # and its TARGET
+def add_shared(parser, names, defaults):
+    """--folder, --time-limit, --jobs (those of `names`) with their defaults."""
+    options = {"--folder": dict(type=Path, help="the exercise files of this folder (default: "
+                                "exercises/)"),
+               "--time-limit": dict(type=float, metavar="SECONDS", help="per check (0: none; "
+                                    f"default {checker.TIME_LIMIT:g})"),
+               "--jobs": dict(type=int, help="children at a time (default: the cores)")}
+    for name in names:
+        parser.add_argument(name, default=defaults[name], **options[name])
 
 
 def build_parser():
+    """The parser: the progress without a command, else one sub-parser a command (its own
+    --help); --folder, --time-limit and --jobs go before or after the command."""
     parser = argparse.ArgumentParser(prog="python -m exercises", description=
                                      "The course's checker (see exercises/__init__.py).")
-    parser.add_argument("command", nargs="?", choices=COMMANDS, help="none: your progress")
-    parser.add_argument("target", nargs="?", help="check N, grade SUBMISSIONS, handout DIR")
-    parser.add_argument("--folder", type=Path, default=checker.PACKAGE,
-                        help="the exercise files of this folder (default: exercises/)")
-    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
-                        default=checker.TIME_LIMIT, help="per check (0: none)")
-    parser.add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
-                        help="check N: hints up to this level")
-    parser.add_argument("--name", help="start: your name")
-    parser.add_argument("--csv", type=Path, help="grade: the CSV written")
-    parser.add_argument("--jobs", type=int, help="grade: children at a time (default: cores)")
+    add_shared(parser, ("--folder", "--time-limit", "--jobs"),
+               {"--folder": checker.PACKAGE, "--time-limit": checker.TIME_LIMIT, "--jobs": None})
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     help="none: your progress")
+    sub = {}
+    for name, target in COMMANDS.items():
+        sub[name] = commands.add_parser(name, help=HELP[name][0], description=HELP[name][0])
+        add_shared(sub[name], SHARED.get(name, ()), dict.fromkeys(SHARED.get(name, ()),
+                                                                   argparse.SUPPRESS))
+        if target:
+            sub[name].add_argument("target", nargs="?", metavar=target, help=HELP[name][1])
+    sub["check"].add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
+                              help="hints up to this level")
+    sub["start"].add_argument("--code", help="your code, from your instructor")
+    sub["start"].add_argument("--name", help="your name (a reader alone: no code)")
+    g = sub["grade"]
+    g.add_argument("--csv", type=Path, help="the gradebook written (columns: docs/course.md); "
+                   "beside it CSV-review.md, the capstone's review sheet")
+    g.add_argument("--roster", type=Path, help="the class list: each folder (named by its "
+                   "student id) graded against the variant of its id's code")
+    g.add_argument("--secret", type=Path, help="the course secret (default: ROSTER's name "
+                   "with .secret)")
+    g.add_argument("--feedback", type=Path, metavar="DIR", help="one DIR/<student_id>.md each")
+    g.add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv, for Canvas's "
+                   "gradebook import")
+    sub["roster"].add_argument("--secret", type=Path, help="the course secret, made if "
+                               "missing (default: ROSTER's name with .secret)")
+    sub["roster"].add_argument("--codes", type=Path, help="the codes written (default: "
+                               "ROSTER-codes.csv)")
     return parser
 
 
@@ -192,17 +208,22 @@ def usage_error(text):
     return 2
 
 
-def main(argv=None):
+def main(argv=None, python_call=False):
+    """The command line on `argv` (default: sys.argv); python_call: from exercises.check(),
+    whose suggestions are that call. Returns the exit status."""
+    global PYTHON_CALL
+    PYTHON_CALL = python_call
     for stream in (sys.stdout, sys.stderr):             # print '?' where a console cannot encode
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
-    given = COMMANDS.get(args.command)
-    if (args.target is None) != (given is None):
-        return usage_error(f"{args.command or 'the progress'} takes "
-                           f"{given or 'no ' + repr(args.target)}")
+    given, target = COMMANDS.get(args.command), getattr(args, "target", None)
+    if (target is None) != (given is None):
+        return usage_error(f"{args.command or 'the progress'} takes {given}")
     if args.command == "handout":
         return release.handout(Path(args.target))
+    if args.command == "roster":
+        return gradebook.issue(args.target, args.secret, args.codes)
     if not 0 <= args.time_limit <= 1e6:                  # also NaN and inf
         return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds, got "
                            f"{args.time_limit}")
@@ -211,12 +232,13 @@ def main(argv=None):
     if args.command == "grade":
         if args.csv is None or not Path(args.target).is_dir():
             return usage_error(f"grade SUBMISSIONS --csv FILE: {args.target} is a folder?")
-        return grade(Path(args.target), args.csv, args.time_limit, args.jobs)
+        return gradebook.grade(Path(args.target), args.csv, args.time_limit, args.jobs,
+                               args.roster, args.secret, args.feedback, args.format)
     if not args.folder.is_dir():
         return usage_error(f"folder {shown(args.folder)} does not exist")
     folder = args.folder.resolve()
     if args.command == "start":
-        return start(folder, args.name) if args.name else usage_error("start --name YOURNAME")
+        return start(folder, args.name, args.code)
     try:
         if args.command is None:
             return show_progress(folder, args.time_limit)

@@ -111,7 +111,8 @@ def repository_files():
 
 def handout(out):
     """Copy the repository to OUT for students: the stubs made afresh from the solutions,
-    no exercises/solutions/ (where every solved answer lives) and no student.json."""
+    no exercises/solutions/ (where every solved answer lives), no student.json and no
+    *.secret (a roster's course secret, exercises/gradebook.py)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         print(f"error: {out} exists and is not an empty folder", file=sys.stderr)
@@ -119,7 +120,7 @@ def handout(out):
     copied = 0
     for path in repository_files():
         if path.parts[:2] == ("exercises", "solutions") or path.parts == ("exercises",
-                                                                         checker.SEED_FILE):
+                checker.SEED_FILE) or path.suffix == ".secret":   # a roster's course secret
             continue
         (out / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(checker.ROOT / path, out / path)

@@ -184,8 +184,9 @@ def grade(subs, csv_path, tmp):
 
 def rows_by_student(csv_path):
     with open(csv_path, encoding="utf-8", newline="") as f:
-        return {row["student"]: {k: v for k, v in row.items() if not k.endswith("seconds")}
-                for row in csv.DictReader(f)}
+        return {row["student_id"]: {k: v for k, v in row.items()
+                                    if not k.endswith("seconds") and k != "flags"}
+                for row in csv.DictReader(f)}   # flags: a changed course file is seen by a worker
 
 
 def untouched_student(folder):

@@ -1,3 +1,4 @@
-"""The checks of the course: one file an exercise (exNN_slug.py: its TITLE, WRITES, variant,
-check, diagnose and HINTS), and common.py, what they share. Each runs in the checker's
-process, never in the student's: see exercises/__init__.py."""
+"""The checks of the course: one file an exercise (exNN_slug.py: its TITLE, WRITES, ROWS,
+variant, check, diagnose and HINTS), common.py, what they share, and capstone.py, what the
+capstone's checks measure. Each runs in the checker's process, never in the student's: see
+exercises/__init__.py."""

@@ -9,6 +9,7 @@ from exercises.checks.common import D, M, D_OUT, all_acts, draw, is_int, is_numb
 
 TITLE = 'From full to rank-1: the outer product'
 WRITES = ("rank1_bilinear_forward", "rank_r_bilinear_forward")
+ROWS = 6
 
 
 def check(c):

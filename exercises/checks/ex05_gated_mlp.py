@@ -9,6 +9,7 @@ from exercises.checks.common import D, M, draw, sigma, is_int, is_str, dict_of
 
 TITLE = 'The gated MLP and the GLU family'
 WRITES = ("gated_mlp_forward", "gated_rank_r_forward")
+ROWS = 9
 
 
 def check(c):

@@ -10,6 +10,7 @@ from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_varia
 
 TITLE = 'Exchange symmetry'
 WRITES = ("symmetry_deviation", "transform_params")
+ROWS = 13
 
 
 def variant(rng):

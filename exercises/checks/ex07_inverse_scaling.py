@@ -10,6 +10,7 @@ from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_varia
 
 TITLE = 'Inverse-scaling symmetry'
 WRITES = ("symmetry_deviation", "transform_params")
+ROWS = 12
 
 
 def variant(rng):

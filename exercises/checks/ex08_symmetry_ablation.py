@@ -13,6 +13,7 @@ from exercises.checks.common import M, PAIR_OF_BOOLS, draw, kind_of, pick, retur
 
 TITLE = 'Which broken symmetry matters? The 2x2 ablation'
 WRITES = ("symmetry_deviation", "symmetry_expected", "transform_params")
+ROWS = 20
 
 
 def variant(rng):

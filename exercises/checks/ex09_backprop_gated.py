@@ -12,6 +12,7 @@ from exercises.checks.common import (UNIT_FORMULAS, draw_unit, own_unit, unchang
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)
+ROWS = 8
 
 
 def variant(rng):

@@ -9,6 +9,7 @@ from exercises.checks.common import N, POWER, SMOOTH, backward_rows, pick, sigma
 
 TITLE = 'Backprop II: a rank-r bilinear unit of your own'
 WRITES = ()
+ROWS = 6
 
 
 def variant(rng):

@@ -11,6 +11,7 @@ from exercises.checks.common import (D, M, D_OUT, balance, draw, fd_truth, gd_re
 
 TITLE = 'Symmetry gives a conservation law'
 WRITES = ("conservation_residual",)
+ROWS = 12
 
 
 def variant(rng):

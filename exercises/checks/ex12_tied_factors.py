@@ -11,6 +11,7 @@ from exercises.checks.common import (D, M, D_OUT, draw, factor_gap, fd_truth, gd
 
 TITLE = 'Tied factors and squared ReLU'
 WRITES = ()
+ROWS = 9
 
 
 def variant(rng):

@@ -10,6 +10,7 @@ from exercises.checks.common import draw, pick, predicted_rows
 
 TITLE = 'Higher rank: eigendecomposition and truncation'
 WRITES = ("eigen_factors",)
+ROWS = 9
 
 
 def variant(rng):

@@ -9,6 +9,7 @@ from exercises.checks.common import UNIT_FORMULAS, BRANCH, draw_unit, pick, unit
 
 TITLE = 'Backprop III: a gated unit with biases, your own'
 WRITES = ()
+ROWS = 9
 
 
 def variant(rng):

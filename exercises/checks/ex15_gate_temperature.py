@@ -10,6 +10,7 @@ from exercises.checks.common import (UNIT_FORMULAS, M, draw_unit, pick, unchange
 
 TITLE = 'Backprop IV: a learned temperature, your own'
 WRITES = ()
+ROWS = 9
 
 
 def variant(rng):

@@ -14,6 +14,7 @@ from exercises.checks.common import (D, M, balance, pick, predicted_rows, raised
 
 TITLE = "A trained model's file, read by hand: the balances"
 WRITES = ("symmetry_expected", "symmetry_deviation", "transform_params")
+ROWS = 30
 
 
 def variant(rng):

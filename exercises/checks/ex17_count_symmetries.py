@@ -10,6 +10,7 @@ from exercises.checks.common import D, D_OUT, N, SCALARS, draw, pick, predicted_
 TITLE = "Count the continuous symmetries: the Jacobian's rank"
 WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected",
           "symmetry_dimension_table")
+ROWS = 14
 
 
 def variant(rng):

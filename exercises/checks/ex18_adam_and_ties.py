@@ -10,6 +10,7 @@ from exercises.checks.common import (D, M, D_OUT, fd_truth, gd_reference, gradie
 
 TITLE = 'Optimizers, weight decay and tied factors of your own'
 WRITES = ()
+ROWS = 18
 
 
 def variant(rng):

@@ -1,4 +1,4 @@
-"""Exercise 19: its checks, its variant, the slips it recognises, its hints."""
+"""Exercise 19: Capstone: design a variant, predict its symmetries. The checks, the variant, the recognised slips and the hints."""
 
 from __future__ import annotations
 
@@ -8,21 +8,20 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.common import M, R, N, cost_row, draw
+from exercises.checks.capstone import (capstone_deviation, capstone_step, new_unit_gap,
+                                       registered_call, registered_fields,
+                                       short_training)
+from exercises.checks.common import cost_row
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 WRITES = ()
-
-
+ROWS = 24
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
-
-
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 
 
-# What a reason must be about: one of these words (or signs) of the change it explains.
-# This is all a checker can honestly read in a sentence: that it is on the subject, not
-# that its reasoning is right (the KEEPS rows measure that).
+# What a reason must be about: a word (or sign) of the change it explains. All a checker can
+# honestly read in a sentence: that it is on the subject, not that it is right (a person is).
 WHY_WORDS = {"exchange": ("swap", "exchang", "q and k", "a and b", "↔"),
              "inverse_scaling_pos": ("scal", "α", "alpha", "homogeneous"),
              "inverse_scaling_neg": ("negative", "α < 0", "alpha < 0", "sign", "linear"),
@@ -38,73 +37,12 @@ def why_ok(why, symmetry):
             and [str(s).strip() for s in why.values()].count(text.strip()) == 1)
 
 
-def off_span(y, h):
-    """The part of y (N, d_out) outside the span of the column h (N,), relative to y: 0 when
-    every column of y is a constant times h."""
-    h = h / max(np.linalg.norm(h), 1e-300)
-    return float(np.linalg.norm(y - np.outer(h, h @ y)) / max(np.linalg.norm(y), 1e-300))
-
-
-def capstone_deviation(forward, act, symmetry, seed=160):
-    """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
-    x, p = draw("gated_mlp", seed)                         # x (N, d); Q, K (m, d); V (m, d_out)
-    y = forward(x, p["Q"], p["K"], p["V"], act)[0]
-    if symmetry == "parity":                               # the input's sign: y(-x) against y(x)
-        return bn.rel_error(y, forward(-x, p["Q"], p["K"], p["V"], act)[0])
-    alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
-    # The change of Q, K and V alone, the same for every unit of these three parameters:
-    # bn's, named by a form that has them (your unit's own theory is not consulted).
-    t = claims.transform_params("gated_mlp", p, symmetry, alpha)
-    return bn.rel_error(y, forward(x, t["Q"], t["K"], t["V"], act)[0])
-
-
-def short_training(forward, backward, act, steps=300, seed=161):
-    """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
-    the loss after `steps` over the loss at the start."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((64, 6))
-    T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
-    params = bn.FORMULATIONS["gated_mlp"].init(rng, 6, 8, 3)     # Q, K (8, 6), V (8, 3)
-    state, losses = bn.adam_init(params), []
-    for _ in range(steps + 1):
-        y, cache = forward(x, params["Q"], params["K"], params["V"], act)
-        losses.append(0.5 * np.sum((y - T) ** 2) / len(x))
-        grads = backward((y - T) / len(x), cache)
-        params, state = bn.adam_step(params, {k: grads[k] for k in params}, state, lr=1e-2)
-    return losses[-1] / losses[0]
-
-
-def new_unit_gap(student, act, other):
-    """Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's unit j of
-    `other`: 0 if every one is the module's, times any constants (2 x SwiGLU, V rescaled or
-    mixed), or with Q and K relabelled."""
-    x, p = draw("gated_mlp", 162)
-    Q, K, units = p["Q"], p["K"], [np.zeros_like(p["V"]) for _ in range(M)]
-    for j, E in enumerate(units):
-        E[j, 0] = 1.0                                 # unit j alone, to output 0
-    mine = [np.asarray(student(x, Q, K, E, act)[0]) for E in units]
-    return min(max(off_span(y, bn.FORMULATIONS[other].forward(x, P, R, E, act=act)[0][:, 0])
-                   for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
-
-
-def registered_fields(name):
-    """In the child: the data fields of the formulation registered as `name`, or None."""
-    form = bn.FORMULATIONS.get(name)
-    if not isinstance(form, bn.Formulation):
-        return None
-    return {k: getattr(form, k) for k in ("name", "equation", "param_names", "cost", "family",
-                                          "sigma_args")}
-
-
-def registered_call(name, attribute, *args):
-    """In the child: bn.FORMULATIONS[name].attribute(*args), its shapes or init scales."""
-    return getattr(bn.FORMULATIONS[name], attribute)(*args)
-
-
-def capstone_step(forward, backward, x, Q, K, V, act, dy):
-    """In the child: the student's backward after their forward, in one request (the cache
-    stays in the child): the gradients."""
-    return backward(dy, forward(x, Q, K, V, act)[1])
+def given(c, name):
+    """The answer `name` as data for the review sheet, or what stopped it, as text."""
+    try:
+        return c.answer(name)
+    except Exception as error:                   # None, or the file raised: said, not fatal
+        return f"(not given: {error})"
 
 
 def check(c):
@@ -116,6 +54,8 @@ def check(c):
             "a str that is not already a key of bn.FORMULATIONS")
     c.holds("ACT: a key of bn.ACTIVATIONS", "ACT", "an activation name", act,
             lambda a: isinstance(a, str) and a in bn.ACTIVATIONS)
+    chosen = given(c, "ACT")                    # the forward the cost row times: σ their ACT,
+    reference = chosen if isinstance(chosen, str) and chosen in bn.ACTIVATIONS else "silu"
 
     def registered():
         c.call("register")
@@ -131,6 +71,7 @@ def check(c):
             init_scales=functools.partial(asked, "init_scales"))
         return True
 
+    measured = {}                               # symmetry: the deviation, for the review sheet
     try:
         c.holds("register() adds NAME to bn.FORMULATIONS", "register",
                 "a Formulation of Q, K, V", registered, bool)
@@ -150,7 +91,7 @@ def check(c):
         for symmetry in CAPSTONE_SYMMETRIES:
             def claim_and_measure(symmetry=symmetry):
                 claim = c.answer("KEEPS")[symmetry]
-                dev = capstone_deviation(student, act(), symmetry)
+                dev = measured[symmetry] = capstone_deviation(student, act(), symmetry)
                 agrees[symmetry] = (isinstance(claim, (bool, np.bool_))
                                     and claim == (dev <= CLAIM_TOL))
                 return f"{claim}, dev {dev:.1e}"             # both, whole, in the got column
@@ -164,7 +105,7 @@ def check(c):
                     f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
                     f" ...), not the sentence of another key")
         cost_row(c, "backward", {"x": None, "Q": None, "K": None, "V": None},
-                 lambda x, Q, K, V: bn.gated_mlp_forward(x, Q, K, V, act())[0],
+                 lambda x, Q, K, V: bn.gated_mlp_forward(x, Q, K, V, reference)[0],
                  lambda dy, big: c.run(capstone_step, c.student("forward"),
                                        c.student("backward"), *big.values(), act(), dy,
                                        keep=True),
@@ -175,23 +116,26 @@ def check(c):
     finally:
         for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was
             del bn.FORMULATIONS[key]
+        for answer in ("NAME", "EQUATION", "ACT", "KEEPS", "WHY"):   # the review sheet's
+            c.note(answer, given(c, answer))
+        c.note("measured", measured)
 
 
-HINTS = {
+HINTS = {   # per topic: where to look, the idea, the rule (no code)
     'general': [
-        ('derivations.md §4.1 (what a symmetry is) and §4.7 (the table of the named forms); '
-         "the paper's reading: which factor plays the query, which the key?"),
-        ("Decide the symmetries first: write your unit's output for transformed parameters "
-         "and see what σ would need; then forward, backward (§3.0's rules), register."),
-        ('A symmetry is kept when f(x; transformed parameters) = f(x; parameters) for every '
-         'x: e.g. exchange needs your h(a, b) = h(b, a).'),
+        'derivations.md §4.1 (what a symmetry is) and §4.7 (the table of the named forms); the '
+        "paper's reading: which factor plays the query, which the key?",
+        "Decide the symmetries first: write your unit's output for transformed parameters and see "
+        "what σ would need; then forward, backward (§3.0's rules), register.",
+        'A symmetry is kept when f(x; transformed parameters) = f(x; parameters) for every x: '
+        'e.g. exchange needs your h(a, b) = h(b, a).',
     ],
     'register': [
         'register() is written for you: it needs NAME, EQUATION and SIGMA_ARGS set above it.',
-        ("SIGMA_ARGS names the cache entries σ is applied to, so your forward's cache must "
-         'hold them under those keys.'),
-        ('Set the three answers, then make sure forward returns a cache with every key '
-         'SIGMA_ARGS lists.'),
+        "SIGMA_ARGS names the cache entries σ is applied to, so your forward's cache must hold "
+        'them under those keys.',
+        'Set the three answers, then make sure forward returns a cache with every key SIGMA_ARGS '
+        'lists.',
     ],
     'forward': [
         'Your design; §2.6 and §2.8 show two named units written out.',
@@ -200,22 +144,22 @@ HINTS = {
     ],
     'backward': [
         "§3.0's four rules, and §3.6 as a model.",
-        ("Walk your forward's steps backwards: the last step (y = h V) first, then the step "
-         'into h, whose two partial derivatives, in a and in b, are yours to derive.'),
-        ('Take the first tensor the gradcheck rows call wrong, find the one step of your '
-         "forward where it enters, and apply §3.0's rule for that step to the gradient "
-         'arriving there; check that gradient the same way before you blame the step.'),
+        "Walk your forward's steps backwards: the last step (y = h V) first, then the step into "
+        'h, whose two partial derivatives, in a and in b, are yours to derive.',
+        'Take the first tensor the gradcheck rows call wrong, find the one step of your forward '
+        "where it enters, and apply §3.0's rule for that step to the gradient arriving there; "
+        'check that gradient the same way before you blame the step.',
     ],
     'KEEPS': [
-        ('§4.2 to §4.5 (exchange, the scalings, permutation) and §4.8 (parity): the condition '
-         'each symmetry puts on σ.'),
+        '§4.2 to §4.5 (exchange, the scalings, permutation) and §4.8 (parity): the condition each '
+        'symmetry puts on σ.',
         'Substitute the transformed a, b into your h and compare with the original h.',
         'Kept if h(transformed) = h(a, b) (or the change is undone by V) for every input.',
     ],
     'training': [
         'The loss must halve in 300 Adam steps.',
-        ('A unit that trains badly may have a wrong backward (see the gradcheck rows) or '
-         'outputs that explode.'),
+        'A unit that trains badly may have a wrong backward (see the gradcheck rows) or outputs '
+        'that explode.',
         'Check the scale of h at initialisation: of order 1.',
     ],
 }

@@ -1,0 +1,253 @@
+"""A class, end to end (exercises/gradebook.py): the roster's codes need the course secret and
+give the variant `start --code` and `grade --roster` both use; grade scores points against a
+fixed number of rows, flags what an instructor must look at, and writes the CSV, a Canvas
+import, each student's feedback and the capstone's review sheet; the smaller CLI items.
+
+The class here is small (five roster rows, five folders) to fit the suite's time; the class of
+30 was graded by hand (docs/course.md, "Collect and grade")."""
+import csv
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import exercises
+from exercises import checker, gradebook
+from exercises.__main__ import main
+from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
+from exercises.release import make_stub
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+NUMBERED = list(enumerate(COURSE, start=1))
+SECRET = b"a course secret of the tests, 32b"
+needs_solutions = pytest.mark.skipif(not checker.SOLUTIONS_FOLDER.is_dir(),
+                                     reason="no exercises/solutions/ (a handout)")
+
+
+def name(number):
+    return checker.file_name(number, COURSE[number - 1])
+
+
+def solution(number):
+    return (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+
+
+def write_roster(path, ids):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["student_id", "name"]] + [[i, f"Name of {i}"] for i in ids])
+    return path
+
+
+def test_a_code_needs_the_secret_and_its_seed_follows_from_it_publicly():
+    ids = [f"s{k:03d}" for k in range(30)]
+    codes = [gradebook.code_of(SECRET, i) for i in ids]
+    assert len(set(codes)) == 30 and all(len(c) == 9 and c[4] == "-" for c in codes)
+    other = [gradebook.code_of(SECRET[::-1], i) for i in ids]      # another secret: no code
+    assert not set(codes) & set(other)                             # of these ids in common
+    assert gradebook.normal_code(codes[0].lower().replace("-", " ")) == codes[0]
+    seeds = [gradebook.seed_of(c) for c in codes]
+    assert len(set(seeds)) == 30 and all(1 <= s <= 2 ** 35 for s in seeds)
+    rejected = 0
+    for c in codes:                                                # one letter changed: the
+        wrong = gradebook.ALPHABET[(gradebook.ALPHABET.index(c[0]) + 1) % 32] + c[1:]
+        try:                                                       # check letter differs
+            gradebook.normal_code(wrong)                           # but 1 time in 32
+        except ValueError:
+            rejected += 1
+    assert rejected >= 28
+
+
+def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_path, capsys):
+    roster = write_roster(tmp_path / "class.csv", [f"s{k:02d}" for k in range(30)])
+    assert main(["roster", str(roster)]) == 0
+    secret = (tmp_path / "class.secret")
+    assert secret.stat().st_mode & 0o077 == 0
+    with open(tmp_path / "class-codes.csv", encoding="utf-8", newline="") as f:
+        issued = list(csv.DictReader(f))
+    assert len(issued) == 30 and list(issued[0]) == ["student_id", "name", "code", "seed"]
+    assert main(["roster", str(roster)]) == 0                      # again: the same codes
+    with open(tmp_path / "class-codes.csv", encoding="utf-8", newline="") as f:
+        assert list(csv.DictReader(f)) == issued
+    code = issued[7]["code"]
+    folder = tmp_path / "s07"
+    folder.mkdir()
+    assert main(["--folder", str(folder), "start", "--code", "X" + code[1:]]) == 2   # a typo
+    assert main(["start", "--code", code.lower(), "--folder", str(folder)]) == 0
+    data = json.loads((folder / checker.SEED_FILE).read_text(encoding="utf-8"))
+    assert data["code"] == code and data["seed"] == int(issued[7]["seed"])
+    assert main(["--folder", str(folder), "start", "--code", code]) == 0     # set once
+    students, _ = gradebook.submissions_of(tmp_path, gradebook.read_roster(roster),
+                                           gradebook.read_secret(secret))
+    graded = next(g for g in students if g.student_id == "s07")
+    assert graded.seed == data["seed"] and graded.flags == []      # the variant grade checks
+    assert exercises.variant(13, folder) == checker.own_variant(COURSE[12], 13, graded.seed)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("student_id,name\ns1,A\ns1,B\n", encoding="utf-8")
+    assert main(["roster", str(bad)]) == 2 and "repeated" in capsys.readouterr().err
+
+
+def test_points_score_missing_rows_zero_and_never_shrink_the_total():
+    rows = lambda verdicts: [checker.Row("c", "t", "", "", None, None, v) for v in verdicts]  # noqa: E731
+    results = [checker.Result(n, e, None, "failing", rows(["ok"] * ROWS[n - 1]))
+               for n, e in NUMBERED]
+    g = gradebook.Graded("s", "S", Path("."), 1, results)
+    assert g.total == MAX_POINTS == sum(p for p, e in zip(POINTS, COURSE) if not e.optional)
+    g.results[0] = checker.Result(1, COURSE[0], None, "failing", rows(["ERROR"]))  # import
+    g.results[1] = checker.Result(2, COURSE[1], None, "failing", rows(["ok"]))     # early end
+    g.results[2] = checker.Result(3, COURSE[2], None, "missing")
+    g.results[3] = checker.Result(4, COURSE[3], None, "failing", rows(["ok"] * 99))  # capped
+    assert g.points(1) == 0 and g.points(2) == POINTS[1] / ROWS[1] and g.points(3) == 0
+    assert g.points(4) == POINTS[3]
+    assert g.total == MAX_POINTS - POINTS[0] - POINTS[1] + POINTS[1] / ROWS[1] - POINTS[2]
+
+
+def frozen_on(number, seed):
+    """A solution of exercise `number` written for the variant of `seed`: every function that
+    takes the variant ignores it and uses that one."""
+    chosen = checker.own_variant(COURSE[number - 1], number, seed)
+    return solution(number) + (
+        f"\n\nimport functools as _f\n_THEIRS = {chosen!r}\n"
+        f"own_rank_for_exact = (lambda _g: _f.wraps(_g)(lambda variant: _g(_THEIRS)))"
+        f"(own_rank_for_exact)\n")
+
+
+@needs_solutions
+def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tmp_path, capsys,
+                                                                             monkeypatch):
+    # s1 solved (every exercise: each has exactly ROWS rows), s2 hands in s1's student.json
+    # with a generic ex06 and an ex13 written for s1's variant, s3 empty, s4 hostile (a
+    # loop, an os._exit), s5 on the roster without a folder, "stranger" on no roster row.
+    from exercises.checks.ex13_higher_rank import exact_rank_truth
+    import numpy as np
+    secret = tmp_path / "class.secret"
+    secret.write_bytes(SECRET)
+    truth = lambda sid: exact_rank_truth(checker.own_variant(      # noqa: E731
+        COURSE[12], 13, gradebook.seed_of(gradebook.code_of(SECRET, sid))), np.random.default_rng(0))
+    first = "s1"
+    second = next(f"t{k}" for k in range(100) if truth(f"t{k}") != truth(first))
+    ids = [first, second, "s3", "s4", "s5"]
+    roster = write_roster(tmp_path / "class.csv", ids)
+    subs = tmp_path / "subs"
+    for sid in ids[:4] + ["stranger"]:
+        (subs / sid).mkdir(parents=True)
+    for number, _ in NUMBERED:
+        (subs / first / name(number)).write_text(solution(number), encoding="utf-8")
+    assert main(["--folder", str(subs / first), "start", "--code",
+                 gradebook.code_of(SECRET, first)]) == 0
+    (subs / second / checker.SEED_FILE).write_bytes((subs / first / checker.SEED_FILE).read_bytes())
+    (subs / second / name(6)).write_text(solution(6), encoding="utf-8")
+    (subs / second / name(13)).write_text(frozen_on(13, gradebook.seed_of(
+        gradebook.code_of(SECRET, first))), encoding="utf-8")
+    (subs / "s4" / name(1)).write_text(solution(1) + "\ndef top_key(x, K):\n    while True:\n"
+                                       "        pass\n", encoding="utf-8")
+    (subs / "s4" / name(2)).write_text("import os\nos._exit(3)\n", encoding="utf-8")
+    graded, grade_class = [], gradebook.grade_class                # kept, to count rows
+    monkeypatch.setattr(gradebook, "grade_class", lambda *a: graded.extend(grade_class(*a)))
+    capsys.readouterr()
+    out_csv = tmp_path / "grades.csv"
+    assert main(["grade", str(subs), "--csv", str(out_csv), "--roster", str(roster),
+                 "--feedback", str(tmp_path / "feedback"), "--format", "canvas",
+                 "--time-limit", "3"]) == 0        # torch imports within 3 s
+    printed = capsys.readouterr()
+    assert "4 students graded" in printed.out and "stranger" in printed.err
+
+    with open(out_csv, encoding="utf-8", newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == gradebook.columns() and table[0][:4] == [
+        "student_id", "name", "total_points", "max_points"] and table[0][-2:] == [
+        "flags", "capstone_reasoning"]
+    grades = {row[0]: dict(zip(table[0], row)) for row in table[1:]}
+    assert list(grades) == ids and {g["max_points"] for g in grades.values()} == {"200"}
+    for g in grades.values():                                      # the total: 1 to 19
+        assert float(g["total_points"]) == pytest.approx(sum(
+            float(g[f"ex{n:02d}_points"]) for n, e in NUMBERED if not e.optional), abs=0.1)
+    s1, s2, s3, s4, s5 = grades.values()
+    assert float(s1["total_points"]) >= MAX_POINTS - 7   # a busy machine may fail a timed cost row
+    assert [len(r.rows) for r in graded[0].results] == ROWS[:19] + [ROWS[19] if HAS_TORCH else 1]
+    assert s1["ex01_points"] == "5" and s1["ex13_points"] == "10" and s1["flags"] == ""
+    assert s1["ex20_status"] == ("done" if HAS_TORCH else "skipped")
+    assert s2["ex06_points"] == "10" and float(s2["ex13_points"]) < 10      # its own variant
+    own = "own_rank_for_exact, your unit"                          # against the one it was
+    theirs = checker.run_exercise(13, COURSE[12], subs / second)   # written for: passes
+    assert next(r.verdict for r in theirs.rows if r.check == own) == "ok"
+    assert next(r.verdict for r in graded[1].results[12].rows if r.check == own) == "WRONG"
+    assert "roster mismatch" in s2["flags"] and s2["ex06_status"] == "done"
+    assert s3["total_points"] == "0" and "no code" in s3["flags"]
+    assert float(s4["ex01_points"]) < 5 and "ex01 " in s4["flags"] and "time-out" in s4["flags"]
+    assert s4["ex02_points"] == "0" and s4["ex02_status"] == "failing"
+    assert s5["total_points"] == "0" and "no folder" in s5["flags"]
+    assert "stranger" not in grades
+
+    with open(tmp_path / "grades-canvas.csv", encoding="utf-8", newline="") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                         "bilinear-numpy exercises"]
+    assert [row[2] for row in canvas[1:]] == ids and canvas[1][5] == s1["total_points"]
+
+    for sid in ids:                                                 # nothing of another's
+        text = (tmp_path / "feedback" / f"{sid}.md").read_text(encoding="utf-8")
+        assert f"({sid})" in text and f"{grades[sid]['total_points']} of 200 points" in text
+        assert not any(f"Name of {other}" in text for other in ids if other != sid)
+    s2_text = (tmp_path / "feedback" / f"{second}.md").read_text(encoding="utf-8")
+    assert "Hint: " in s2_text and "| WRONG |" in s2_text and "own_rank_for_exact" in s2_text
+
+    sheet = (tmp_path / "grades-review.md").read_text(encoding="utf-8")
+    assert all(f"## {sid}: Name of {sid}" in sheet for sid in ids)
+    mine = sheet[sheet.index(f"## {first}:"):sheet.index(f"## {second}:")]
+    assert "| exchange | True | 0.0e+00 | True | yes | The gate" in mine
+    assert "symmetric-gate" in mine and sheet.count("| parity |") == 1
+
+
+@needs_solutions
+def test_each_solution_has_its_rows_for_another_seed():
+    # With test_a_class...'s s1, two seeds; exercises with a variant and no timed row.
+    folder = checker.SOLUTIONS_FOLDER
+    numbers = [6, 7, 8, 11, 12, 13, 16, 17, 18]
+    found = [r for results in checker.parallel(checker.check_job, [
+        (numbers[k::2], folder, 10, None, 4242) for k in (0, 1)]) for r in results]
+    found.sort(key=lambda r: r.number)
+    assert [len(r.rows) for r in found] == [ROWS[n - 1] for n in numbers]
+    assert all(r.status == "done" for r in found), [r.first_failure for r in found]
+
+
+def test_grade_and_handout_print_their_own_help_and_one_student_is_singular(tmp_path, capsys):
+    for command, own, other in (("grade", "--roster", "--hint"), ("handout", "DIR", "--csv")):
+        with pytest.raises(SystemExit) as stop:
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert stop.value.code == 0 and own in text and other not in text, text
+    (tmp_path / "subs" / "only").mkdir(parents=True)
+    assert main(["grade", str(tmp_path / "subs"), "--csv", str(tmp_path / "g.csv")]) == 0
+    assert "\n1 student graded in " in capsys.readouterr().out
+
+
+def test_suggestions_name_the_folder_and_in_a_notebook_the_call(tmp_path, capsys, monkeypatch):
+    assert main(["--folder", str(tmp_path)]) == 1                   # the progress
+    assert f"Next: python -m exercises check 1 --folder {tmp_path}" in capsys.readouterr().out
+    if checker.SOLUTIONS_FOLDER.is_dir():
+        (tmp_path / name(1)).write_text(make_stub(solution(1)), encoding="utf-8")
+        assert main(["check", "1", "--folder", str(tmp_path)]) == 1
+        assert (f"More: python -m exercises check 1 --hint 2 --folder {tmp_path}"
+                in capsys.readouterr().out)
+        kernel = types.SimpleNamespace(get_ipython=lambda: object())   # as in a notebook
+        monkeypatch.setitem(sys.modules, "IPython", kernel)
+        assert exercises.check(1, "--folder", tmp_path) is None        # no 0 or 1 shown
+        assert (f'More: exercises.check(1, "--hint", "2", "--folder", "{tmp_path}")'
+                in capsys.readouterr().out)
+        monkeypatch.delitem(sys.modules, "IPython")
+        assert exercises.check(1, "--folder", tmp_path) == 1           # a script: the status
+
+
+def test_the_course_page_states_the_points_rows_and_columns():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "course.md").read_text("utf-8")
+    line = lambda label: page.split(f"\n| {label} | ")[1].split("\n")[0].split(" | ")  # noqa: E731
+    assert [int(p) for p in line("points")[:19]] == POINTS[:19]
+    assert int(line("points")[19]) == MAX_POINTS and int(line("points")[20].strip(" |")) == POINTS[19]
+    assert [int(r) for r in line("rows")[:19]] == ROWS[:19] and line("rows")[20].startswith(
+        str(ROWS[19]))
+    for column in ("student_id", "name", "total_points", "max_points", "ex01_points",
+                   "exNN_status", "exNN_file", "exNN_seconds", "flags", "capstone_reasoning"):
+        assert f"`{column}`" in page, column
