@@ -27,8 +27,7 @@ def variant(rng):
 
 
 def fd_jacobian(outputs, params, step=1e-3):
-    """J (outputs, P) of outputs(params) -> a flat array, by fourth-order central differences
-    in each entry of the parameters, joined in the dict's order."""
+    """J (outputs, P) of outputs(params) -> a flat array: fourth-order central differences."""
     theta = np.concatenate([a.ravel() for a in params.values()])
     splits = np.cumsum([a.size for a in params.values()])[:-1]
 
@@ -45,18 +44,14 @@ def module_jacobian(name, act, x, params):
 
 
 def null_count(J):
-    """P − rank J (singular values above 1e-7 of the largest); None when one lies between
-    1e-10 and 1e-5 of it (the rank is then unclear)."""
-    rel = np.linalg.svd(J, compute_uv=False)
-    rel = rel / rel[0]
+    """P − rank J (singular values above 1e-7 of the largest); None if one is in 1e-10..1e-5."""
+    rel = np.linalg.svd(J / np.linalg.norm(J, 2), compute_uv=False)   # the largest is 1
     return None if np.any((rel > 1e-10) & (rel < 1e-5)) else J.shape[1] - int(np.sum(rel > 1e-7))
 
 
 COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
                "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
                "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}
-
-
 COUNT_D, COUNT_D_OUT = 4, 2
 
 
