@@ -81,7 +81,7 @@ def encode(value, keep=None):
     if isinstance(value, int):
         return value if abs(value) < 2 ** 53 else {"int": str(value)}
     if isinstance(value, float):
-        return value if np.isfinite(value) else {"float": repr(value)}
+        return float(value) if np.isfinite(value) else {"float": repr(float(value))}
     if isinstance(value, complex):
         return {"complex": [encode(value.real), encode(value.imag)]}
     if isinstance(value, np.generic) and value.dtype.kind in "biufc":
