@@ -1096,4 +1096,4 @@ def test_the_torch_port_catches_a_numpy_detour_and_a_swapped_gradient(tmp_path):
             assert "torch_forward: y vs your NumPy y" not in bad and any("autograd" in b for b in bad)
         else:
             assert {"dQ by HandBackward vs your NumPy dQ", "dK by HandBackward vs your NumPy dK",
-                    "torch.autograd.gradcheck(HandBackward)"} <= bad, bad
+                    "HandBackward vs differences of its own forward"} <= bad, bad
