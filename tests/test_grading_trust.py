@@ -467,7 +467,6 @@ def test_values_cross_as_data_and_come_back_the_same():
 
 
 def test_a_run_that_diverges_in_both_is_the_same_result_and_nowhere_else():
-    import numpy as np
     nan, inf = float("nan"), float("inf")
     assert checker.compare_close([nan, 1.0, inf], [nan, 1.0, inf], 1e-10)[0] == "ok"
     for got in ([2.0, 1.0, inf], [nan, 1.0, -inf], [nan, 1.5, inf], [nan, nan, inf]):
