@@ -83,10 +83,14 @@ def read_secret(path):
 def read_roster(path):
     """[{"student_id", "name", and the row's other columns, lower-cased}] of a roster CSV
     whose header has student_id (or a Canvas export's "SIS User ID") and name (or
-    "Student"); ValueError for a missing column, a bad or repeated id."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
-                for row in csv.DictReader(f)]
+    "Student"); ValueError for a file that cannot be read, a missing column, a bad or
+    repeated id."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
+                    for row in csv.DictReader(f)]
+    except OSError as error:                              # one line: the file and the cause
+        raise ValueError(f"the roster {path} cannot be read: {error.strerror}") from None
     key = lambda *names: next((n for n in names if rows and n in rows[0]), None)  # noqa: E731
     id_key, name_key = key("student_id", "sis user id"), key("name", "student")
     if not rows or id_key is None or name_key is None:
