@@ -1,14 +1,16 @@
-"""The checker: rows, the child that answers and the parent that judges, and what the rows
-tell the student (the design, step by step: the docstring of exercises/__init__.py)."""
+"""The checker: rows, the session whose child answers, the checks that judge here, and what the
+rows tell the student (the design, step by step: the docstring of exercises/__init__.py)."""
 
 from __future__ import annotations
 
 import builtins
 import functools
+import json
 import os
 import queue
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,14 +37,10 @@ WHEN_GRADED = "when graded"                        # a reading answer's row in a
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise, read from its file of checks (exercises/checks/exNN_slug.py): slug
-    (the file's topic), title (one line), check (function(Checks) adding the rows), writes
-    (bn names the exercise asks the student to write: calling one is an ERROR row),
-    diagnose (function(rows) -> [(point, slip)] read from which rows fail together),
-    variant (function(rng) -> the student's own problem, a dict whose "y" says it in one
-    line), hints ({topic or "general": [level 1, 2, 3]}, and "formulas" for a backward
-    pass), optional (counted apart from the course)."""
-
+    """One exercise, from its exercises/checks/exNN_slug.py: TITLE, check(c) (adds the rows),
+    WRITES (the bn names it asks the student to write), diagnose(rows) -> [(point, slip)],
+    variant(rng) -> the student's own problem (a dict; its "y" says it in one line), HINTS
+    ({topic: [level 1, 2, 3]}, and "formulas" for a backward pass), OPTIONAL."""
     slug: str
     title: str
     check: Callable
@@ -59,18 +57,16 @@ def file_name(number, exercise):
 
 @dataclass
 class Row:
-    """One check. verdict: `ok` when a comparison ran and passed (never otherwise), `WRONG`
-    when it ran and failed, `ERROR` when the student's code raised, exited, ended its process
-    or called the bn function it is asked to write, `TIMEOUT` past the time limit, `TODO`
-    while the code raises NotImplementedError or an answer is None, `SKIPPED` when what an
-    optional exercise needs is not installed."""
+    """One check. verdict: ok (compared and passed, never otherwise), WRONG (compared and
+    failed), ERROR (the code raised, exited, or called what it is asked to write), TIMEOUT,
+    TODO (NotImplementedError, or an answer still None), SKIPPED (a package is missing)."""
     check: str
     topic: str            # the student's function or answer (a key of the hints)
     expected: str
     got: str
     max_diff: float | None
     rel_err: float | None
-    verdict: str          # ok, WRONG, ERROR, TIMEOUT, TODO, SKIPPED
+    verdict: str
     message: str = ""     # what the row tells the student (the shape/value diagnosis)
     point: str = ""       # a recognised slip: where to look (hint level 1)
     slip: str = ""        # ... and the slip named (hint level 2)
@@ -78,13 +74,14 @@ class Row:
 
 @dataclass
 class Result:
+    """One exercise checked; status: done, failing, not started, skipped or missing."""
     number: int
     exercise: Exercise
     path: Path | None     # the file graded (None: neither exNN.py nor exNN.ipynb)
-    status: str           # done, failing, not started, skipped, missing
+    status: str
     rows: list = field(default_factory=list)
     note: str = ""        # which file was graded and why
-    variant: str = ""     # the student's own variant, when the exercise draws one
+    variant: str = ""     # the student's own variant, in one line
     seconds: float = 0.0
     notes: dict = field(default_factory=dict)   # what the checks kept for a person to read
 
@@ -98,14 +95,12 @@ class Result:
 
 
 def status_of(rows):
-    """All ok: "done"; all TODO: "not started"; all SKIPPED: "skipped"; else (or no row)
-    "failing"."""
-    verdicts = {row.verdict for row in rows}
+    """All ok: done; all TODO: not started; all SKIPPED: skipped; else (or no row) failing."""
     return {frozenset({"ok"}): "done", frozenset({"TODO"}): "not started",
-            frozenset({"SKIPPED"}): "skipped"}.get(frozenset(verdicts), "failing")
+            frozenset({"SKIPPED"}): "skipped"}.get(frozenset(r.verdict for r in rows), "failing")
 
 
-# ----- Values shown and compared -------------------------------------------------------
+# ----- Values shown and compared -------------------------------------------------------------
 
 
 def describe(value, width=18):
@@ -177,8 +172,7 @@ def compare_close(expected, got, tol):
         return ("WRONG", describe(array), None, None,
                 f"shape {array.shape}, expected {expected.shape}" + (f": {why}" if why else ""))
     same = (np.isnan(expected) & np.isnan(array)) | (np.isinf(expected) & (array == expected))
-    if same.any():                       # a run that diverges in both: the same result there
-        expected, array = np.where(same, 0.0, expected), np.where(same, 0.0, array)
+    expected, array = np.where(same, 0.0, expected), np.where(same, 0.0, array)
     diff = float(np.max(np.abs(array - expected), initial=0.0))
     rel = bn.rel_error(expected, array)                   # inf for NaN or inf: never a pass
     if rel <= tol:
@@ -193,15 +187,13 @@ def compare_close(expected, got, tol):
 def same_value(expected, got):
     """Equality with types: True is not 1, "1" is not 1, containers compared alike; an int
     is accepted for a float, a list or tuple (without repeats) for a set."""
-    boolean = (bool, np.bool_)
+    boolean, numbers = (bool, np.bool_), (int, float, np.integer, np.floating)
     if isinstance(expected, boolean) or isinstance(got, boolean):
-        return (isinstance(expected, boolean) and isinstance(got, boolean)
-                and bool(got) == bool(expected))
+        return isinstance(expected, boolean) and isinstance(got, boolean) and got == expected
     if isinstance(expected, (int, np.integer)):
         return isinstance(got, (int, np.integer)) and int(got) == int(expected)
     if isinstance(expected, (float, np.floating)):
-        return (isinstance(got, (int, float, np.integer, np.floating))
-                and float(got) == float(expected))
+        return isinstance(got, numbers) and float(got) == float(expected)
     if isinstance(expected, str):
         return isinstance(got, str) and got == expected
     if isinstance(expected, (set, frozenset)):
@@ -218,23 +210,18 @@ def same_value(expected, got):
 
 
 def compare_equal(expected, got, hidden=False):
-    """Exact equality, types included (same_value); the tuple of compare_close. hidden: the
+    """Exact equality, types included (same_value): compare_close's tuple. hidden: the
     message does not show the expected value (a prediction's truth would give it away)."""
     try:
-        same = same_value(expected, got)
-    except Exception:                                     # e.g. an unhashable element
-        same = False
-    if same:
-        return "ok", describe(got), None, None, ""
+        if same_value(expected, got):
+            return "ok", describe(got), None, None, ""
+    except Exception:                                     # noqa: BLE001 -- e.g. unhashable
+        pass
     why = ""
     if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
         why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
-    if hidden:
-        message = "not the answer" + why
-    elif got is None:
-        message = "got None: is a `return` missing?"
-    else:
-        message = f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}"
+    message = ("not the answer" + why if hidden else "got None: is a `return` missing?"
+               if got is None else f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
     return "WRONG", describe(got), None, None, message
 
 
@@ -263,45 +250,41 @@ def variant_text(exercise, number, seed):
     return f"{chosen['y']}   ({ {k: v for k, v in chosen.items() if k != 'y'} })"
 
 
-# ----- What the student's code did, as the checker learns it ------------------------------
+# ----- The session: the child of one submission, as the checker sees it ----------------------
 
 
 class StudentError(Exception):
-    """The student's code raised (the child's report): `where` is the line of their file."""
+    """What the student's code raised (the child's report); `where`: the line of their file."""
     where = ""
 
 
 class Refused(StudentError):
-    """The student's code called a function it is asked to write, or replaced a library name."""
+    """The code called a function it is asked to write, or replaced a library name."""
 
 
 class TimedOut(StudentError):
-    """The student's code did not return within the time limit (the child was ended)."""
+    """The code did not return within the time limit (the child was ended)."""
 
 
 class Ended(StudentError):
     """The child's process ended (os._exit, a crash) before it replied."""
 
 
-BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
-    "ValueError", "TypeError", "KeyError", "IndexError", "NameError", "AttributeError",
-    "ZeroDivisionError", "NotImplementedError", "ArithmeticError", "LookupError",
-    "RuntimeError", "AssertionError", "FileNotFoundError", "OSError", "ImportError",
-    "ModuleNotFoundError", "RecursionError", "OverflowError", "FloatingPointError",
-    "UnboundLocalError", "StopIteration", "MemoryError")}
+MIMICKED = ("ValueError TypeError KeyError IndexError NameError AttributeError ZeroDivisionError "
+            "NotImplementedError ArithmeticError LookupError RuntimeError AssertionError "
+            "FileNotFoundError OSError ImportError ModuleNotFoundError RecursionError "
+            "OverflowError FloatingPointError UnboundLocalError StopIteration MemoryError").split()
 
 
 def student_error(report, path):
-    """The exception the checker raises for the child's report of what the code raised: of
-    the first builtin type among the student's exception's classes (so a check can catch a
-    ValueError the code raised), marked StudentError, its text as the student sees it."""
+    """The child's report as an exception of the first builtin type among the student's
+    exception's classes (MIMICKED: a check can catch the ValueError the code raised), marked
+    StudentError, its message as the student sees it."""
     names = [str(n) for n in report.get("types", [])] or ["Exception"]
-    message = str(report.get("message", ""))
-    if names[0] == "SystemExit":
-        message = "your code called sys.exit() or exit(): return a value instead"
-    elif names[0] == "KeyboardInterrupt":
-        message = "raised KeyboardInterrupt (or Ctrl-C was pressed)"
-    base = next((BUILTIN_ERRORS[n] for n in names if BUILTIN_ERRORS.get(n)), Exception)
+    message = {"SystemExit": "your code called sys.exit() or exit(): return a value instead",
+               "KeyboardInterrupt": "raised KeyboardInterrupt (or Ctrl-C was pressed)"}.get(
+        names[0], str(report.get("message", "")))
+    base = next((getattr(builtins, n) for n in names if n in MIMICKED), Exception)
     error = type(names[0], (StudentError, base), {})(message)
     line = report.get("line")
     error.where = f" ({Path(path).name}, line {line})" if path and line else ""
@@ -315,30 +298,41 @@ def exception_message(error):
     return f"{type(error).__name__}: {error}{getattr(error, 'where', '')}"
 
 
+def read_replies(stream, replies):
+    """The reader thread of a child: its frames into `replies`, until the pipe ends (the error
+    is the last item). A child that floods the pipe waits on the full queue."""
+    while True:
+        try:
+            item = protocol.receive(stream)
+        except (EOFError, OSError, ValueError, protocol.ProtocolError) as error:
+            item = error
+        replies.put(item)
+        if isinstance(item, Exception):
+            return
+
+
 class Session:
-    """The child of one submission: started at the first request (a fresh scratch folder,
-    the course and the submission copied in), given one exercise's file at a time (use),
-    started again after a time-out or an end, ended by finish(). Requests wait at most
-    `seconds` (0: no limit)."""
+    """The child of one submission (its snapshot, {name: bytes}): started at the first
+    request in a fresh scratch folder, given one exercise's file at a time (use), started
+    again after a time-out or an end, ended by finish(). Requests wait at most `seconds`."""
 
     def __init__(self, submission, seconds):
         self.submission, self.seconds = submission, seconds
         self.proc = self.scratch = self.shared = self.path = None
-        self.ids, self.imported = 0, None       # imported: None, False, or the import's error
+        self.ids, self.imported = 0, None       # imported: None (not yet), False, or its error
 
     def use(self, exercise, path):
-        """From now on the requests are about `exercise`, whose file is `path`."""
         self.exercise, self.path, self.imported = exercise, Path(path), None
 
     def folder(self):
-        """A folder for files the checker writes and the student's code reads (read-only
-        to it), the same for every child of this session."""
+        """A folder for files the checks write for the student's code to read (read-only to
+        it), the same for every child of this session."""
         if self.shared is None:
             self.shared = Path(tempfile.mkdtemp(prefix="exercises-files-"))
         return self.shared
 
     def start(self):
-        self.scratch = sandbox.new_scratch()
+        self.scratch, self.imported = sandbox.new_scratch(), None
         sandbox.write_files(self.scratch / "submission", self.submission)
         work = self.scratch / "work"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -349,53 +343,23 @@ class Session:
                 f"from exercises.child import main; main(sys.argv[1:])")
         argv = [sys.executable, "-c", code, str(self.seconds), str(work / "trace.txt")]
         self.proc = sandbox.start(argv, self.scratch, env, self.folder())
-        self.replies = queue.Queue(maxsize=2)   # a child that floods the pipe waits on it
-        threading.Thread(target=self.read_replies, args=(self.proc.stdout, self.replies),
+        self.replies = queue.Queue(maxsize=2)
+        threading.Thread(target=read_replies, args=(self.proc.stdout, self.replies),
                          daemon=True).start()
 
-    def load(self):
-        """Import the exercise's file in the child (once per child): False, or its error."""
-        try:
-            reply = self.exchange({"op": "import", "writes": list(self.exercise.writes),
-                                   "path": str(self.scratch / "submission" / self.path.name)})
-        except StudentError as error:             # the import timed out or ended the child
-            self.imported = error
-            raise
-        self.imported = (Refused(str(reply["refused"])[:300]) if "refused" in reply else
-                         student_error(reply["error"], self.path) if "error" in reply else False)
-
-    @staticmethod
-    def read_replies(stream, replies):
-        """The reader thread: the child's frames, one at a time, until the pipe ends (or its
-        frames stop being read: the session closed)."""
-        item = None
-        while not isinstance(item, Exception):
-            try:
-                item = protocol.receive(stream)
-            except (EOFError, OSError, ValueError, protocol.ProtocolError) as error:
-                item = error
-            for _ in range(100):                  # 10 s: then nobody reads any more
-                try:
-                    replies.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            else:
-                return
-
     def exchange(self, request):
-        """Send one request; its reply (a dict), or TimedOut or Ended raised (and the child
-        ended, to be started again at the next request)."""
+        """Send one request: its reply (a dict), or TimedOut or Ended raised (the child is
+        ended then, to start again at the next request)."""
         self.ids += 1
         try:
             protocol.send(self.proc.stdin, request | {"id": self.ids})
         except (OSError, ValueError):
             pass                                  # the child is gone: its end says why
-        deadline = time.monotonic() + self.seconds + GRACE if self.seconds > 0 else None
+        deadline = time.monotonic() + self.seconds + GRACE
         while True:
             try:
-                left = None if deadline is None else max(deadline - time.monotonic(), 0)
-                reply = self.replies.get(timeout=left)
+                reply = self.replies.get(timeout=max(deadline - time.monotonic(), 0)
+                                         if self.seconds > 0 else None)
             except queue.Empty:
                 where = self.trace_line()
                 self.close()
@@ -404,7 +368,7 @@ class Session:
             if isinstance(reply, Exception):
                 try:
                     code = self.proc.wait(timeout=5)
-                except Exception:                 # noqa: BLE001 -- still running: no status
+                except subprocess.TimeoutExpired:     # the pipe closed, the process lives on
                     code = None
                 self.close()
                 raise Ended(f"the process ended (exit status {code}): does your code call "
@@ -415,8 +379,7 @@ class Session:
     def trace_line(self):
         """' (line N of exNN.py)': where the code was at the time limit, from its trace."""
         try:
-            stack = (self.scratch / "work" / "trace.txt").read_text(encoding="utf-8",
-                                                                     errors="replace")
+            stack = (self.scratch / "work" / "trace.txt").read_text("utf-8", errors="replace")
         except OSError:
             return ""
         lines = [n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
@@ -424,30 +387,43 @@ class Session:
         return f" (line {lines[0]} of {self.path.name})" if lines else ""
 
     def request(self, op, **fields):
-        """The value the child returns for one request (decoded data, Opaque for the rest);
-        the student's exception re-raised as StudentError, Refused, TimedOut or Ended."""
+        """The value the child returns for one request (data, or an Opaque), after starting
+        the child and importing the exercise's file when they are not yet; what the code
+        raised comes back raised as a StudentError (Refused, TimedOut, Ended)."""
         if self.imported:
             raise self.imported
         if self.proc is None:
             self.start()
-            self.imported = None
         if self.imported is None:
-            self.load()
+            try:
+                reply = self.exchange({"op": "import", "writes": list(self.exercise.writes),
+                                       "path": str(self.scratch / "submission" / self.path.name)})
+            except StudentError as error:         # the import timed out, or ended the child
+                self.imported = error
+                raise
+            self.imported = self.refusal(reply) or False
         if self.imported:
             raise self.imported
         reply = self.exchange({"op": op} | fields)
-        if "refused" in reply:
-            raise Refused(str(reply["refused"])[:300])
-        if "error" in reply:
-            raise student_error(reply["error"] if isinstance(reply["error"], dict) else {},
-                                self.path)
+        if self.refusal(reply):
+            raise self.refusal(reply)
         try:
             value = protocol.decode(reply.get("value"))
             return (value, protocol.decode(reply["args"])) if fields.get("args_back") else value
         except (protocol.ProtocolError, ValueError, TypeError, KeyError, RecursionError) as error:
             raise StudentError(f"what your code returned could not be read: {error}") from None
 
+    def refusal(self, reply):
+        """The StudentError of a reply that refused or reported an error, else None."""
+        if "refused" in reply:
+            return Refused(str(reply["refused"])[:300])
+        if "error" in reply:
+            error = reply["error"]
+            return student_error(error if isinstance(error, dict) else {}, self.path)
+        return None
+
     def close(self):
+        """End the child (and all it started) and remove its scratch folder."""
         if self.proc is not None:
             sandbox.end(self.proc)
             for stream in (self.proc.stdin, self.proc.stdout):
@@ -456,24 +432,24 @@ class Session:
                 except OSError:
                     pass
             self.proc = None
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-            self.scratch = None
+            while not self.replies.empty():       # the reader thread, if it waits, ends
+                self.replies.get_nowait()
+        shutil.rmtree(self.scratch or "", ignore_errors=True)
+        self.scratch = None
 
     def finish(self):
-        """close(), and the shared folder removed."""
         self.close()
-        if self.shared is not None:
-            shutil.rmtree(self.shared, ignore_errors=True)
-            self.shared = None
+        shutil.rmtree(self.shared or "", ignore_errors=True)
+        self.shared = None
 
 
-# ----- The object a check function fills -------------------------------------------------
+# ----- The object a check function fills ----------------------------------------------------
 
 
-def load_answers():
+@functools.lru_cache(maxsize=None)
+def answers():
     """{exercise number: {name: truth}} of the reading questions, from beside the solutions
-    (exercises/solutions/answers.py), or None where there are none (a handout)."""
+    (exercises/solutions/answers.py), or None in a handout. Read once, before any child."""
     path = SOLUTIONS_FOLDER / "answers.py"
     if not path.is_file():
         return None
@@ -482,18 +458,14 @@ def load_answers():
     return namespace["ANSWERS"]
 
 
-@functools.lru_cache(maxsize=None)
-def answers():
-    """load_answers(), once: read before the first child starts (the command line reads it
-    before its worker processes fork, so that no child can have changed the file)."""
-    return load_answers()
+load_answers = answers.__wrapped__                 # the file read afresh (tests)
 
 
 class Checks:
-    """`c`, what a check function gets: the methods that add rows (close, equal, predicted,
-    reading, holds, skip) around requests to the student's code (call, answer, run), which
-    the session's child answers. Every truth and verdict is made here. `seed` draws c.rng
-    and c.variant; `answers`: the reading questions' truths, None in a handout."""
+    """`c`, what a check function gets: the row methods (close, equal, predicted, reading,
+    holds, skip) around the requests to the student's code (call, answer, run, fetch), which
+    the session's child answers. Every truth and verdict is made here. `seed` draws c.rng and
+    c.variant; `answers`: the reading questions' truths, None in a handout."""
 
     def __init__(self, session, exercise, number, seed=0, answers=None):
         self.session, self.exercise, self.number, self.seed = session, exercise, number, seed
@@ -504,30 +476,27 @@ class Checks:
         return np.random.default_rng([self.seed, self.number, *labels])
 
     def variant(self):
-        """The student's own variant (the exercise's `variant` drawn from their seed): a dict."""
         return own_variant(self.exercise, self.number, self.seed)
 
     def student(self, name):
-        """The student's function `name` as an argument (resolved in the child) or, called
-        here, a call of it across the pipe."""
+        """The student's function `name`: an argument resolved in the child, or called here,
+        a call of it across the pipe."""
         return protocol.Student(name, self.call)
 
     def call(self, name, *args, keep=False, args_back=False, **kwargs):
-        """The student's function `name` on the arguments (data, Named or Student; sent, so
-        nothing handed over comes back changed). keep: the child keeps the value and an
-        Opaque comes back; args_back: (value, the arguments as the call left them)."""
+        """The student's function `name` on data (or Named, Student) arguments. keep: the child
+        keeps the value, an Opaque comes back; args_back: (value, the arguments after)."""
         return self.session.request("call", target=name, args=protocol.encode(args),
                                     kwargs=protocol.encode(kwargs), keep=keep,
                                     args_back=args_back)
 
     def run(self, fn, *args, keep=False, **kwargs):
-        """fn(*args, **kwargs) in the child, fn a function of the course that calls the
-        student's code (given as Student arguments), sent by its name: what it returns."""
+        """fn(*args, **kwargs) in the child: fn a function of the course (sent by its name)
+        that calls the student's code, given as Student arguments."""
         return self.session.request("run", fn=protocol.encode(fn), args=protocol.encode(args),
                                     kwargs=protocol.encode(kwargs), keep=keep)
 
     def folder(self):
-        """A folder for files the checker writes for the student's code to read: a Path."""
         return self.session.folder()
 
     def fetch(self, kept):
@@ -541,94 +510,83 @@ class Checks:
             raise NotImplementedError(f"{name} is still None")
         return value
 
-    def _add(self, row):
-        self.rows.append(row)
-
     def note(self, key, value):
-        """Keep `value` (text, or data the student's code returned) in the result's notes,
-        for an instructor to read (the capstone's reasons, say)."""
+        """Keep `value` in the result's notes, for an instructor to read."""
         self.notes[key] = value
 
     def row(self, check, topic, expected, got_fn, compare, mistakes=None):
-        """One row: got_fn() (which asks the student's code) compared by compare(got)."""
-        shown = expected if expected is HIDDEN or expected is WHEN_GRADED else describe(expected)
+        """One row: got_fn() (which asks the student's code) judged by compare(got)."""
+        hidden = expected is HIDDEN or expected is WHEN_GRADED         # not an array's ==
+        shown = expected if hidden else describe(expected)
+        failed = lambda verdict, got, text: self.rows.append(   # noqa: E731
+            Row(check, topic, shown, got, None, None, verdict, text))
         if topic in self.stuck:
-            return self._add(Row(check, topic, shown, "not run", None, None, "TIMEOUT",
-                                 f"not run: {topic} did not return in an earlier check"))
+            return failed("TIMEOUT", "not run", f"not run: {topic} did not return in an "
+                          f"earlier check")
         try:
             got = got_fn()
         except NotImplementedError as error:
-            return self._add(Row(check, topic, shown, "not written", None, None, "TODO",
-                                 str(error) or f"{topic}: not written yet"))
+            return failed("TODO", "not written", str(error) or f"{topic}: not written yet")
         except TimedOut as error:
             self.stuck.add(topic)
-            return self._add(Row(check, topic, shown, "timeout", None, None, "TIMEOUT",
-                                 f"TIMEOUT: {error}"))
+            return failed("TIMEOUT", "timeout", f"TIMEOUT: {error}")
         except StudentError as error:
-            return self._add(Row(check, topic, shown, "raised", None, None, "ERROR",
-                                 exception_message(error)))
+            return failed("ERROR", "raised", exception_message(error))
         except Exception as error:                # the checks could not use what came back
-            return self._add(Row(check, topic, shown, "unusable", None, None, "WRONG",
-                                 f"{type(error).__name__}: {error}"))
+            return failed("WRONG", "unusable", f"{type(error).__name__}: {error}")
         try:
             verdict, got_text, diff, rel, message = compare(got)
         except Exception as error:                        # a comparison that cannot run fails
             verdict, got_text, diff, rel, message = (
                 "WRONG", describe(got), None, None, f"could not compare: {error}")
         point, slip = which_mistake(got, mistakes) if verdict == "WRONG" else ("", "")
-        self._add(Row(check, topic, shown, got_text, diff, rel, verdict, message, point, slip))
+        self.rows.append(Row(check, topic, shown, got_text, diff, rel, verdict, message, point,
+                             slip))
 
     def close(self, check, topic, expected, got_fn, tol=1e-10, mistakes=None):
         """Row: got_fn() equals the array `expected` to rel_error <= tol. mistakes:
         {(point, slip): the value that slip gives}, recognised in a wrong answer."""
         self.row(check, topic, expected, got_fn, lambda got: compare_close(expected, got, tol),
-                  mistakes)
+                 mistakes)
 
     def equal(self, check, topic, expected, got_fn):
         """Row: got_fn() == expected exactly, types included."""
         self.row(check, topic, expected, got_fn, lambda got: compare_equal(expected, got))
 
     def predicted(self, check, topic, expected, got_fn):
-        """Row: got_fn() == expected exactly, types included, the expected value not shown
-        (a prediction's truth, measured at check time, would give it away)."""
+        """Row: as equal, the expected value not shown (a prediction measured at check time)."""
         self.row(check, topic, HIDDEN, got_fn, lambda got: compare_equal(expected, got, True))
-
-    def reading(self, name, form, predicate, transform=None):
-        """Row: the answer to a reading question `name`, whose truth is fixed (the same for
-        every student). Where the answers are (the repository, or `grade` run there): it
-        equals the truth after transform, the truth not shown. In a handout: it has the
-        form (`form` says it, predicate(answer) tests it), "checked when graded"."""
-        if self.answers is not None:
-            truth = self.answers[self.number][name]
-            return self.predicted(name, name, truth,
-                                  lambda: (transform or (lambda v: v))(self.answer(name)))
-
-        def compare(got):
-            if predicate(got):
-                return "ok", describe(got), None, None, "checked when graded (its form is right)"
-            return "WRONG", describe(got), None, None, f"expected {form}"
-        self.row(name, name, WHEN_GRADED, lambda: self.answer(name), compare)
-
-    def skip(self, check, topic, reason):
-        """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
-        self.row(check, topic, "", lambda: None, lambda got: ("SKIPPED", "not run", None,
-                                                               None, reason))
 
     def holds(self, check, topic, expected_text, got_fn, predicate, explain=""):
         """Row: predicate(got_fn()) is True; expected_text says what must hold."""
-        def compare(got):
-            if predicate(got):
-                return "ok", describe(got), None, None, ""
-            return "WRONG", describe(got), None, None, explain or f"expected {expected_text}"
-        self.row(check, topic, expected_text, got_fn, compare)
+        self.row(check, topic, expected_text, got_fn, lambda got: (
+            ("ok", describe(got), None, None, "") if predicate(got) else
+            ("WRONG", describe(got), None, None, explain or f"expected {expected_text}")))
+
+    def reading(self, name, form, predicate, transform=None):
+        """Row: the answer to reading question `name`, whose truth is the same for everyone.
+        Where the answers are (the repository, `grade` run there): it equals the truth after
+        transform, not shown. In a handout: it has the form (`form` says it, predicate tests
+        it), "checked when graded"."""
+        if self.answers is not None:
+            return self.predicted(name, name, self.answers[self.number][name],
+                                  lambda: (transform or (lambda v: v))(self.answer(name)))
+        self.row(name, name, WHEN_GRADED, lambda: self.answer(name), lambda got: (
+            ("ok", describe(got), None, None, "checked when graded (its form is right)")
+            if predicate(got) else ("WRONG", describe(got), None, None, f"expected {form}")))
+
+    def skip(self, check, topic, reason):
+        """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
+        self.row(check, topic, "", lambda: None,
+                 lambda got: ("SKIPPED", "not run", None, None, reason))
 
 
-# ----- One exercise: its child, its checks here -------------------------------------------
+# ----- One exercise: its child there, its checks here ----------------------------------------
 
 
 def graded_file(number, exercise, folder):
-    """(the file graded, a note) by the rule: exNN_slug.ipynb when it exists, else
-    exNN_slug.py; (None, "") when neither does. File times never decide."""
+    """(the file graded, a note): exNN_slug.ipynb when it exists, else exNN_slug.py; (None, "")
+    when neither does. File times never decide."""
     path = Path(folder).resolve() / file_name(number, exercise)
     notebook = path.with_suffix(".ipynb")
     if notebook.is_file():
@@ -641,7 +599,6 @@ def graded_file(number, exercise, folder):
 def read_seed(folder=None, files=None):
     """(name, seed) from the folder's student.json (or the snapshot `files`' one); ("", 0)
     when there is none or it is bad."""
-    import json
     try:
         text = files[SEED_FILE] if files is not None else (Path(folder) / SEED_FILE).read_bytes()
         data = json.loads(text.decode("utf-8-sig"))
@@ -656,11 +613,9 @@ class Nested(RuntimeError):
 
 def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=None,
                  session=None):
-    """Check exercise `number` of `folder`: a Result, never an exception for anything in
-    the student's file. The child runs the student's code; every row is judged here.
-    files: the folder's snapshot ({name: bytes}; default: read now); seed: the variant's
-    seed (default: the folder's student.json); session: a Session of this submission to
-    use (and leave running), else one of its own."""
+    """Check exercise `number` of `folder`: a Result, never an exception for anything in the
+    student's file. files: the folder's snapshot (default: read now); seed: the variant's
+    (default: student.json's); session: the submission's Session to use and leave running."""
     if os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
@@ -672,34 +627,31 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     seed = read_seed(files=files)[1] if seed is None else seed
     own, session = session is None, session or Session(files, seconds)
     session.use(exercise, path)
-    checks = Checks(session, exercise, number, seed, answers())
+    c = Checks(session, exercise, number, seed, answers())
     try:
-        try:
-            session.request("ping")
-        except StudentError as error:
-            checks._add(Row("import the file", "general", "imports", "raised", None, None,
-                            "TIMEOUT" if isinstance(error, TimedOut) else "ERROR",
-                            exception_message(error)))
-            return Result(number, exercise, path, "failing", checks.rows, note,
-                          variant_text(exercise, number, seed), time.monotonic() - began)
+        session.request("ping")                   # the import, and its row when it fails
+    except StudentError as error:
+        c.rows.append(Row("import the file", "general", "imports", "raised", None, None,
+                          "TIMEOUT" if isinstance(error, TimedOut) else "ERROR",
+                          exception_message(error)))
+    else:
         try:
             with np.errstate(all="ignore"):          # a student's NaN in a truth's arithmetic
-                exercise.check(checks)
+                exercise.check(c)
         except Exception as error:                       # a bug in the checks: a row, not a crash
-            checks._add(Row("the checks themselves", "general", "-", "crashed", None, None,
-                            "ERROR", f"a bug in exercises/checks/, not in your file: "
-                            f"{type(error).__name__}: {error}"))
+            c.rows.append(Row("the checks themselves", "general", "-", "crashed", None, None,
+                              "ERROR", f"a bug in exercises/checks/, not in your file: "
+                              f"{type(error).__name__}: {error}"))
     finally:
         if own:
             session.finish()
-    return Result(number, exercise, path, status_of(checks.rows), checks.rows, note,
-                  variant_text(exercise, number, seed), time.monotonic() - began, checks.notes)
+    return Result(number, exercise, path, status_of(c.rows), c.rows, note,
+                  variant_text(exercise, number, seed), time.monotonic() - began, c.notes)
 
 
 def check_job(job):
     """run_exercise for each exercise of a job (numbers, folder, seconds, files, seed) of
-    parallel(), in one session (one child, started again only after a time-out): a list of
-    Results."""
+    parallel(), in one session (one child, started again only after a time-out): [Result]."""
     from exercises.course import COURSE
     numbers, folder, seconds, files, seed = job
     files = sandbox.submission_snapshot(folder) if files is None else files
@@ -712,9 +664,9 @@ def check_job(job):
 
 
 def parallel(fn, items, jobs=None):
-    """[fn(item) for item in items], `jobs` processes at a time (default: the machine's
-    cores): the checks' own work runs in parallel too. On Linux the processes are forked,
-    so they hold the checks, and the answers, as this process read them."""
+    """[fn(item) for item in items], `jobs` processes at a time (default: the cores). On Linux
+    the processes are forked: they hold the checks, the answers and the course snapshot as
+    this process read them."""
     answers()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -729,25 +681,26 @@ def parallel(fn, items, jobs=None):
 
 
 def worker_start(subreaper, snapshot):
-    """A worker of parallel(): the course snapshot of the process that started it, and a
-    subreaper of its own where that process was one."""
-    sandbox.SNAPSHOT = snapshot                    # the parent's, not the disk's
+    """A worker of parallel(): the parent's course snapshot, and a subreaper where it was one."""
+    sandbox.SNAPSHOT = snapshot
     if subreaper:
         sandbox.SUBREAPER = sandbox.become_subreaper()
 
 
+# ----- What the rows tell the student: three hint levels --------------------------------------
+
+
 def gradient_diagnosis(rows):
-    """Where to look in a backward pass, read from which gradients fail together (rows named
+    """Where to look in a backward pass, from which gradients fail together (rows named
     "dNAME vs ..."): [(point, "")], or [] when none is wrong or one did not run."""
-    wrong, right = [], []
+    wrong, right = {}, {}
     for row in rows:
         found = re.match(r"d(\w+) vs ", row.check)
         if found and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
             return []
         if found:
-            (wrong if row.verdict == "WRONG" else right).append("d" + found.group(1))
-    wrong = list(dict.fromkeys(wrong))
-    right = [name for name in dict.fromkeys(right) if name not in wrong]
+            (wrong if row.verdict == "WRONG" else right)["d" + found.group(1)] = True
+    wrong, right = list(wrong), [name for name in right if name not in wrong]
     if not wrong:
         return []
     if not right:
@@ -765,14 +718,11 @@ def gradient_diagnosis(rows):
 
 
 def advice(result):
-    """What the exercise's failing rows tell the student: hint levels 1, 2, 3 ([] when every
-    row is ok). 1, where to look: the points of the slips recognised in the rows, else which
-    gradients fail together (gradient_diagnosis) or the exercise's diagnose, else the
-    failing topic's hint; 2: those slips named, else the topic's idea; 3: the rule
-    (the HINTS' "formulas") for the step a recognised slip points at (its key in the
-    slip's point), else for the first failing gradient (a parameter's before dx's), else
-    the topic's rule. The hints are the exercise's HINTS (level 1 points at the step, 2
-    the idea, 3 the rule; a backward exercise's "formulas": {"dx": ..., ...})."""
+    """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok). 1, where to look:
+    the points of the slips recognised in the rows, else which gradients fail together, or the
+    exercise's diagnose, else the failing topic's HINTS; 2: those slips named, else the
+    topic's idea; 3: the rule ("formulas") of the step a slip's point names, else of the first
+    failing gradient (a parameter's before dx's), else the topic's rule."""
     row = result.first_failure
     if row is None:
         return []
