@@ -89,6 +89,23 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     assert main(["roster", str(bad)]) == 2 and "repeated" in capsys.readouterr().err
 
 
+def test_a_start_by_code_alone_keeps_the_code_apart_from_the_name(tmp_path):
+    # `start --code` without --name once stored the code as the student's name.
+    code = gradebook.code_of(SECRET, "s1")
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", code]) == 2   # no folder
+    for folder, name in ((tmp_path / "a", None), (tmp_path / "b", "Ann Lee")):
+        folder.mkdir()
+        assert main(["--folder", str(folder), "start", "--code", code]
+                    + (["--name", name] if name else [])) == 0
+        data = json.loads((folder / checker.SEED_FILE).read_text(encoding="utf-8"))
+        assert data["code"] == code and data["name"] == (name or f"code {code}") != code
+        assert checker.read_seed(folder) == (data["name"], gradebook.seed_of(code))  # started
+    other = gradebook.code_of(SECRET, "s2")
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", code.lower()]) == 0
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", other]) == 1   # set once
+    assert checker.read_seed(tmp_path / "a")[1] == gradebook.seed_of(code)
+
+
 def test_points_score_missing_rows_zero_and_never_shrink_the_total():
     rows = lambda verdicts: [checker.Row("c", "t", "", "", None, None, v) for v in verdicts]  # noqa: E731
     results = [checker.Result(n, e, None, "failing", rows(["ok"] * ROWS[n - 1]))
