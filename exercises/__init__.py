@@ -10,27 +10,26 @@
 
 In a notebook: `import exercises; exercises.check(1)`. The design:
 
-1. course.py lists the exercises; exercise N is exNN_<slug>.ipynb if there is one, else .py,
-   and exercises/checks/exNN_<slug>.py is all the checker says of it (TITLE, WRITES, variant,
-   check, diagnose, HINTS, ROWS); checks/common.py, what they share.
+1. course.py lists the exercises. Exercise N is exNN_<slug>.ipynb if there is one, else .py;
+   all the checker says of it is in exercises/checks/exNN_<slug>.py (TITLE, WRITES, variant,
+   check, diagnose, HINTS, ROWS), and what the exercises share in checks/common.py.
 2. The student's code only answers; the checker judges. checker.run_exercise starts a child
-   (child.py) on fresh copies of the course and of the student's files (sandbox.py; inside
-   bubblewrap where it works) that only does what the checker asks on its pipe: call a
+   (child.py) on fresh copies of the course and of the student's files (sandbox.py: inside
+   bubblewrap where it works) that does only what the checker asks on its pipe: call a
    function, read an answer, fetch a value it keeps. Values cross as data (protocol.py, never
-   pickles), a function of the course by its module and name, and nothing is called back.
-   The exercise's check(c) runs in the checker, which never imports the student's file nor
-   reads what it prints: it draws the inputs from the student's seed, computes every truth
-   and adds the rows. Whatever the file replaces in its own process changes only its answers.
-3. A request past its time limit ends the child and all it started: a TIMEOUT row, the
+   pickles), a function of the course by its module and name; nothing is called back. The
+   exercise's check(c) runs in the checker, which never imports the student's file nor reads
+   what it prints: it draws the inputs from the student's seed, computes every truth and adds
+   the rows. Whatever the file replaces in its own process changes only its own answers.
+3. Past a request's time limit the child ends with all it started: a TIMEOUT row, the
    function's later rows not run, a new child for the next request.
-4. checker.advice says what the failing rows tell the student, as three levels of hints.
+4. checker.advice says what the failing rows tell the student, in three levels of hints.
 5. __main__.py prints rows, progress and hints; gradebook.py issues the roster's codes and
-   grades a class in workers, each folder from a snapshot, against its roster seed: points
-   (POINTS x rows passed / ROWS), feedback, the review sheet; release.py makes the stubs and
-   the handout.
+   grades a class in workers (each folder from a snapshot, against its roster seed) to points
+   (POINTS x rows passed / ROWS), feedback and the review sheet; release.py makes the stubs
+   and the handout.
 
-Exit status: 0 done (grade, handout: the work ran); 1 not done (release: a stub differs); 2 bad
-usage.
+Exit status: 0 done (grade, handout: it ran); 1 not done (release: a stub differs); 2 bad usage.
 """
 
 

@@ -143,12 +143,14 @@ def build_parser():
     """The parser: the progress without a command, else a parser a command (its own --help)."""
     parser = argparse.ArgumentParser(prog="python -m exercises", parents=[FOLDER, LIMIT, JOBS],
                                      description="The course's checker (docs/course.md).")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="none: progress")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="none: your progress")
     sub = {name: commands.add_parser(name, help=text, description=text, parents=parents)
            for name, (text, parents) in COMMANDS.items()}
-    for name, target in (("check", "N"), ("grade", "SUBMISSIONS"), ("handout", "DIR"),
-                         ("roster", "ROSTER")):
-        sub[name].add_argument("target", metavar=target)
+    for name, target, text in (("check", "N", "the exercise's number, 1 to 20"),
+                               ("grade", "SUBMISSIONS", "the folder of the students' folders"),
+                               ("handout", "DIR", "a new folder"),
+                               ("roster", "ROSTER", "the class list, a CSV")):
+        sub[name].add_argument("target", metavar=target, help=text)
     sub["check"].add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
                               help="hints 1 to this level")
     sub["start"].add_argument("--code", help="your code, from your instructor")
@@ -159,7 +161,7 @@ def build_parser():
     sub["grade"].add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
     for name in ("grade", "roster"):
-        sub[name].add_argument("--secret", type=Path, help="default: ROSTER.secret")
+        sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
     return parser
 
 

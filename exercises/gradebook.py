@@ -1,7 +1,6 @@
 """A class, end to end (docs/course.md, "Collect and grade"): `roster` gives each student a code
-(35 bits of HMAC-SHA256(the course secret, the id) and a check letter), whose seed follows by a
-public rule, seed_of; `grade` checks each folder against that seed's variants and writes the
-points, each student's feedback and the capstone's review sheet."""
+(HMAC-SHA256 of the id under the course secret; the seed follows by a public rule, seed_of), and
+`grade` checks each folder against its seed's variants: points, feedback, the review sheet."""
 
 import csv
 import hashlib
@@ -38,8 +37,8 @@ def code_of(secret, student_id):
 
 
 def normal_code(text):
-    """The code as code_of writes it, from what a student typed (any case, dashes, spaces);
-    ValueError when it is not a code (a letter wrong or missing)."""
+    """The code as code_of writes it, from what was typed (any case, dashes, spaces), or a
+    ValueError (a letter wrong or missing)."""
     body = re.sub(r"[\s-]", "", str(text)).upper()
     if len(body) != 8 or set(body) - set(ALPHABET) or check_letter(body[:7]) != body[7]:
         raise ValueError(f"{text!r} is not a course code (8 letters and digits such as "
@@ -67,8 +66,7 @@ def read_secret(path):
 
 
 def read_roster(path):
-    """The roster's rows: its columns lower-cased, and "student_id" and "name" (docs/course.md);
-    ValueError for a file that cannot be read, no such columns, a bad or repeated id."""
+    """The roster's rows, columns lower-cased, with "student_id" and "name"; or ValueError."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
@@ -96,8 +94,7 @@ def csv_text(rows):
 
 
 def issue(roster, secret_file=None, codes=None):
-    """`roster ROSTER.csv`: each student's code and seed written to CODES (default
-    ROSTER-codes.csv). Returns the exit status (2: a bad roster or secret)."""
+    """`roster ROSTER.csv`: the codes written to CODES (ROSTER-codes.csv); the exit status."""
     codes = Path(codes or Path(roster).with_name(Path(roster).stem + "-codes.csv"))
     try:
         students = read_roster(roster)
@@ -115,8 +112,7 @@ def issue(roster, secret_file=None, codes=None):
 
 @dataclass
 class Graded:
-    """One student: id, name, the folder graded (None: none handed in), the seed of their
-    variants, a Result an exercise, what to flag, the roster's row (for Canvas's columns)."""
+    """A student: the folder graded (None: none), their variants' seed, a Result an exercise."""
     student_id: str
     name: str
     folder: Path | None
@@ -151,8 +147,8 @@ def shown(points):
 
 
 def submissions_of(submissions, roster, secret):
-    """[Graded without results] and the folders no roster row names: with a roster a student a
-    row (seed from their id's code), else a student a folder (seed from its student.json)."""
+    """[Graded] without results (a roster row each, seeded from the id's code, else a folder
+    each, from its student.json), and the folders no roster row names."""
     folders = {p.name: p for p in sorted(Path(submissions).iterdir()) if p.is_dir()
                and not p.name.startswith((".", "_"))}
     if roster is None:
@@ -177,8 +173,7 @@ def job(task):
 
 
 def grade_class(students, seconds, jobs):
-    """Each Graded's results and flags, a folder a worker (one child), from snapshots all
-    taken before any child runs. Returns the students."""
+    """The students, with results and flags: a folder a worker, all snapshots taken first."""
     handed = [g for g in students if g.folder]
     tasks = [(list(range(1, len(COURSE) + 1)), g.folder, seconds,
               sandbox.submission_snapshot(g.folder), g.seed) for g in handed]
@@ -265,8 +260,9 @@ def review(students):
             claim = keeps.get(s, "-") if isinstance(keeps, dict) else "-"
             dev = r.notes.get("measured", {}).get(s)
             kept = "-" if dev is None else dev <= CLAIM_TOL
-            rows.append([s, claim, "-" if dev is None else f"{dev:.1e}", kept, "-" if dev is None
-                         else "yes" if isinstance(claim, bool) and claim == kept else "NO",
+            agrees = "yes" if isinstance(claim, bool) and claim == kept else "NO"
+            rows.append([s, claim, "-" if dev is None else f"{dev:.1e}", kept,
+                         "-" if dev is None else agrees,
                          why.get(s, "-") if isinstance(why, dict) else why])
         blocks += ["\n".join(f"- {key}: {cell(r.notes.get(key))}" for key in ("NAME", "EQUATION",
                                                                                "ACT")),
@@ -277,8 +273,8 @@ def review(students):
 
 def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
           feedback_dir=None, lms=None):
-    """`grade SUBMISSIONS --csv F` (docs/course.md): exit 0 when grading ran, whatever the
-    grades; 2 for a bad roster or secret, no student folder, a file not written."""
+    """`grade` (docs/course.md): 0 when grading ran, whatever the grades; 2: bad input, a file
+    not written."""
     try:
         rows = read_roster(roster) if roster else None
         secret = read_secret(secret_file or Path(roster).with_suffix(".secret")) if roster else None
