@@ -300,8 +300,8 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
         files[Path(stem + "-canvas.csv")] = csv_text([CANVAS] + [[
             g.name, g.row.get("id", ""), g.student_id, g.row.get("sis login id", g.student_id),
             g.row.get("section", ""), shown(g.total)] for g in students])
-    for g in students if feedback_dir else ():
-        files[Path(feedback_dir) / f"{g.student_id}.md"] = feedback(g)
+    if feedback_dir:
+        files.update({Path(feedback_dir) / f"{g.student_id}.md": feedback(g) for g in students})
     try:
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -73,8 +73,8 @@ def handout(out):
         for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=handout", "-c",
                      "user.email=handout@localhost", "commit", "-q", "-m", "The handout"]):
             subprocess.run(["git", *args], cwd=out, check=True, capture_output=True)
-    print(f"wrote {out}: {len(copied)} files, {len(stubs)} stubs made afresh, no solutions. In it:"
-          f" `python -m exercises` (0 of {sum(not e.optional for e in COURSE)} done), pytest")
+    print(f"wrote {out}: {len(copied)} files, {len(stubs)} stubs made afresh, no solutions; in it "
+          f"`python -m exercises` says 0 of {sum(not e.optional for e in COURSE)} done")
     return 0
 
 
