@@ -69,8 +69,8 @@ def read_roster(path):
     """The roster's rows, columns lower-cased, with "student_id" and "name"; or ValueError."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
-            rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
-                    for row in csv.DictReader(f)]
+            rows = [{k.strip().lower(): (v or "").strip() for k, v in row.items() if k is not None}
+                    for row in csv.DictReader(f)]         # None: a row's fields past the header
     except OSError as error:                              # one line: the file and the cause
         raise ValueError(f"the roster {path} cannot be read: {error.strerror}") from None
     sid, name = (next((k for k in keys if rows and k in rows[0]), None)   # or Canvas's

@@ -87,6 +87,8 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     bad = tmp_path / "bad.csv"
     bad.write_text("student_id,name\ns1,A\ns1,B\n", encoding="utf-8")
     assert main(["roster", str(bad)]) == 2 and "repeated" in capsys.readouterr().err
+    bad.write_text("student_id,name\ns1,A,a field past the header\n", encoding="utf-8")
+    assert [s["student_id"] for s in gradebook.read_roster(bad)] == ["s1"]   # not a crash
 
 
 def test_a_start_by_code_alone_keeps_the_code_apart_from_the_name(tmp_path):
