@@ -1,22 +1,11 @@
-"""A class, end to end: the roster issues the variants; `grade` checks each folder against its
-roster variant and writes the gradebook (points), each student's feedback and the capstone's
-review sheet (docs/course.md, "For instructors").
-
-    python -m exercises roster class.csv        a code per student (class-codes.csv), once
-    python -m exercises start --code ABCD-EFGH  a student, once: the seed follows from it
-    python -m exercises grade subs --csv g.csv --roster class.csv [--feedback DIR]
-
-A code is 35 bits of HMAC-SHA256(the course secret, the student id) in 7 letters of
-ALPHABET and a check letter (a typo is refused at `start`): without the secret nobody derives
-it from the id. The seed follows from the code by a public rule (seed_of), so `start` needs
-no secret, and `grade --roster` recomputes every seed from the id, never from student.json.
-"""
-
-from __future__ import annotations
+"""A class, end to end (docs/course.md, "Collect and grade"): `roster` gives each student a code
+(HMAC-SHA256 of the id under the course secret; the seed follows by a public rule, seed_of), and
+`grade` checks each folder against its seed's variants: points, feedback, the review sheet."""
 
 import csv
 import hashlib
 import hmac
+import io
 import re
 import secrets
 import sys
@@ -31,9 +20,7 @@ ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"    # 32 signs, no I, O, 0, 1 (type
 NUMBERED = list(enumerate(COURSE, start=1))
 CAPSTONE = 19                                     # its WHY sentences: read by a person
 ID_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")   # a student id is a folder name
-
-
-# ----- The roster: codes and seeds ---------------------------------------------------------
+CANVAS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "bilinear-numpy exercises"]
 
 
 def check_letter(body):
@@ -42,7 +29,7 @@ def check_letter(body):
 
 
 def code_of(secret, student_id):
-    """The student's code, "ABCD-EFGH": bytes `secret`, str `student_id`."""
+    """The student's code, "ABCD-EFGH", from the bytes `secret` and the str `student_id`."""
     digest = hmac.new(secret, student_id.encode("utf-8"), hashlib.sha256).digest()
     n = int.from_bytes(digest[:5], "big") >> 5                     # 35 bits
     body = "".join(ALPHABET[(n >> 5 * k) & 31] for k in range(6, -1, -1))
@@ -50,11 +37,10 @@ def code_of(secret, student_id):
 
 
 def normal_code(text):
-    """The code as code_of writes it, from what a student typed (any case, dashes or
-    spaces anywhere); ValueError when it is not a code (a letter wrong or missing)."""
+    """The code as code_of writes it, from what was typed (any case, dashes, spaces), or a
+    ValueError (a letter wrong or missing)."""
     body = re.sub(r"[\s-]", "", str(text)).upper()
-    if len(body) != 8 or any(c not in ALPHABET for c in body) or \
-            check_letter(body[:7]) != body[7]:
+    if len(body) != 8 or set(body) - set(ALPHABET) or check_letter(body[:7]) != body[7]:
         raise ValueError(f"{text!r} is not a course code (8 letters and digits such as "
                          f"ABCD-EFGH, from your instructor): check each letter")
     return f"{body[:4]}-{body[4:]}"
@@ -67,215 +53,156 @@ def seed_of(code):
 
 
 def read_secret(path):
-    """The course secret (bytes) in `path`, made (32 random bytes, hex) when it is missing."""
+    """The course secret (bytes) in `path`, made (32 random bytes, hex; mode 600) if missing."""
     path = Path(path)
     if not path.exists():
+        path.touch(mode=0o600)                             # readable by the instructor alone
         path.write_text(secrets.token_hex(32) + "\n", encoding="utf-8")
-        path.chmod(0o600)
-        print(f"made the course secret {path}: keep it with the roster (the same secret "
-              f"gives the same codes); never hand it out", file=sys.stderr)
-    secret = path.read_bytes().strip()
-    if len(secret) < 16:
+        print(f"made the course secret {path}: keep it with the roster (the same secret gives "
+              f"the same codes); never hand it out", file=sys.stderr)
+    if len(secret := path.read_bytes().strip()) < 16:
         raise ValueError(f"{path}: a secret of 16 bytes or more was expected")
     return secret
 
 
 def read_roster(path):
-    """[{"student_id", "name", and the row's other columns, lower-cased}] of a roster CSV
-    whose header has student_id (or a Canvas export's "SIS User ID") and name (or
-    "Student"); ValueError for a file that cannot be read, a missing column, a bad or
-    repeated id."""
+    """The roster's rows, columns lower-cased, with "student_id" and "name"; or ValueError."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
-            rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
-                    for row in csv.DictReader(f)]
+            rows = [{k.strip().lower(): (v or "").strip() for k, v in row.items() if k is not None}
+                    for row in csv.DictReader(f)]         # None: a row's fields past the header
     except OSError as error:                              # one line: the file and the cause
         raise ValueError(f"the roster {path} cannot be read: {error.strerror}") from None
-    key = lambda *names: next((n for n in names if rows and n in rows[0]), None)  # noqa: E731
-    id_key, name_key = key("student_id", "sis user id"), key("name", "student")
-    if not rows or id_key is None or name_key is None:
-        raise ValueError(f"{path}: expected a header with student_id and name, and a row a "
-                         f"student")
-    students, seen = [], set()
-    for row in rows:
-        sid = row[id_key]
-        if not sid and "points possible" in row[name_key].lower():
-            continue                                   # a Canvas export's second row
-        if not ID_RULE.fullmatch(sid) or sid in seen:
-            raise ValueError(f"{path}: student id {sid!r} is " + (
-                "repeated" if sid in seen else "not a folder name (letters, digits, ._@+-)"))
-        seen.add(sid)
-        students.append(row | {"student_id": sid, "name": row[name_key]})
+    sid, name = (next((k for k in keys if rows and k in rows[0]), None)   # or Canvas's
+                 for keys in (("student_id", "sis user id"), ("name", "student")))
+    if sid is None or name is None:
+        raise ValueError(f"{path}: expected a header with student_id and name, and a row each")
+    students = [row | {"student_id": row[sid], "name": row[name]} for row in rows
+                if row[sid] or "points possible" not in row[name].lower()]   # Canvas's 2nd row
+    ids = [s["student_id"] for s in students]
+    if bad := [i for i in ids if ids.count(i) > 1 or not ID_RULE.fullmatch(i)]:
+        raise ValueError(f"{path}: student id {bad[0]!r} is " + ("repeated" if ids.count(bad[0])
+                         > 1 else "not a folder name (letters, digits, ._@+-)"))
     return students
 
 
-def secret_path(roster, given=None):
-    """--secret, else the roster's name with .secret (class.csv: class.secret)."""
-    return Path(given) if given else Path(roster).with_suffix(".secret")
+def csv_text(rows):
+    """The CSV of `rows`, with csv's own line ends."""
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue()
 
 
 def issue(roster, secret_file=None, codes=None):
-    """`roster ROSTER.csv`: write the codes (student_id, name, code, seed) to CODES (default
-    ROSTER-codes.csv). Returns the exit status (2: a bad roster or secret)."""
+    """`roster ROSTER.csv`: the codes written to CODES (ROSTER-codes.csv); the exit status."""
+    codes = Path(codes or Path(roster).with_name(Path(roster).stem + "-codes.csv"))
     try:
         students = read_roster(roster)
-        secret = read_secret(secret_path(roster, secret_file))
+        secret = read_secret(secret_file or Path(roster).with_suffix(".secret"))
+        issued = [(s["student_id"], s["name"], code_of(secret, s["student_id"])) for s in students]
+        codes.write_text(csv_text([("student_id", "name", "code", "seed")] + [
+            (*row, seed_of(row[2])) for row in issued]), encoding="utf-8", newline="")
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    codes = Path(codes) if codes else Path(roster).with_name(Path(roster).stem + "-codes.csv")
-    with open(codes, "w", encoding="utf-8", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["student_id", "name", "code", "seed"])
-        for s in students:
-            code = code_of(secret, s["student_id"])
-            out.writerow([s["student_id"], s["name"], code, seed_of(code)])
     print(f"{len(students)} codes written to {codes}; give each student theirs: "
           f"`python -m exercises start --code CODE`. Grade with --roster {roster}.")
     return 0
 
 
-# ----- Grading: the points of each exercise ------------------------------------------------
-
-
 @dataclass
 class Graded:
-    """One student: their id and name, the folder graded (None: none handed in), the seed
-    their variants were drawn from, one Result an exercise, and what to flag."""
+    """A student: the folder graded (None: none), their variants' seed, a Result an exercise."""
     student_id: str
     name: str
     folder: Path | None
     seed: int
     results: list = field(default_factory=list)
     flags: list = field(default_factory=list)
-    row: dict = field(default_factory=dict)       # the roster's row (Canvas's columns)
+    row: dict = field(default_factory=dict)
 
     def points(self, number):
         """Exercise `number`'s points: POINTS x rows passed / ROWS (rows not run score 0)."""
-        result = self.results[number - 1]
-        return POINTS[number - 1] * min(result.passed, ROWS[number - 1]) / ROWS[number - 1]
+        passed = min(self.results[number - 1].passed, ROWS[number - 1])
+        return POINTS[number - 1] * passed / ROWS[number - 1]
+
+    def of(self, number):
+        return f"{shown(self.points(number))} of {POINTS[number - 1]}"
+
+    def cells(self):
+        """The student's row of the gradebook, in the order of columns()."""
+        return ([self.student_id, self.name, shown(self.total), MAX_POINTS]
+                + [shown(self.points(n)) for n, _ in NUMBERED]
+                + [x for r in self.results for x in (r.status, r.path.name if r.path else "",
+                                                     f"{r.seconds:.2f}")]
+                + ["; ".join(self.flags), ""])
 
     @property
     def total(self):
         return sum(self.points(n) for n, e in NUMBERED if not e.optional)
 
 
-def shown_points(value):
-    return f"{round(value, 2):g}"
-
-
-def job(task):
-    """checker.check_job in a worker (one folder's exercises, one child), and the course
-    files its child changed (put back): ([Result], [relative paths])."""
-    results = checker.check_job(task)
-    return results, sandbox.changed_course_files()
-
-
-def flags_of(graded, changed):
-    """What an instructor should look at, beside the points: [text]."""
-    flags = []
-    for number, r in enumerate(graded.results, start=1):
-        refused = [row for row in r.rows if row.verdict == "ERROR" and
-                   row.message.startswith(("you called ", "your code replaced"))]
-        timeouts = sum(row.verdict == "TIMEOUT" for row in r.rows)
-        if refused:
-            flags.append(f"ex{number:02d} refused: {refused[0].message[:80]}")
-        if timeouts:
-            flags.append(f"ex{number:02d} {timeouts} time-out(s)")
-        if len(r.rows) > ROWS[number - 1]:
-            flags.append(f"ex{number:02d} {len(r.rows)} rows, ROWS is {ROWS[number - 1]}")
-        if any(row.check == "the checks themselves" for row in r.rows):
-            flags.append(f"ex{number:02d} the checks crashed (not the student's fault)")
-    if changed:
-        flags.append(f"changed course files (put back): {', '.join(sorted(changed))[:200]}")
-    return flags
+def shown(points):
+    return f"{round(points, 2):g}"
 
 
 def submissions_of(submissions, roster, secret):
-    """[Graded without results] and the folders matching no roster row: with a roster, a
-    student per row (seed from their id's code); without, a student per folder (seed from
-    its student.json)."""
-    folders = {p.name: p for p in Path(submissions).iterdir() if p.is_dir()
+    """[Graded] without results (a roster row each, seeded from the id's code, else a folder
+    each, from its student.json), and the folders no roster row names."""
+    folders = {p.name: p for p in sorted(Path(submissions).iterdir()) if p.is_dir()
                and not p.name.startswith((".", "_"))}
     if roster is None:
-        return [Graded(name, checker.read_seed(p)[0], p, checker.read_seed(p)[1])
-                for name, p in sorted(folders.items())], []
+        return [Graded(sid, checker.read_seed(p)[0], p, checker.read_seed(p)[1])
+                for sid, p in folders.items()], []
     students = []
     for row in roster:                                     # the roster's order
-        sid, code = row["student_id"], code_of(secret, row["student_id"])
-        graded = Graded(sid, row["name"], folders.get(sid), seed_of(code), row=row)
-        handed = read_code(graded.folder) if graded.folder else code
-        graded.flags += [] if graded.folder else ["no folder handed in"]
-        graded.flags += [] if handed == code else [
-            f"roster mismatch: student.json has {handed or 'no code'}, the roster {code}"]
-        students.append(graded)
-    return students, sorted(set(folders) - {row["student_id"] for row in roster})
+        code, folder = code_of(secret, row["student_id"]), folders.get(row["student_id"])
+        g = Graded(row["student_id"], row["name"], folder, seed_of(code), row=row)
+        handed = checker.read_seed(folder)[1] if folder else g.seed     # 0: none
+        g.flags += [] if folder else ["no folder handed in"]
+        g.flags += [] if handed == g.seed else [f"roster mismatch: student.json has "
+                                                f"{f'seed {handed}' if handed else 'no code'}, "
+                                                f"the roster's code {code} (seed {g.seed})"]
+        students.append(g)
+    return students, [sid for sid in folders if sid not in {g.student_id for g in students}]
 
 
-def read_code(folder):
-    """The code in a folder's student.json, as code_of writes it, or "" (none, or bad)."""
-    import json
-    try:
-        data = json.loads((Path(folder) / checker.SEED_FILE).read_text(encoding="utf-8-sig"))
-        return normal_code(data["code"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+def job(task):
+    """checker.check_job in a worker, and the course files its child changed (put back)."""
+    return checker.check_job(task), sandbox.changed_course_files()
 
 
 def grade_class(students, seconds, jobs):
-    """Fill each Graded's results and flags: every exercise of every folder in parallel,
-    each folder from a snapshot taken before any child runs. Returns the students."""
-    snapshots = {g.student_id: sandbox.submission_snapshot(g.folder) for g in students
-                 if g.folder}
-    numbers = [n for n, _ in NUMBERED]
-    tasks = [(numbers, g.folder, seconds, snapshots[g.student_id], g.seed)
-             for g in students if g.folder]                     # one child a folder
-    found = iter(checker.parallel(job, tasks, jobs))
-    for g in students:
-        changed = set()
-        if g.folder is None:
-            g.results = [checker.Result(number, exercise, None, "missing",
-                                        note="no folder handed in")
-                         for number, exercise in NUMBERED]
-        else:
-            g.results, files = next(found)
-            changed.update(files)
-        g.flags += flags_of(g, changed)
+    """The students, with results and flags: a folder a worker, all snapshots taken first."""
+    handed = [g for g in students if g.folder]
+    tasks = [(list(range(1, len(COURSE) + 1)), g.folder, seconds,
+              sandbox.submission_snapshot(g.folder), g.seed) for g in handed]
+    for g, (results, changed) in zip(handed, checker.parallel(job, tasks, jobs)):
+        g.results = results
+        for n, r in enumerate(results, start=1):         # what to look at (docs/course.md)
+            verdicts = [w.verdict for w in r.rows]
+            refused = next((w.message[:80] for w in r.rows if w.verdict == "ERROR"
+                            and w.message.startswith(("you called ", "your code replaced"))), "")
+            g.flags += [f"ex{n:02d} {text}" for text, due in [
+                (f"refused: {refused}", refused),
+                (f"{verdicts.count('TIMEOUT')} time-out(s)", "TIMEOUT" in verdicts),
+                (f"{len(r.rows)} rows, ROWS is {ROWS[n - 1]}", len(r.rows) > ROWS[n - 1]),
+                ("the checks crashed (not the student's fault)",
+                 any(w.check == "the checks themselves" for w in r.rows))] if due]
+        if changed:
+            g.flags.append(f"changed course files (put back): {', '.join(sorted(changed))[:200]}")
+    for g in (g for g in students if not g.folder):
+        g.results = [checker.Result(n, e, None, "missing", note="no folder handed in")
+                     for n, e in NUMBERED]
     return students
 
 
-# ----- What grade writes -------------------------------------------------------------------
-
-
 def columns():
-    """The CSV's header, in its stable order (docs/course.md, "The gradebook")."""
+    """The gradebook's header, in its stable order (docs/course.md, "The gradebook")."""
     return (["student_id", "name", "total_points", "max_points"]
             + [f"ex{n:02d}_points" for n, _ in NUMBERED]
             + [f"ex{n:02d}_{part}" for n, _ in NUMBERED for part in ("status", "file", "seconds")]
             + ["flags", "capstone_reasoning"])
-
-
-def csv_row(g):
-    """One student's row of the CSV, in the order of columns()."""
-    row = [g.student_id, g.name, shown_points(g.total), MAX_POINTS]
-    row += [shown_points(g.points(n)) for n, _ in NUMBERED]
-    for r in g.results:
-        row += [r.status, r.path.name if r.path else "", f"{r.seconds:.2f}"]
-    return row + ["; ".join(g.flags), ""]
-
-
-CANVAS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]   # then the assignment
-
-
-def canvas_rows(students, assignment="bilinear-numpy exercises"):
-    """Canvas's gradebook import: the columns CANVAS (the roster's own "id", "sis login id"
-    and "section" where it has them), then one assignment column, the total points."""
-    rows = [CANVAS + [assignment]]
-    for g in students:
-        rows.append([g.name, g.row.get("id", ""), g.student_id,
-                     g.row.get("sis login id", g.student_id), g.row.get("section", ""),
-                     shown_points(g.total)])
-    return rows
 
 
 def cell(text, width=300):
@@ -284,94 +211,79 @@ def cell(text, width=300):
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def table(header, rows):
+    """A Markdown table: the header, then the rows, each a list of cells (800 signs at most)."""
+    return "\n".join(f"| {' | '.join(cell(c, 800) for c in cells)} |"
+                     for cells in [header, ["---"] * len(header), *rows])
+
+
 def feedback(g):
-    """One student's Markdown feedback: the points, then every exercise's rows (verdict and
-    message) and, where it fails, its first hint. Nothing of another student."""
-    lines = [f"# bilinear-numpy: feedback for {cell(g.name or g.student_id)} ({g.student_id})",
-             "", f"**{shown_points(g.total)} of {MAX_POINTS} points.** Each exercise's points "
-             f"are its points x its rows passed / its number of rows.", ""]
-    lines += [f"- Note: {cell(flag)}" for flag in g.flags] + ["", "| # | exercise | points | "
-                                                               "status |", "| --- | --- | --- | --- |"]
-    for n, e in NUMBERED:
-        lines.append(f"| {n} | {cell(e.title)}{' (optional, not in the total)' * e.optional} | "
-                     f"{shown_points(g.points(n))} of {POINTS[n - 1]} | {g.results[n - 1].status} |")
+    """One student's feedback (docs/course.md, "Feedback"), Markdown; nothing of another's."""
+    blocks = [f"# bilinear-numpy: feedback for {cell(g.name or g.student_id)} ({g.student_id})",
+              f"**{shown(g.total)} of {MAX_POINTS} points.** Each exercise's points are its "
+              f"points x its rows passed / its number of rows.",
+              "\n".join(f"- Note: {cell(flag)}" for flag in g.flags),
+              table(["#", "exercise", "points", "status"], [
+                  [n, e.title + " (optional, not in the total)" * e.optional, g.of(n), r.status]
+                  for (n, e), r in zip(NUMBERED, g.results)])]
     for (n, e), r in zip(NUMBERED, g.results):
-        lines += ["", f"## Exercise {n}: {cell(e.title)}: {shown_points(g.points(n))} of "
-                  f"{POINTS[n - 1]} points ({r.status})", ""]
-        if r.variant:
-            lines += [f"Your variant: {cell(r.variant)}", ""]
-        lines += [f"File: {r.path.name if r.path else 'none'} ({cell(r.note)})", ""]
-        if r.rows:
-            lines += ["| check | expected | got | verdict | message |",
-                      "| --- | --- | --- | --- | --- |"]
-            lines += [f"| {cell(w.check)} | {cell(w.expected)} | {cell(w.got)} | {w.verdict} | "
-                      f"{cell(w.message)} |" for w in r.rows]
         missing = ROWS[n - 1] - min(len(r.rows), ROWS[n - 1])
-        if missing and r.status != "skipped":
-            lines += ["", f"{missing} of its {ROWS[n - 1]} checks did not run: they score 0."]
         hint = checker.advice(r)[:1] if r.rows and r.status not in ("done", "skipped") else []
-        lines += ["", f"Hint: {cell(hint[0], 600)}"] if hint and hint[0] else []
-    return "\n".join(lines) + "\n"
+        blocks += [f"## Exercise {n}: {cell(e.title)}: {g.of(n)} points ({r.status})",
+                   f"Your variant: {cell(r.variant)}" if r.variant else "",
+                   f"File: {r.path.name if r.path else 'none'} ({cell(r.note)})",
+                   table(["check", "expected", "got", "verdict", "message"], [
+                       [w.check, w.expected, w.got, w.verdict, w.message] for w in r.rows])
+                   if r.rows else "",
+                   f"{missing} of its {ROWS[n - 1]} checks did not run: they score 0."
+                   if missing and r.status != "skipped" else "",
+                   f"Hint: {cell(hint[0], 600)}" if hint and hint[0] else ""]
+    return "\n\n".join(block for block in blocks if block) + "\n"
 
 
 def review(students):
-    """The capstone's review sheet (Markdown): for each student, exercise 19's design, and
-    each claimed symmetry and WHY sentence beside what the checker measured."""
+    """The capstone's review sheet (docs/course.md, "The capstone's review sheet"), Markdown."""
     from exercises.checks.ex19_design_a_variant import CAPSTONE_SYMMETRIES, CLAIM_TOL
-    lines = [f"# Capstone review (exercise {CAPSTONE}): {len(students)} students", "",
-             f"Read each student's reasons and score them by hand in the CSV's "
-             f"capstone_reasoning column. A symmetry is measured kept when its deviation is at "
-             f"most {CLAIM_TOL:g}; the checker cannot judge whether a reason is right.", ""]
+    blocks = [f"# Capstone review (exercise {CAPSTONE}): {len(students)} students",
+              f"Read each student's reasons and score them by hand in the CSV's "
+              f"capstone_reasoning column. A symmetry is measured kept when its deviation is at "
+              f"most {CLAIM_TOL:g}; the checker cannot judge whether a reason is right."]
     for g in students:
-        r = g.results[CAPSTONE - 1]
-        notes = r.notes
-        lines += [f"## {g.student_id}: {cell(g.name)}", "",
-                  f"Exercise {CAPSTONE}: {shown_points(g.points(CAPSTONE))} of "
-                  f"{POINTS[CAPSTONE - 1]} points ({r.status}); file "
-                  f"{r.path.name if r.path else 'none'}", ""]
-        if not notes:
-            lines += ["No design to read (no file, or it did not import).", ""]
+        r, rows = g.results[CAPSTONE - 1], []
+        blocks += [f"## {g.student_id}: {cell(g.name)}", f"Exercise {CAPSTONE}: {g.of(CAPSTONE)} "
+                   f"points ({r.status}); file {r.path.name if r.path else 'none'}"]
+        if not r.notes:
+            blocks.append("No design to read (no file, or it did not import).")
             continue
-        lines += [f"- NAME: {cell(notes.get('NAME'))}", f"- EQUATION: {cell(notes.get('EQUATION'))}",
-                  f"- ACT: {cell(notes.get('ACT'))}", "",
-                  "| symmetry | claimed kept | measured deviation | measured kept | agrees | WHY |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        keeps, why = notes.get("KEEPS"), notes.get("WHY")
+        keeps, why = r.notes.get("KEEPS"), r.notes.get("WHY")
         for s in CAPSTONE_SYMMETRIES:
             claim = keeps.get(s, "-") if isinstance(keeps, dict) else "-"
-            dev = notes.get("measured", {}).get(s)
+            dev = r.notes.get("measured", {}).get(s)
             kept = "-" if dev is None else dev <= CLAIM_TOL
-            agrees = "-" if dev is None else ("yes" if isinstance(claim, bool)
-                                              and claim == kept else "NO")
-            text = why.get(s, "-") if isinstance(why, dict) else why
-            lines.append(f"| {s} | {cell(claim)} | {'-' if dev is None else f'{dev:.1e}'} | "
-                         f"{kept} | {agrees} | {cell(text, 800)} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write_csv(path, rows):
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        csv.writer(f).writerows(rows)
+            agrees = "yes" if isinstance(claim, bool) and claim == kept else "NO"
+            rows.append([s, claim, "-" if dev is None else f"{dev:.1e}", kept,
+                         "-" if dev is None else agrees,
+                         why.get(s, "-") if isinstance(why, dict) else why])
+        blocks += ["\n".join(f"- {key}: {cell(r.notes.get(key))}" for key in ("NAME", "EQUATION",
+                                                                               "ACT")),
+                   table(["symmetry", "claimed kept", "measured deviation", "measured kept",
+                          "agrees", "WHY"], rows)]
+    return "\n\n".join(blocks) + "\n"
 
 
 def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
           feedback_dir=None, lms=None):
-    """`grade SUBMISSIONS --csv F`: every folder graded (against its roster id's variant with
-    --roster), the CSV, the review sheet beside it (F-review.md), with --feedback DIR one
-    DIR/<student_id>.md each, with --format canvas F-canvas.csv. Returns the exit status:
-    0 when grading ran, whatever the grades; 2 for a bad roster, no folder, a file not
-    written."""
+    """`grade` (docs/course.md): 0 when grading ran, whatever the grades; 2: bad input, a file
+    not written."""
     try:
-        students_of_roster = read_roster(roster) if roster else None
-        secret = read_secret(secret_path(roster, secret_file)) if roster else None
+        rows = read_roster(roster) if roster else None
+        secret = read_secret(secret_file or Path(roster).with_suffix(".secret")) if roster else None
+        students, unknown = submissions_of(submissions, rows, secret)
+        if not any(g.folder for g in students):
+            raise ValueError(f"no student folder in {submissions}" + (" named by a roster id"
+                                                                        if roster else ""))
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    students, unknown = submissions_of(submissions, students_of_roster, secret)
-    if not any(g.folder for g in students):
-        print(f"error: no student folder in {submissions}" + (
-            " named by a roster id" if roster else ""), file=sys.stderr)
         return 2
     began = time.monotonic()
     print(sandbox.isolation())
@@ -379,20 +291,21 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
     changed = sandbox.changed_course_files()                    # after all: put back, said
     print(f"{'student':<16} {'name':<20} {'points':>12}  flags")
     for g in students:
-        print(f"{g.student_id:<16} {g.name[:20]:<20} {shown_points(g.total):>6} of "
-              f"{MAX_POINTS:<3}  {'; '.join(g.flags)[:60]}")
-    csv_path = Path(csv_path)
-    review_path = csv_path.with_name(csv_path.stem + "-review.md")
+        print(f"{g.student_id:<16} {g.name[:20]:<20} {shown(g.total):>6} of {MAX_POINTS:<3}  "
+              f"{'; '.join(g.flags)[:60]}")
+    stem = str(Path(csv_path).with_suffix(""))             # grades.csv: grades-review.md, ...
+    files = {Path(csv_path): csv_text([columns()] + [g.cells() for g in students]),
+             Path(stem + "-review.md"): review(students)}
+    if lms == "canvas":                                     # docs/course.md, "Canvas"
+        files[Path(stem + "-canvas.csv")] = csv_text([CANVAS] + [[
+            g.name, g.row.get("id", ""), g.student_id, g.row.get("sis login id", g.student_id),
+            g.row.get("section", ""), shown(g.total)] for g in students])
+    if feedback_dir:
+        files.update({Path(feedback_dir) / f"{g.student_id}.md": feedback(g) for g in students})
     try:
-        write_csv(csv_path, [columns()] + [csv_row(g) for g in students])
-        review_path.write_text(review(students), encoding="utf-8")
-        if lms == "canvas":
-            write_csv(csv_path.with_name(csv_path.stem + "-canvas.csv"), canvas_rows(students))
-        if feedback_dir:
-            Path(feedback_dir).mkdir(parents=True, exist_ok=True)
-            for g in students:
-                (Path(feedback_dir) / f"{g.student_id}.md").write_text(feedback(g),
-                                                                      encoding="utf-8")
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", newline="")
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -404,6 +317,6 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
               f"); they were put back, and no grade read them", file=sys.stderr)
     count = sum(g.folder is not None for g in students)
     print(f"\n{count} student{'s' * (count != 1)} graded in {time.monotonic() - began:.1f} s; "
-          f"wrote {csv_path}, {review_path}" + (f", feedback in {feedback_dir}" if feedback_dir
-                                               else ""))
+          f"wrote {csv_path}, {stem}-review.md" + (f", feedback in {feedback_dir}" if feedback_dir
+                                                   else ""))
     return 0

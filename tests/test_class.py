@@ -87,6 +87,25 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     bad = tmp_path / "bad.csv"
     bad.write_text("student_id,name\ns1,A\ns1,B\n", encoding="utf-8")
     assert main(["roster", str(bad)]) == 2 and "repeated" in capsys.readouterr().err
+    bad.write_text("student_id,name\ns1,A,a field past the header\n", encoding="utf-8")
+    assert [s["student_id"] for s in gradebook.read_roster(bad)] == ["s1"]   # not a crash
+
+
+def test_a_start_by_code_alone_keeps_the_code_apart_from_the_name(tmp_path):
+    # `start --code` without --name once stored the code as the student's name.
+    code = gradebook.code_of(SECRET, "s1")
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", code]) == 2   # no folder
+    for folder, name in ((tmp_path / "a", None), (tmp_path / "b", "Ann Lee")):
+        folder.mkdir()
+        assert main(["--folder", str(folder), "start", "--code", code]
+                    + (["--name", name] if name else [])) == 0
+        data = json.loads((folder / checker.SEED_FILE).read_text(encoding="utf-8"))
+        assert data["code"] == code and data["name"] == (name or f"code {code}") != code
+        assert checker.read_seed(folder) == (data["name"], gradebook.seed_of(code))  # started
+    other = gradebook.code_of(SECRET, "s2")
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", code.lower()]) == 0
+    assert main(["--folder", str(tmp_path / "a"), "start", "--code", other]) == 1   # set once
+    assert checker.read_seed(tmp_path / "a")[1] == gradebook.seed_of(code)
 
 
 def test_points_score_missing_rows_zero_and_never_shrink_the_total():
