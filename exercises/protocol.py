@@ -1,11 +1,8 @@
-"""What crosses the pipe between the checker and its child (exercises/__init__.py, 2 and 3).
-
-A message is a JSON object on a line of its own. Values cross as data, never pickles: JSON's
-(Python's json writes NaN, the infinities and ints of any size), complex numbers, NumPy arrays
-and scalars of a numeric or boolean dtype (dtype, shape and bytes exactly), tuples, lists, sets
-and dicts. The checker's Named and Student are resolved by the child; what the child cannot
-send as data stays there, an Opaque to the checker, as is a name a child sends: never run.
-"""
+"""What crosses the pipe between the checker and its child (exercises/__init__.py, 2 and 3):
+a JSON object a line. Values go as data, never pickles: JSON's own (Python's json writes NaN,
+the infinities and ints of any size), complex numbers, NumPy arrays and scalars of a numeric or
+boolean dtype (dtype, shape and bytes exactly), tuples, lists, sets, dicts. The child resolves
+the checker's Named and Student; what it keeps, and a name it sends, is an Opaque: never run."""
 
 import base64
 import functools
@@ -45,8 +42,7 @@ class Opaque:
 
 
 def encode(value, keep=None):
-    """value as JSON-able data; what is not, kept by keep(value) -> handle (the child's side)
-    or, without keep, a TypeError (the checker sends only data)."""
+    """value as JSON-able data; what is not: keep(value) -> handle (the child's), or TypeError."""
     if value is None or isinstance(value, (int, float, str)):
         return value
     if isinstance(value, complex):
@@ -73,8 +69,7 @@ def encode(value, keep=None):
 
 
 def decode(data, trusted=False, student=None, kept=None):
-    """The value of encode's data. trusted (from the checker): Named, Student and handles
-    are resolved (student(name), kept(handle)); from a child, a name is only shown."""
+    """encode's value. trusted (from the checker): student(name), kept(handle), Named rebuilt."""
     if data is None or isinstance(data, (int, float, str)):
         return data
     if not isinstance(data, dict) or not data:

@@ -105,11 +105,9 @@ def bwrap_works():
 def isolation():
     """One line for the output: how the child is kept apart on this machine."""
     if bwrap_works():
-        return ("sandbox: bubblewrap (course and submission read-only, own /tmp, no network, "
-                "own PID namespace)")
+        return "sandbox: bubblewrap (the copies read-only, own /tmp and PID namespace, no network)"
     if sys.platform == "linux":
-        return ("sandbox: none (no working bwrap; install Debian's bubblewrap): fresh copies, "
-                "processes reaped by the checker")
+        return "sandbox: none (no working bwrap: install bubblewrap), fresh copies, orphans reaped"
     return "sandbox: none on this platform: fresh copies, the child's process group ended"
 
 
