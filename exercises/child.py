@@ -1,14 +1,6 @@
-"""The child: the process that runs a student's file and does nothing else.
-
-It imports the file, then answers the checker's requests, one at a time, on its pipe: call
-the student's function `target` with these arguments, read the answer `name`, fetch a value
-it keeps. It sends back what the student's code returned, as data (exercises/protocol.py),
-or what it raised. It computes no truth and no verdict: whatever the student's file changes
-in this process (the checker's modules, bilinear_numpy, NumPy, builtins) changes only the
-answers sent. The checker keeps the time, so a request that does not return is ended there.
-"""
-
-from __future__ import annotations
+"""The child: it imports a student's file and answers the checker's requests (call, run,
+answer, fetch) with what the code returned, as data (protocol.py), or what it raised. It
+judges nothing: what the file changes in this process changes only the answers it sends."""
 
 import faulthandler
 import json
@@ -18,10 +10,16 @@ import traceback
 import types
 from pathlib import Path
 
+import bilinear_numpy as bn
+import claims
 from exercises import protocol
 
 KEPT = {}            # handle -> a value that is not data (the checker holds the handle)
 CALLED = []          # the library functions the exercise asks the student to write, called
+# What the student's code may not change, with the words that name an entry: the public names
+# of bn and claims (a private one, a lazily imported function, changes by itself), bn's registries
+TABLES = [("bn.{}", vars(bn)), ("claims.{}", vars(claims)),
+          ("bn.FORMULATIONS[{!r}]", bn.FORMULATIONS), ("bn.ACTIVATIONS[{!r}]", bn.ACTIVATIONS)]
 
 
 def keep(value):
@@ -30,44 +28,26 @@ def keep(value):
 
 
 def tripwire(name, fn):
-    """fn, noting each call in CALLED: the checker refuses an answer that used it (this is
-    for the honest slip; a file that undoes it only changes its own answers)."""
+    """fn, each call noted in CALLED (the checker refuses an answer that used it)."""
     def noted(*args, **kwargs):
         CALLED.append(name)
         return fn(*args, **kwargs)
     return noted
 
 
-def tables():
-    """(label, table) of what the student's code may not change: the public names of
-    bilinear_numpy and claims (a private one, such as a lazily imported SciPy function, may
-    change by itself), and bilinear_numpy's two registries."""
-    import bilinear_numpy as bn
-    import claims
-    return [("bn.", vars(bn)), ("claims.", vars(claims)), ("bn.FORMULATIONS", bn.FORMULATIONS),
-            ("bn.ACTIVATIONS", bn.ACTIVATIONS)]
-
-
-def library_state():
-    return [dict(table) for _, table in tables()]
-
-
 def restore_library(saved):
-    """Put back every name and registry entry of `saved`; the names that had changed."""
+    """Put back every entry of `saved` (copies of TABLES); the words of those that changed."""
     changed = []
-    for (label, table), before in zip(tables(), saved):
+    for (words, table), before in zip(TABLES, saved):
         for key, value in before.items():
-            if label.endswith(".") and key.startswith("_"):
-                continue
-            if table.get(key, saved) is not value:
-                changed.append(label + (key if label.endswith(".") else f"[{key!r}]"))
+            if table.get(key, saved) is not value and ("[" in words or not key.startswith("_")):
+                changed.append(words.format(key))
                 table[key] = value
     return changed
 
 
 def notebook_code(path):
-    """The code cells of a .ipynb file joined into one source; `%` and `!` lines become
-    comments. ValueError, naming the fault, for anything that is not such a notebook."""
+    """A .ipynb file's code cells joined, `%` and `!` lines commented; else a ValueError why."""
     name = Path(path).name
     try:
         cells = json.loads(Path(path).read_text(encoding="utf-8-sig"))["cells"]
@@ -80,13 +60,11 @@ def notebook_code(path):
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        if isinstance(source, list) and all(isinstance(s, str) for s in source):
-            source = "".join(source)
-        if not isinstance(source, str):
+        source = cell.get("source", "")                 # a string, or a list of strings
+        if not isinstance(source, (str, list)) or not all(isinstance(s, str) for s in source):
             raise ValueError(f"{name}: the source of cell {number} is not text")
         parts.append("\n".join(("# " + line) if line.lstrip().startswith(("%", "!")) else line
-                               for line in source.splitlines()))
+                               for line in "".join(source).splitlines()))
     return "\n\n".join(parts) + "\n"
 
 
@@ -104,9 +82,8 @@ def load_module(path):
     return module
 
 
-def error_of(error, path):
-    """What the student's code raised, as data: its types (the class and its bases), the
-    message and the deepest line of the student's file."""
+def error_of(error, path=""):
+    """What was raised, as data: its class and bases, its message, its deepest line in `path`."""
     lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
              if Path(f.filename).name == Path(path).name]
     return {"types": [c.__name__ for c in type(error).__mro__][:12],
@@ -114,24 +91,20 @@ def error_of(error, path):
 
 
 class Served:
-    """The student's files and what the checker asks of them: one exercise's file at a time
-    (the last imported), bilinear_numpy as it was when the child started, but for the
-    tripwires on the functions that exercise asks the student to write."""
+    """The exercise file last imported; the library as it started, but for that file's tripwires."""
 
     def __init__(self, trace, seconds):
         self.module, self.path, self.trace, self.seconds = None, "", trace, seconds
-        self.cwd, self.pristine = os.getcwd(), library_state()
+        self.cwd, self.pristine = os.getcwd(), [dict(table) for _, table in TABLES]
         self.library = self.pristine
 
     def load(self, path, writes):
-        """Import the file at `path` (an exercise's), its writes (names of bilinear_numpy
-        or claims) tripped."""
+        """The file at `path` imported, the names it asks to write (of bn, claims) tripped."""
         restore_library(self.pristine)
-        for label, table in tables()[:2]:
-            for name in writes:
-                if name in table:
-                    table[name] = tripwire(label + name, table[name])
-        self.path, self.library = path, library_state()
+        for words, table in TABLES[:2]:
+            for name in set(writes) & set(table):
+                table[name] = tripwire(words.format(name), table[name])
+        self.path, self.library = path, [dict(table) for _, table in TABLES]
         return load_module(path)
 
     def student(self, name):
@@ -141,87 +114,70 @@ class Served:
         return fn
 
     def guarded(self, fn, *args, **kwargs):
-        """fn(*args, **kwargs), the student's code; afterwards the working folder and
-        bilinear_numpy are put back, and {"refused": why} is added when the code called a
-        function the exercise asks it to write or replaced a library name."""
+        """{"value": fn(*args, **kwargs)}, {"error": ...} or {"refused": why}; after it, the
+        working folder and the library are put back (a trace is written at the time limit)."""
         CALLED.clear()
         if self.seconds > 0:
             faulthandler.dump_traceback_later(self.seconds, file=self.trace)
         try:
-            return {"value": fn(*args, **kwargs)}
+            reply = {"value": fn(*args, **kwargs)}
         except BaseException as error:  # noqa: B036 -- whatever the student raises is an answer
-            return {"error": error_of(error, self.path)}
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-            os.chdir(self.cwd)
-            changed = restore_library(self.library)
-            if CALLED:
-                self.refused = (f"you called {CALLED[0]}, which this exercise asks you "
-                                f"to write")
-            elif changed:
-                self.refused = (f"your code replaced {', '.join(changed[:3])}; the checker "
-                                f"put it back: leave bilinear_numpy as it is")
+            reply = {"error": error_of(error, self.path)}
+        faulthandler.cancel_dump_traceback_later()
+        os.chdir(self.cwd)
+        changed = restore_library(self.library)
+        if CALLED:
+            return {"refused": f"you called {CALLED[0]}, which this exercise asks you to write"}
+        if changed:
+            return {"refused": f"your code replaced {', '.join(changed[:3])}; the checker put "
+                               f"it back: leave bilinear_numpy as it is"}
+        return reply
 
     def answer(self, request):
-        """The reply to one request (a dict): "value", "error" or "refused"."""
-        self.refused = None
+        """The reply to one request: "value" (and "args"), "error" or "refused"."""
         op = request.get("op")
         if op == "import":
-            self.module = None
             reply = self.guarded(self.load, request["path"], tuple(request["writes"]))
             self.module = reply.pop("value", None)
         elif op in ("call", "run"):
-            decode = lambda data: protocol.decode(data, True, self.student, KEPT.get)  # noqa
-            args, kwargs = decode(request["args"]), decode(request["kwargs"])
-            target = decode(request["fn"]) if op == "run" else None
-            reply = self.guarded(target or self.student(request["target"]), *args, **kwargs)
+            args, kwargs, fn = (protocol.decode(request.get(key), True, self.student, KEPT.get)
+                                for key in ("args", "kwargs", "fn"))
+            reply = self.guarded(fn or self.student(request["target"]), *args, **kwargs)
             if request.get("args_back") and "value" in reply:
                 reply["args"] = args
         elif op == "answer":
-            name = request["name"]
-            reply = ({"value": getattr(self.module, name)} if hasattr(self.module, name) else
-                     {"error": {"types": ["NameError"], "line": None,
-                                "message": f"{name} is not defined in the file"}})
+            if not hasattr(self.module, request["name"]):
+                raise NameError(f"{request['name']} is not defined in the file")
+            reply = {"value": getattr(self.module, request["name"])}
         elif op == "fetch":
             reply = {"value": KEPT[request["handle"]]}
         else:
             reply = {"value": None}                        # "ping"
-        if self.refused:
-            return {"refused": self.refused}
+        if "value" in reply and request.get("keep"):       # kept here, a handle sent
+            reply["value"] = protocol.Opaque(type(reply["value"]).__name__, keep(reply["value"]))
         try:
-            encoded = {k: protocol.encode(v, keep) if k in ("value", "args") else v
-                       for k, v in reply.items() if not (k == "value" and request.get("keep"))}
-            if request.get("keep") and "value" in reply:       # kept here, a handle sent
-                encoded["value"] = {"opaque": type(reply["value"]).__name__,
-                                    "handle": keep(reply["value"])}
-            return encoded
+            return {key: protocol.encode(value, keep) if key in ("value", "args") else value
+                    for key, value in reply.items()}
         except (RecursionError, ValueError, TypeError) as error:
-            return {"error": {"types": ["TypeError"], "line": None,
-                              "message": f"what your code returned cannot be sent: {error}"}}
+            raise TypeError(f"what your code returned cannot be sent: {error}") from None
 
 
 def main(argv):
-    """The child: SECONDS TRACE. Requests come
-    on standard input and replies go to standard output, both taken over before the
-    student's file runs: what it prints, or reads, meets the null device. Serves requests
-    until the pipe closes; ends with os._exit (threads and handlers the student left do not
-    keep it alive)."""
+    """The child: SECONDS TRACE. Its pipe is standard input and output, taken over before the
+    student's file runs (which prints to, and reads, the null device); ends with os._exit."""
     seconds, trace_path = argv
     requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    with open(trace_path, "w", encoding="utf-8") as trace:
-        served = Served(trace, float(seconds))
-        while True:
-            try:
+    try:
+        with open(trace_path, "w", encoding="utf-8") as trace:
+            served = Served(trace, float(seconds))
+            while True:                                    # till receive's EOFError
                 request = protocol.receive(requests)
-            except (EOFError, protocol.ProtocolError):
-                break
-            try:
-                reply = served.answer(request)
-            except Exception as error:                # a request this child cannot serve
-                reply = {"error": {"types": [type(error).__name__], "line": None,
-                                   "message": str(error)[:2000]}}
-            protocol.send(replies, {"id": request.get("id")} | reply)
-    os._exit(0)
+                try:
+                    protocol.send(replies, {"id": request.get("id")} | served.answer(request))
+                except Exception as error:      # a request it cannot serve, a reply not JSON
+                    protocol.send(replies, {"id": request.get("id"), "error": error_of(error)})
+    finally:
+        os._exit(0)
