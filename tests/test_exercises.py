@@ -855,7 +855,7 @@ def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
     # capstone's are the registry it asks to fill), and a backward's level 3 is one step.
     import ast
     files = sorted((ROOT / "exercises" / "checks").glob("*.py"))
-    assert len(files) == len(COURSE) + 3     # one an exercise, common.py, __init__, capstone.py
+    assert len(files) == len(COURSE) + 2     # one an exercise, common.py, __init__
     texts = [n.value for path in files for n in ast.walk(ast.parse(path.read_text("utf-8")))
              if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and ("use bn." in n.value or "is bn." in n.value)]
