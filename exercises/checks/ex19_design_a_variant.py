@@ -16,8 +16,6 @@ WRITES = ()
 ROWS = 24
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
-
-
 # What a reason must be about: a word (or sign) of the change it explains. All a checker can
 # honestly read in a sentence: that it is on the subject, not that it is right (a person is).
 WHY_WORDS = {"exchange": ("swap", "exchang", "q and k", "a and b", "↔"),
@@ -72,9 +70,8 @@ def short_training(forward, backward, act, steps=300, seed=161):
 
 
 def new_unit_gap(student, act, other):
-    """Each unit alone (V = E_j: unit j writes 1 to output 0) against the module's unit j of
-    `other`, as the part of its y outside the span of the module's (N,): 0 if every one is
-    the module's, times any constants (2 x SwiGLU, V rescaled or mixed), or Q, K relabelled."""
+    """Each unit alone (V = E_j: unit j writes 1 to output 0): the part of its y off the span of
+    `other`'s unit j; 0 for the module's, V rescaled or mixed (2 x SwiGLU), Q and K swapped."""
     x, p = draw("gated_mlp", 162)
     Q, K, units = p["Q"], p["K"], [np.outer(e, np.eye(D_OUT)[0]) for e in np.eye(M)]
 
