@@ -542,7 +542,7 @@ def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
     drawn = [checker.own_variant(COURSE[number - 1], number, s) for s in range(300)]
     for v in drawn:                             # never a unit the module implements
         if "psi" in v:
-            assert not common.module_pair(v["phi"], v["psi"]), v
+            assert not CHECKS[6].module_pair(v["phi"], v["psi"]), v
         elif number == 17:
             assert v["phi"] not in ("relu", "silu", "sigmoid") or "biases" in v["form"], v
         elif number in (9, 14, 15):
@@ -716,7 +716,7 @@ def test_your_unit_and_three_more_are_four_distinct_questions(number):
     for seed in range(40):
         session = SimpleNamespace(request=lambda op, **fields: 0)     # every answer 0
         c = checker.Checks(session, COURSE[number - 1], number, seed=seed)
-        common.predicted_rows(c, "f", lambda v, rng: LABELS[number](v), LABELS[number])
+        CHECKS[6].predicted_rows(c, "f", lambda v, rng: LABELS[number](v), LABELS[number])
         own = LABELS[number](checker.own_variant(COURSE[number - 1], number, seed))
         labels = [own] + [row.check.split(": ", 1)[1] for row in c.rows[1:]]
         assert len(c.rows) == 4 and len(set(labels)) == 4, (seed, labels)
@@ -724,8 +724,8 @@ def test_your_unit_and_three_more_are_four_distinct_questions(number):
 
 @needs_solutions
 def test_an_empty_set_shows_as_none_and_a_dict_as_not_a_set(tmp_path):
-    assert common.set_text(set()) == "none" and common.set_text(["qk", "kv"]) == "kv, qk"
-    assert common.set_text({}) == "a dict, not a set" and common.set_text(None) is None
+    assert CHECKS[6].set_text(set()) == "none" and CHECKS[6].set_text(["qk", "kv"]) == "kv, qk"
+    assert CHECKS[6].set_text({}) == "a dict, not a set" and CHECKS[6].set_text(None) is None
     answers = (("set()", "none"), ("{}", "a dict, not a set"))
     for k, (answer, _) in enumerate(answers):
         solved(tmp_path / str(k), 16, f"\ndef decay_balances(formulation, act):\n    return {answer}\n")
@@ -839,7 +839,7 @@ def test_a_backprop_slip_is_pointed_at_then_named_without_the_fix(slip, slip_run
 def test_the_slip_sigma_for_its_slope_is_named_in_words_in_every_variant(number, act_name, seed,
                                                                           slip_runs):
     # Level 2 names the slip (σ's value where its slope belongs) with the variant's own
-    # activation, measured as a wrong value (common.slipped), with no call and no fix.
+    # activation, measured as a wrong value (ex09's slipped), with no call and no fix.
     result = slip_runs[number, act_name, seed]
     v = checker.own_variant(COURSE[number - 1], number, seed)
     act = v["branch" if act_name == "tau" else "sigma"]
@@ -855,7 +855,7 @@ def test_no_hint_gives_an_api_call_or_a_whole_backward_pass():
     # capstone's are the registry it asks to fill), and a backward's level 3 is one step.
     import ast
     files = sorted((ROOT / "exercises" / "checks").glob("*.py"))
-    assert len(files) == len(COURSE) + 3     # one an exercise, common.py, __init__, capstone.py
+    assert len(files) == len(COURSE) + 2     # one an exercise, common.py, __init__
     texts = [n.value for path in files for n in ast.walk(ast.parse(path.read_text("utf-8")))
              if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and ("use bn." in n.value or "is bn." in n.value)]
@@ -1056,7 +1056,7 @@ def test_no_answer_that_ignores_its_unit_passes_every_predicted_row():
         c = checker.Checks(None, family, 7, seed=seed)          # no session: nothing asked
         truths = []
         c.predicted = lambda label, function, truth, got: truths.append(truth)
-        common.predicted_rows(c, "f", lambda v, rng: v["k"] % 10 == 0, lambda v: str(v["k"]))
+        CHECKS[6].predicted_rows(c, "f", lambda v, rng: v["k"] % 10 == 0, lambda v: str(v["k"]))
         assert len(truths) == 4 and len(set(truths)) == 2, (seed, truths)
 
 

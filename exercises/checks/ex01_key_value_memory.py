@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import N, draw, returned, sigma, is_int
+from exercises.checks.common import draw, sigma, is_int
 
 TITLE = 'The MLP as a key-value memory'
 WRITES = ("mlp_forward", "static_query_mlp_forward")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import bilinear_numpy as bn
 from exercises.checks.common import draw, sigma, is_int, is_bool
 

@@ -1,20 +1,103 @@
-"""Exercise 6: its checks, its variant, the slips it recognises, its hints."""
+"""Exercise 6: its checks, its variant, the slips it recognises, its hints. Here too what later
+exercises reuse: the two-factor unit of one's own (7, 11, 12 extend it; SCALARS: 17), the rows
+of a prediction for one's own unit and three more (predicted_rows: 13, 16, 17, 18) and the
+text of a set (set_text: 11, 16)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_variant, set_text,
-                                     sigma, is_bool, set_of_acts)
+from exercises.checks.common import D, M, D_OUT, draw, pick, sigma, is_bool, set_of_acts
 
 TITLE = 'Exchange symmetry'
 WRITES = ("symmetry_deviation", "transform_params")
 ROWS = 13
+SCALARS = {"z": lambda z: z, "relu": lambda z: np.maximum(z, 0),
+           "relu²": lambda z: np.maximum(z, 0) ** 2, "relu³": lambda z: np.maximum(z, 0) ** 3,
+           "z²": lambda z: z ** 2, "z³": lambda z: z ** 3, "silu": bn.ACTIVATIONS["silu"].f,
+           "sigmoid": bn.ACTIVATIONS["sigmoid"].f, "tanh": np.tanh}     # the functions φ, ψ
+PAIR = ("z", "z²", "z³", "relu", "relu²", "silu", "sigmoid", "tanh")     # those of a pair
+MODULE_SIGMA = {"z", "relu", "silu", "sigmoid"}      # the module's own σ (z: the identity)
 
 
 def variant(rng):
     return pair_variant(rng, same_share=1 / 3)
+
+
+def module_pair(phi, psi):
+    """True for a unit the module has: rank-1 with the identity, a gated or double-gated MLP."""
+    return phi in MODULE_SIGMA and psi in MODULE_SIGMA and (phi == psi or "z" in (phi, psi))
+
+
+def pair_variant(rng, same_share):
+    """A unit y = Σ_j φ(x·q_j) ψ(x·k_j) v_j the module does not have; ψ = φ at same_share."""
+    while True:
+        phi = pick(rng, PAIR)
+        psi = phi if rng.random() < same_share else pick(rng, tuple(p for p in PAIR if p != phi))
+        if not module_pair(phi, psi):
+            break
+
+    def shown(f, arg):                            # z², relu(z)², silu(z) with arg for z
+        if f[0] == "z":
+            return arg if f == "z" else f"({arg}){f[1:]}"
+        return f"{f[:4]}({arg}){f[4:]}" if f.startswith("relu") else f"{f}({arg})"
+    return {"phi": phi, "psi": psi,
+            "y": f"y = Σ_j {shown(phi, 'x·q_j')} {shown(psi, 'x·k_j')} v_j"}
+
+
+def pair_unit(v, x, Q, K, V):
+    """y = Σ_j φ(x·q_j) ψ(x·k_j) v_j, the unit of the variant v."""
+    return (SCALARS[v["phi"]](x @ Q.T) * SCALARS[v["psi"]](x @ K.T)) @ V
+
+
+def pair_deviation(v, change, seed_rng):
+    """rel_error of the unit's outputs before and after change(Q, K) -> (Q', K')."""
+    x = seed_rng.standard_normal((12, D))
+    Q = seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    K = seed_rng.standard_normal((M, D)) / np.sqrt(D)
+    V = seed_rng.standard_normal((M, D_OUT))
+    return bn.rel_error(pair_unit(v, x, Q, K, V), pair_unit(v, x, *change(Q, K), V))
+
+
+def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
+                   args=lambda v: (v,), mine=", your unit"):
+    """Rows: the prediction function(*args(v)) (convert: as the truth is written) against
+    truth(v, rng), measured now, for the student's variant and three more of its family (four
+    labels label(v)), their truths not all the same: no answer ignoring its unit passes all."""
+    own, family = c.variant(), c.rng(1, 3)
+    asked, spare = [(own, truth(own, c.rng(2, 1)))], []
+    for _ in range(1000):                         # a family has far more than four members
+        v = c.exercise.variant(family)
+        if label(v) not in {label(u) for u, _ in asked}:
+            t = truth(v, c.rng(2, len(asked) + 1))
+            same = len(asked) == 3 and all(t == u for _, u in asked)   # the last must differ
+            (spare if same else asked).append((v, t))
+        if len(asked) == 4:
+            break
+    if len(asked) == 3:                           # a family with one answer for all
+        asked += spare[:1]
+    for i, (v, t) in enumerate(asked, 1):
+        c.predicted(f"{function}{mine if i == 1 else f' {i}: {label(v)}'}", function, t,
+                    lambda v=v: convert(c.call(function, *args(v))))
+
+
+def pair_rows(c, function, truth, convert=lambda answer: answer):
+    """predicted_rows for a unit of exercises 6, 7, 11 and 12."""
+    predicted_rows(c, function, truth, lambda v: f"{v['phi']}, {v['psi']}", convert)
+
+
+def set_text(value):
+    """A set as a row shows it: sorted, "none" when empty (a list or tuple without repeats is
+    read as a set; None stays None); anything else names its type."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, (set, frozenset, list, tuple)) and len(set(value)) == len(value):
+            return ", ".join(sorted(map(str, value))) or "none"
+    except TypeError:                             # an unhashable element
+        pass
+    return f"a {type(value).__name__}, not a set"
 
 
 def exchange_truth(v, rng):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (draw, pair_deviation, pair_rows, pair_variant, raised, sigma,
-                                     set_of_acts, dict_of)
+from exercises.checks.common import draw, raised, set_of_acts, dict_of
+from exercises.checks.ex06_exchange_symmetry import pair_deviation, pair_rows, pair_variant
 
 TITLE = 'Inverse-scaling symmetry'
 WRITES = ("symmetry_deviation", "transform_params")

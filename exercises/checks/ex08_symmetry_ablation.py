@@ -9,7 +9,7 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.common import M, PAIR_OF_BOOLS, draw, kind_of, pick, returned
+from exercises.checks.common import M, draw, pick, returned
 
 TITLE = 'Which broken symmetry matters? The 2x2 ablation'
 WRITES = ("symmetry_deviation", "symmetry_expected", "transform_params")
@@ -42,6 +42,20 @@ def comparisons():
     return [(k, b) for k, (_, _, ek, sk) in CELLS.items() for b, (_, _, eb, sb) in CELLS.items()
             if ek >= eb and sk >= sb and (ek != eb) + (sk != sb) == 1
             and (k, b) not in STATED_COMPARISONS]
+
+
+PAIR_OF_BOOLS = ("a pair of bools (exchange kept, scaling kept)", (list, np.ndarray))
+
+
+def kind_of(value):
+    """What a returned value is, for a row on its type: "array (3,)" for numbers of that
+    shape (an array, list or tuple of them), else the name of its type."""
+    if value is None or isinstance(value, (dict, str, bool, set)):
+        return type(value).__name__
+    try:
+        return f"array {np.asarray(value, dtype=np.float64).shape}"
+    except (TypeError, ValueError):
+        return type(value).__name__
 
 
 def cell_truth(name, act):

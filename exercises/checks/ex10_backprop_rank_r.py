@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import bilinear_numpy as bn
-from exercises.checks.common import N, POWER, SMOOTH, backward_rows, pick, sigma, unit_problem
+from exercises.checks.common import pick
+from exercises.checks.ex09_backprop_gated import (OWN_LINE, POWER, SMOOTH, UNIT_FORMULAS,
+                                                  backward_rows, unit_problem)
 
 TITLE = 'Backprop II: a rank-r bilinear unit of your own'
 WRITES = ()
@@ -58,25 +59,19 @@ HINTS = {
         "§2.4, with your variant's square (printed by `check 10`).",
         ('Two (N, m, r) arrays of projections, squared where your variant says, multiplied '
          'and summed over ρ.'),
-        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
-         'computed step by step as the header of the file names them.'),
+        OWN_LINE,
     ],
     'formulas': {
         'dx': ('x enters both projections of your score, onto each Q_jρ and onto each K_jρ: '
                'each is the rule for p W with x in the place of p; apply it at both, summing '
                'over the units and the rank index ρ, and add what comes back'),
-        'dQ': ('Q enters one step, the projection of x onto each Q_jρ: apply the rule for p W '
-               'to that step alone, summing over the tokens, to the gradient arriving at that '
-               "projection (after your variant's square, if it squares it)"),
-        'dK': ('K enters one step, the projection of x onto each K_jρ: apply the rule for p W '
-               'to that step alone, summing over the tokens, to the gradient arriving at that '
-               "projection (after your variant's square, if it squares it)"),
+        **{f'd{P}': (f'{P} enters one step, the projection of x onto each {P}_jρ: apply the '
+                     'rule for p W to that step alone, summing over the tokens, to the gradient '
+                     "arriving at that projection (after your variant's square, if it squares "
+                     "it)") for P in "QK"},
         'dV': ("V enters only the last step, where your unit's (N, m) activation of the "
                "score, to your variant's power, meets V: apply the rule for p W to that step "
                'alone, with that activation in the place of p'),
-        'activation': ('an activation step u = φ(p) sends back du times the slope of φ at the '
-                       'same p: φ′, a function of its own, which you derive from φ (a power '
-                       'φ(p) raised to k brings k times φ(p) to the k − 1 in front of that '
-                       'slope); the value φ(p) that your forward computed is not the slope'),
+        'activation': UNIT_FORMULAS['activation'],
     },
 }

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (D, M, D_OUT, draw, factor_gap, fd_truth, gd_reference,
-                                     pair_rows, pair_unit, pair_variant, sigma, set_of_acts,
-                                     dict_of)
+from exercises.checks.common import D, M, D_OUT, draw, fd_truth, sigma, set_of_acts, dict_of
+from exercises.checks.ex06_exchange_symmetry import pair_rows, pair_unit, pair_variant
+from exercises.checks.ex11_conservation import gd_reference
 
 TITLE = 'Tied factors and squared ReLU'
 WRITES = ()
@@ -16,6 +16,11 @@ ROWS = 9
 
 def variant(rng):
     return pair_variant(rng, same_share=1 / 3)
+
+
+def factor_gap(params):
+    """max |Q - K|: 0 while the factors are tied."""
+    return np.max(np.abs(params["Q"] - params["K"]))
 
 
 def tied_truth(v, rng):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-import bilinear_numpy as bn
-from exercises.checks.common import UNIT_FORMULAS, BRANCH, draw_unit, pick, unit_rows, unit_text
+from exercises.checks.common import pick
+from exercises.checks.ex09_backprop_gated import (BRANCH, OWN_LINE, UNIT_FORMULAS, draw_unit,
+                                                  unit_rows, unit_text)
 
 TITLE = 'Backprop III: a gated unit with biases, your own'
 WRITES = ()
@@ -38,8 +37,7 @@ HINTS = {
         "Your variant's line, printed by `check 14`.",
         ('Each bias is added to every row (token): c where your variant puts it (inside σ or '
          "after it), e inside the other factor's activation, f after V."),
-        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
-         'computed step by step as the header of the file names them.'),
+        OWN_LINE,
     ],
     'formulas': UNIT_FORMULAS | {
         'dc': ("c is added for every token where your variant puts it, inside σ (to the gate's "

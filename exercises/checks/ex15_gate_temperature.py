@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import bilinear_numpy as bn
-from exercises.checks.common import (UNIT_FORMULAS, M, draw_unit, pick, unchanged, unit_rows,
-                                     unit_text)
+from exercises.checks.common import M, pick
+from exercises.checks.ex09_backprop_gated import (OWN_LINE, UNIT_FORMULAS, draw_unit, unit_rows,
+                                                  unit_text)
 
 TITLE = 'Backprop IV: a learned temperature, your own'
 WRITES = ()
@@ -51,8 +51,7 @@ HINTS = {
     'temperature_forward': [
         "Your variant's line, printed by `check 15`.",
         'β has one entry per unit and scales column j of the projection your variant names.',
-        ('Your unit\'s line, printed at the top of `check N` (and in variant(N)["y"]), '
-         'computed step by step as the header of the file names them.'),
+        OWN_LINE,
     ],
     'temperature_residual': [
         '§5.1: a symmetry gives an identity between gradients.',

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import D, D_OUT, N, SCALARS, draw, pick, predicted_rows, raised
+from exercises.checks.common import D, D_OUT, pick, raised
+from exercises.checks.ex06_exchange_symmetry import SCALARS, predicted_rows
 
 TITLE = "Count the continuous symmetries: the Jacobian's rank"
 WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected",
           "symmetry_dimension_table")
 ROWS = 14
+COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
+               "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
+               "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}
+COUNT_D, COUNT_D_OUT = 4, 2
 
 
 def variant(rng):
@@ -47,12 +52,6 @@ def null_count(J):
     """P − rank J (singular values above 1e-7 of the largest); None if one is in 1e-10..1e-5."""
     rel = np.linalg.svd(J / np.linalg.norm(J, 2), compute_uv=False)   # the largest is 1
     return None if np.any((rel > 1e-10) & (rel < 1e-5)) else J.shape[1] - int(np.sum(rel > 1e-7))
-
-
-COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
-               "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
-               "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}
-COUNT_D, COUNT_D_OUT = 4, 2
 
 
 def count_unit(v, x, p):

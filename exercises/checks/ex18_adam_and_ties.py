@@ -5,12 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import (D, M, D_OUT, fd_truth, gd_reference, gradient_rows, pick,
-                                     predicted_rows, returned, unchanged)
+from exercises.checks.common import D, M, D_OUT, fd_truth, pick, unchanged
+from exercises.checks.ex06_exchange_symmetry import predicted_rows
+from exercises.checks.ex09_backprop_gated import gradient_rows
+from exercises.checks.ex11_conservation import gd_reference
+from exercises.checks.ex12_tied_factors import factor_gap
 
 TITLE = 'Optimizers, weight decay and tied factors of your own'
 WRITES = ()
 ROWS = 18
+TIE_FORMS = {"ReGLU": ("gated_mlp", "relu", "relu(z)²"),        # name: (formulation, σ, h(z))
+             "Bilinear": ("gated_mlp", "identity", "z²")}
+TIE_FORMS |= {f"rank-1 {a}": ("rank1_bilinear", a, f"{a}(z²)")
+              for a in ("silu", "gelu", "sigmoid", "gelu_tanh")}
+OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
+              "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
+DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
+STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
 
 
 def variant(rng):
@@ -24,27 +35,9 @@ def variant(rng):
                              f"{DECAYS[v['decay']]:g}"}
 
 
-TIE_FORMS = {"ReGLU": ("gated_mlp", "relu", "relu(z)²"),        # name: (formulation, σ, h(z))
-             "Bilinear": ("gated_mlp", "identity", "z²"),
-             "rank-1 silu": ("rank1_bilinear", "silu", "silu(z²)"),
-             "rank-1 gelu": ("rank1_bilinear", "gelu", "gelu(z²)"),
-             "rank-1 sigmoid": ("rank1_bilinear", "sigmoid", "sigmoid(z²)"),
-             "rank-1 gelu_tanh": ("rank1_bilinear", "gelu_tanh", "gelu_tanh(z²)")}
-
-
-OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
-              "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
-
-
-DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
-
-
-STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
-
-
-def update(v, P, grad, state, lr, lam):
+def update(P, grad, state, lr, lam, v):
     """One step of the variant's optimizer and decay rule on one parameter, as the tables of
-    the exercise give them: (P, state), state None at the start."""
+    the exercise give them (the student's signature): (P, state), state None at the start."""
     g, optimizer = grad + (lam * P if v["decay"] == "L2" else 0.0), v["optimizer"]
     if optimizer in ("momentum", "nesterov"):                    # β = 0.9
         state = g if state is None else 0.9 * state + g
@@ -60,6 +53,15 @@ def update(v, P, grad, state, lr, lam):
         direction = np.sign(g) if optimizer == "sign" else g
     beside = {"L2": 0.0, "decoupled": lr * lam, "shrink": lam}[v["decay"]]
     return P - lr * direction - beside * P, state
+
+
+def three_steps(step, P, G, lr, lam, v):
+    """P after each step(P, g, state, lr, lam, v) of an update on the gradients g of G."""
+    out, state = [], None
+    for g in G:
+        P, state = step(P, g, state, lr, lam, v)
+        out.append(P)
+    return np.stack(out)
 
 
 def train_reference(x, T, W, V, v, steps, lr, lam, mistake=None):
@@ -78,7 +80,7 @@ def train_reference(x, T, W, V, v, steps, lr, lam, mistake=None):
             rate, decay = (lr, lam) if tied else (lr["K" if mistake == "one rate" else k], lam[k])
             decay *= {"half decay": 0.5, "no decay on V": float(k != "V")}.get(mistake, 1.0)
             state = None if mistake == "fresh state" else states[k]
-            params[k], states[k] = update(v, params[k], g[k], state, rate, decay)
+            params[k], states[k] = update(params[k], g[k], state, rate, decay, v)
     return params
 
 
@@ -103,9 +105,8 @@ MISTAKES = {
 
 def one_key_gradient_rows(c, v, x, T, K, V):
     """Rows: the student's one_key_gradients(x, T, K, V, v) against finite differences of the
-    one-key MLP's loss L = Σ (y − T)² / (2N), for every optimizer alike (a gradient that
-    counts one of the two places K enters is recognised: each place's share comes from bn's
-    backward with Q = K, the truth from finite differences)."""
+    one-key MLP's loss L = Σ (y − T)² / (2N); a gradient that counts one of the two places K
+    enters is recognised (each place's share: bn's backward with Q = K)."""
     name, act, _ = TIE_FORMS[v["form"]]
     form = bn.FORMULATIONS[name]
     y, cache = form.forward(x, K, K, V, act=act)
@@ -125,17 +126,14 @@ def flat(params, keys):
 
 def factor_truths(v, rng):
     """(f, c), measured: the key rate f·lr, then the key decay c·λ, with which 3 steps of
-    update on a gradient 2 g (the one-key MLP's key at the tie: dQ + dK, dQ = dK = g) follow
+    update on 2 g (the one-key MLP's key gradient at the tie: dQ + dK, dQ = dK = g) follow
     the tied factor's steps on g, for random parameters and gradients."""
     lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
     P, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
 
     def gap(rate, decay, tied_decay):            # tied factor vs the one key, after 3 steps
-        tied, key, s, t = P, P, None, None
-        for g in G:
-            tied, s = update(v, tied, g, s, lr, tied_decay)
-            key, t = update(v, key, 2 * g, t, rate, decay)
-        return bn.rel_error(tied, key)
+        return bn.rel_error(three_steps(update, P, G, lr, tied_decay, v)[-1],
+                            three_steps(update, P, 2 * G, rate, decay, v)[-1])
     f = min((0.25, 0.5, 1.0), key=lambda f: gap(f * lr, 0.0, 0.0))
     return f, min((0.5, 1.0, 2.0), key=lambda d: gap(f * lr, d * lam, lam))
 
@@ -147,16 +145,8 @@ def check(c):
     W, V = rng.standard_normal((M, D)) / np.sqrt(D), rng.standard_normal((M, D_OUT)) / 2
     lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
     P0, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
-
-    def three_steps(step):                        # P after each of 3 steps, the state carried
-        P, state, out = P0, None, []
-        for g in G:
-            P, state = step(P, g, state)
-            out.append(P)
-        return np.stack(out)
-    c.close("update, your rule, 3 steps", "update",
-            three_steps(lambda P, g, s: update(v, P, g, s, lr, lam)),
-            lambda: three_steps(lambda P, g, s: c.call("update", P, g, s, lr, lam, v)))
+    c.close("update, your rule, 3 steps", "update", three_steps(update, P0, G, lr, lam, v),
+            lambda: three_steps(c.student("update"), P0, G, lr, lam, v))
     one_key_gradient_rows(c, v, x, T, W, V)
     none = {"K": 0.0, "V": 0.0}
     for check, rates, decays in (("train_tied, no decay", lr, 0.0), ("train_tied, decay", lr, lam),
@@ -172,17 +162,15 @@ def check(c):
                 flat(c.call(topic, x, T, W, V, rates, 30, decays, v), keys), tol=1e-8,
                 mistakes={k: m for k, m in wrong.items()                  # 1e-8: an Adam of
                           if bn.rel_error(m, reference) > 1e-8})          # your own rounds
-    unchanged(c, "train_tied leaves W, V unchanged", "train_tied", "train_tied", x, T, W, V, lr,
-              3, lam, v)
+    unchanged(c, "train_tied leaves W, V unchanged", "train_tied", x, T, W, V, lr, 3, lam, v)
     Q = rng.standard_normal((M, D)) / np.sqrt(D)
     K, V0 = Q + 1e-6 * rng.standard_normal(Q.shape), rng.standard_normal((M, D_OUT)) / 2
-    history = lambda norm: gd_reference(*TIE_FORMS[v["form"]][:2], x, T,   # noqa: E731
-                                        {"Q": Q, "K": K, "V": V0}, 0.05, 300,
-                                        lambda p: norm(p["Q"] - p["K"]))
-    c.close("untie_history, your form, gd", "untie_history", history(np.linalg.norm),
+    gd = (*TIE_FORMS[v["form"]][:2], x, T, {"Q": Q, "K": K, "V": V0}, 0.05, 300)  # 300 steps
+    c.close("untie_history, your form, gd", "untie_history",
+            gd_reference(*gd, lambda p: np.linalg.norm(p["Q"] - p["K"])),
             lambda: c.call("untie_history", x, T, Q, K, V0, 0.05, 300, v), tol=1e-6,
             mistakes={("look at the norm you record", "max|Q − K| in place of the Frobenius "
-                       "norm ‖Q − K‖"): history(lambda a: np.max(np.abs(a)))})
+                       "norm ‖Q − K‖"): gd_reference(*gd, factor_gap)})
     for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
         predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
                        lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")

@@ -1,4 +1,5 @@
-"""Exercise 19: Capstone: design a variant, predict its symmetries. The checks, the variant, the recognised slips and the hints."""
+"""Exercise 19, the capstone: its checks, its hints, what they measure of a student's unit
+(symmetry deviations, its distance from the module's units, training) and run in the child."""
 
 from __future__ import annotations
 
@@ -8,18 +9,13 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.capstone import (capstone_deviation, capstone_step, new_unit_gap,
-                                       registered_call, registered_fields,
-                                       short_training)
-from exercises.checks.common import cost_row
+from exercises.checks.common import D_OUT, M, cost_row, draw
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 WRITES = ()
 ROWS = 24
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
-
-
 # What a reason must be about: a word (or sign) of the change it explains. All a checker can
 # honestly read in a sentence: that it is on the subject, not that it is right (a person is).
 WHY_WORDS = {"exchange": ("swap", "exchang", "q and k", "a and b", "↔"),
@@ -45,10 +41,66 @@ def given(c, name):
         return f"(not given: {error})"
 
 
+def capstone_deviation(forward, act, symmetry, seed=160):
+    """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
+    x, p = draw("gated_mlp", seed)                         # x (N, d); Q, K (m, d); V (m, d_out)
+    alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
+    # parity: y(-x) against y(x); else the change of Q, K and V alone, the same for every unit
+    # of these three parameters: bn's, named by a form that has them (not your unit's theory).
+    x_t, t = (-x, p) if symmetry == "parity" else \
+        (x, claims.transform_params("gated_mlp", p, symmetry, alpha))
+    return bn.rel_error(forward(x, p["Q"], p["K"], p["V"], act)[0],
+                        forward(x_t, t["Q"], t["K"], t["V"], act)[0])
+
+
+def short_training(forward, backward, act, steps=300, seed=161):
+    """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
+    the loss after `steps` over the loss at the start."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 6))
+    T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
+    params = bn.FORMULATIONS["gated_mlp"].init(rng, 6, 8, 3)     # Q, K (8, 6), V (8, 3)
+    state, losses = bn.adam_init(params), []
+    for _ in range(steps + 1):
+        y, cache = forward(x, params["Q"], params["K"], params["V"], act)
+        losses.append(0.5 * np.sum((y - T) ** 2) / len(x))
+        grads = backward((y - T) / len(x), cache)
+        params, state = bn.adam_step(params, {k: grads[k] for k in params}, state, lr=1e-2)
+    return losses[-1] / losses[0]
+
+
+def new_unit_gap(student, act, other):
+    """Each unit alone (V = E_j: unit j writes 1 to output 0): the part of its y off the span of
+    `other`'s unit j; 0 for the module's, V rescaled or mixed (2 x SwiGLU), Q and K swapped."""
+    x, p = draw("gated_mlp", 162)
+    Q, K, units = p["Q"], p["K"], [np.outer(e, np.eye(D_OUT)[0]) for e in np.eye(M)]
+
+    def off_span(y, h):
+        h = h / max(np.linalg.norm(h), 1e-300)
+        return float(np.linalg.norm(y - np.outer(h, h @ y)) / max(np.linalg.norm(y), 1e-300))
+    mine = [np.asarray(student(x, Q, K, E, act)[0]) for E in units]
+    return min(max(off_span(y, bn.FORMULATIONS[other].forward(x, P, R, E, act=act)[0][:, 0])
+                   for y, E in zip(mine, units)) for P, R in ((Q, K), (K, Q)))
+
+
+def in_registry(name, attribute=None, *args):
+    """In the child, of the formulation registered as `name`: its data fields (None if there
+    is none) or, given an attribute, its attribute(*args): its shapes or init scales."""
+    form = bn.FORMULATIONS.get(name)
+    if attribute:
+        return getattr(form, attribute)(*args)
+    keys = ("name", "equation", "param_names", "cost", "family", "sigma_args")
+    return {k: getattr(form, k) for k in keys} if isinstance(form, bn.Formulation) else None
+
+
+def capstone_step(forward, backward, x, Q, K, V, act, dy):
+    """In the child: the student's backward after their forward (the cache stays there)."""
+    return backward(dy, forward(x, Q, K, V, act)[1])
+
+
 def check(c):
     names_before = set(bn.FORMULATIONS)
-    name = lambda: c.answer("NAME")             # noqa: E731
-    act = lambda: c.answer("ACT")               # noqa: E731
+    name, act = (functools.partial(c.answer, key) for key in ("NAME", "ACT"))
     c.holds("NAME: a new name, a str", "NAME", "a str not in FORMULATIONS", name,
             lambda n: isinstance(n, str) and n and n not in names_before,
             "a str that is not already a key of bn.FORMULATIONS")
@@ -59,12 +111,12 @@ def check(c):
 
     def registered():
         c.call("register")
-        fields = c.run(registered_fields, name())
+        fields = c.run(in_registry, name())
         if fields is None or tuple(fields["param_names"]) != ("Q", "K", "V"):
             return False
         # From here on this process's registry entry runs your file's forward and backward
         # (each call a request to your file), its shapes and scales asked of your entry.
-        asked = functools.partial(c.run, registered_call, name())
+        asked = functools.partial(c.run, in_registry, name())
         bn.FORMULATIONS[name()] = bn.Formulation(
             **fields, forward=c.student("forward"), backward=c.student("backward"),
             shapes=functools.partial(asked, "shapes"),
@@ -75,7 +127,7 @@ def check(c):
     try:
         c.holds("register() adds NAME to bn.FORMULATIONS", "register",
                 "a Formulation of Q, K, V", registered, bool)
-        student = lambda *args: c.call("forward", *args)      # noqa: E731
+        student = c.student("forward")                        # called here: a request
         for other in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
             c.holds(f"forward differs from {other}", "forward", "rel error > 1e-6",
                     lambda other=other: new_unit_gap(student, act(), other),
@@ -104,14 +156,13 @@ def check(c):
                     lambda _, s=symmetry: why_ok(c.answer("WHY"), s),
                     f"a sentence of 8 words or more about this change ({WHY_WORDS[symmetry][0]}"
                     f" ...), not the sentence of another key")
-        cost_row(c, "backward", {"x": None, "Q": None, "K": None, "V": None},
+        cost_row(c, "backward", dict.fromkeys("xQKV"),
                  lambda x, Q, K, V: bn.gated_mlp_forward(x, Q, K, V, reference)[0],
-                 lambda dy, big: c.run(capstone_step, c.student("forward"),
-                                       c.student("backward"), *big.values(), act(), dy,
-                                       keep=True),
-                 lambda x, Q, K, V: c.call("forward", x, Q, K, V, act())[0])
+                 lambda dy, big: c.run(capstone_step, student, c.student("backward"),
+                                       *big.values(), act(), dy, keep=True),
+                 lambda x, Q, K, V: student(x, Q, K, V, act())[0])
         c.holds("300 Adam steps: your variant", "training", "loss ratio < 0.5",
-                lambda: short_training(student, lambda *args: c.call("backward", *args), act()),
+                lambda: short_training(student, c.student("backward"), act()),
                 lambda r: np.isfinite(r) and r < 0.5, "the loss did not halve in 300 steps")
     finally:
         for key in set(bn.FORMULATIONS) - names_before:     # leave the registry as it was

@@ -4,13 +4,13 @@ They live beside the solutions, so that a handout (which has no solutions/) hold
 them: there, a reading row checks an answer's form only and says "checked when graded";
 `grade` and `check`, run from the repository, read this file and judge the answer in full.
 ANSWERS[exercise number][name] is the truth as the row compares it (after the row's
-transform, e.g. a set of activations as exercises.checks.common.set_text writes it)."""
+transform, e.g. a set of activations as exercise 6's checks' set_text writes it)."""
 
 import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.common import set_text
+from exercises.checks.ex06_exchange_symmetry import set_text
 
 
 def kept_by_gated(symmetry):
