@@ -40,7 +40,8 @@ class Exercise:
     """One exercise, from its exercises/checks/exNN_slug.py: TITLE, check(c) (adds the rows),
     WRITES (the bn names it asks the student to write), diagnose(rows) -> [(point, slip)],
     variant(rng) -> the student's own problem (a dict; its "y" says it in one line), HINTS
-    ({topic: [level 1, 2, 3]}, and "formulas" for a backward pass), OPTIONAL."""
+    ({topic: [level 1, 2, 3]}, and "formulas" for a backward pass), OPTIONAL, AUTODIFF (the
+    file may use a library that differentiates for it, child.AUTODIFF: exercise 20's torch)."""
     slug: str
     title: str
     check: Callable
@@ -49,6 +50,7 @@ class Exercise:
     variant: Callable | None = None
     hints: dict = field(default_factory=dict)
     optional: bool = False
+    autodiff: bool = False
 
 
 def file_name(number, exercise):
@@ -397,7 +399,8 @@ class Session:
         if self.imported is None:
             try:
                 reply = self.exchange({"op": "import", "writes": list(self.exercise.writes),
-                                       "path": str(self.scratch / "submission" / self.path.name)})
+                                       "path": str(self.scratch / "submission" / self.path.name),
+                                       "autodiff": self.exercise.autodiff})
             except StudentError as error:         # the import timed out, or ended the child
                 self.imported = error
                 raise

@@ -16,6 +16,7 @@ from exercises import protocol
 
 KEPT = {}            # handle -> a value that is not data (the checker holds the handle)
 CALLED = []          # the library functions the exercise asks the student to write, called
+AUTODIFF = {"torch", "jax", "autograd", "tensorflow", "tinygrad", "mlx"}   # gradients for free
 # What the student's code may not change, with the words that name an entry: the public names
 # of bn and claims (a private one, a lazily imported function, changes by itself), bn's registries
 TABLES = [("bn.{}", vars(bn)), ("claims.{}", vars(claims)),
@@ -96,11 +97,13 @@ class Served:
     def __init__(self, trace, seconds):
         self.module, self.path, self.trace, self.seconds = None, "", trace, seconds
         self.cwd, self.pristine = os.getcwd(), [dict(table) for _, table in TABLES]
-        self.library = self.pristine
+        self.library, self.before, self.autodiff = self.pristine, set(sys.modules), False
 
-    def load(self, path, writes):
-        """The file at `path` imported, the names it asks to write (of bn, claims) tripped."""
+    def load(self, path, writes, autodiff):
+        """The file at `path` imported, the names it asks to write (of bn, claims) tripped;
+        autodiff: whether the exercise lets the file use a library of AUTODIFF."""
         restore_library(self.pristine)
+        self.before, self.autodiff = set(sys.modules), autodiff
         for words, table in TABLES[:2]:
             for name in set(writes) & set(table):
                 table[name] = tripwire(words.format(name), table[name])
@@ -131,13 +134,18 @@ class Served:
         if changed:
             return {"refused": f"your code replaced {', '.join(changed[:3])}; the checker put "
                                f"it back: leave bilinear_numpy as it is"}
+        used = AUTODIFF & {name.split(".")[0] for name in set(sys.modules) - self.before}
+        if used and not self.autodiff:
+            return {"refused": f"your file imported {min(used)}, which computes gradients for "
+                               f"you: this exercise asks for NumPy alone (derive them by hand)"}
         return reply
 
     def answer(self, request):
         """The reply to one request: "value" (and "args"), "error" or "refused"."""
         op = request.get("op")
         if op == "import":
-            reply = self.guarded(self.load, request["path"], tuple(request["writes"]))
+            reply = self.guarded(self.load, request["path"], tuple(request["writes"]),
+                                 bool(request.get("autodiff")))
             self.module = reply.pop("value", None)
         elif op in ("call", "run"):
             args, kwargs, fn = (protocol.decode(request.get(key), True, self.student, KEPT.get)
@@ -145,10 +153,11 @@ class Served:
             reply = self.guarded(fn or self.student(request["target"]), *args, **kwargs)
             if request.get("args_back") and "value" in reply:
                 reply["args"] = args
-        elif op == "answer":
-            if not hasattr(self.module, request["name"]):
+        elif op == "answer":                  # a name the file defines (no __getattr__ of its run)
+            names = vars(self.module) if self.module else {}
+            if request["name"] not in names:
                 raise NameError(f"{request['name']} is not defined in the file")
-            reply = {"value": getattr(self.module, request["name"])}
+            reply = {"value": names[request["name"]]}
         elif op == "fetch":
             reply = {"value": KEPT[request["handle"]]}
         else:

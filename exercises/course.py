@@ -19,6 +19,7 @@ for number, (slug, _) in enumerate(TABLE, start=1):
     checks = importlib.import_module(f"exercises.checks.ex{number:02d}_{slug}")
     COURSE.append(Exercise(slug, checks.TITLE, checks.check, tuple(getattr(checks, "WRITES", ())),
                            getattr(checks, "diagnose", None), getattr(checks, "variant", None),
-                           checks.HINTS, getattr(checks, "OPTIONAL", False)))
+                           checks.HINTS, getattr(checks, "OPTIONAL", False),
+                           getattr(checks, "AUTODIFF", False)))
     ROWS.append(checks.ROWS)
 MAX_POINTS = sum(p for p, e in zip(POINTS, COURSE) if not e.optional)   # 200

@@ -323,6 +323,40 @@ def _run9(folder):
     return checker.run_exercise(9, COURSE[8], folder, 2.0, seed=3)    # 2 s: FD goes far past
 
 
+# A library that differentiates for the student is the same kind of route as finite differences:
+# the backward is not derived. A module of the student's folder named as such a library stands in
+# for it (no torch needed); with torch installed, torch's own autograd is tried too.
+AUTODIFF_BACKWARD = '''
+import {library}
+
+
+def unit_backward(dy, x, Q, K, V, variant):
+    """The solution's backward, after an import of {library} (which would do it for free)."""
+    return _derived_backward(dy, x, Q, K, V, variant)
+'''
+
+
+@needs_solutions
+@pytest.mark.parametrize("library", ["autograd", "torch"])
+def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, library):
+    if library == "torch":
+        pytest.importorskip("torch")
+    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    text = text.replace("def unit_backward(", "def _derived_backward(", 1)
+    (tmp_path / name(9)).write_text(text + AUTODIFF_BACKWARD.format(library=library), "utf-8")
+    if library == "autograd":
+        (tmp_path / "autograd.py").write_text("grad = None\n", encoding="utf-8")
+    result = _run9(tmp_path)
+    assert result.status == "failing", result.rows
+    assert result.rows[0].verdict == "ERROR" and result.rows[0].message.startswith(
+        f"your file imported {library}, which computes gradients for you"), result.rows[0]
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    (honest / name(9)).write_text(text.replace("def _derived_backward(", "def unit_backward("),
+                                  encoding="utf-8")
+    assert _run9(honest).status == "done"
+
+
 # ----- (e) A handout holds no reading answer, and judges their form alone -------------------
 
 def answers():

@@ -11,6 +11,7 @@ TITLE = 'Beyond NumPy: your capstone unit in PyTorch'
 WRITES = ()
 ROWS = 13                   # with PyTorch; without it one SKIPPED row (optional: apart)
 OPTIONAL = True
+AUTODIFF = True             # its Function is checked against torch's autograd
 
 
 def through_torch(fn, p, dy, part):
