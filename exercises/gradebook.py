@@ -6,6 +6,7 @@ import csv
 import hashlib
 import hmac
 import io
+import os
 import re
 import secrets
 import sys
@@ -173,28 +174,32 @@ def job(task):
 
 
 def grade_class(students, seconds, jobs):
-    """The students, with results and flags: a folder a worker, all snapshots taken first."""
+    """Results and flags for the students (in place), a folder a worker, all snapshots taken
+    first; returns the course files a child changed (each put back after its folder)."""
     handed = [g for g in students if g.folder]
     tasks = [(list(range(1, len(COURSE) + 1)), g.folder, seconds,
               sandbox.submission_snapshot(g.folder), g.seed) for g in handed]
+    workers = min(jobs or os.cpu_count() or 1, len(tasks))
+    every = set()
     for g, (results, changed) in zip(handed, checker.parallel(job, tasks, jobs)):
-        g.results = results
+        g.results, every = results, every | set(changed)
         for n, r in enumerate(results, start=1):         # what to look at (docs/course.md)
             verdicts = [w.verdict for w in r.rows]
             refused = next((w.message[:80] for w in r.rows if w.verdict == "ERROR"
-                            and w.message.startswith(("you called ", "your code replaced"))), "")
+                            and w.message.startswith(("you called ", "your code replaced",
+                                                      "your file imported"))), "")
             g.flags += [f"ex{n:02d} {text}" for text, due in [
                 (f"refused: {refused}", refused),
                 (f"{verdicts.count('TIMEOUT')} time-out(s)", "TIMEOUT" in verdicts),
                 (f"{len(r.rows)} rows, ROWS is {ROWS[n - 1]}", len(r.rows) > ROWS[n - 1]),
                 ("the checks crashed (not the student's fault)",
                  any(w.check == "the checks themselves" for w in r.rows))] if due]
-        if changed:
-            g.flags.append(f"changed course files (put back): {', '.join(sorted(changed))[:200]}")
+        if changed and workers == 1:     # one at a time: this folder's child changed them
+            g.flags.append(f"changed course files, put back: {', '.join(changed)[:200]}")
     for g in (g for g in students if not g.folder):
         g.results = [checker.Result(n, e, None, "missing", note="no folder handed in")
                      for n, e in NUMBERED]
-    return students
+    return sorted(every)
 
 
 def columns():
@@ -287,8 +292,7 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
         return 2
     began = time.monotonic()
     print(sandbox.isolation())
-    grade_class(students, seconds, jobs)
-    changed = sandbox.changed_course_files()                    # after all: put back, said
+    changed = sorted(set(grade_class(students, seconds, jobs) + sandbox.changed_course_files()))
     print(f"{'student':<16} {'name':<20} {'points':>12}  flags")
     for g in students:
         print(f"{g.student_id:<16} {g.name[:20]:<20} {shown(g.total):>6} of {MAX_POINTS:<3}  "
@@ -312,9 +316,10 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
     if unknown:
         print(f"warning: {len(unknown)} folder(s) match no roster row, not graded: "
               f"{', '.join(unknown)}", file=sys.stderr)
-    if changed:
+    if changed:                      # with two jobs or more, which folder did is not known
         print(f"warning: a student's file changed the course's files ({', '.join(changed[:5])}"
-              f"); they were put back, and no grade read them", file=sys.stderr)
+              f"); they were put back, and no grade read them. Which folder: the flags with "
+              f"--jobs 1, or install bubblewrap (then no file can)", file=sys.stderr)
     count = sum(g.folder is not None for g in students)
     print(f"\n{count} student{'s' * (count != 1)} graded in {time.monotonic() - began:.1f} s; "
           f"wrote {csv_path}, {stem}-review.md" + (f", feedback in {feedback_dir}" if feedback_dir

@@ -164,7 +164,8 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
                                        "        pass\n", encoding="utf-8")
     (subs / "s4" / name(2)).write_text("import os\nos._exit(3)\n", encoding="utf-8")
     graded, grade_class = [], gradebook.grade_class                # kept, to count rows
-    monkeypatch.setattr(gradebook, "grade_class", lambda *a: graded.extend(grade_class(*a)))
+    monkeypatch.setattr(gradebook, "grade_class", lambda *a: (graded.extend(a[0]),
+                                                              grade_class(*a))[1])
     capsys.readouterr()
     out_csv = tmp_path / "grades.csv"
     assert main(["grade", str(subs), "--csv", str(out_csv), "--roster", str(roster),
