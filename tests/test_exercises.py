@@ -77,16 +77,22 @@ def graded(number, path, seed=None, seconds=checker.TIME_LIMIT, exercise=None):
                                 seconds, seed=seed)
 
 
-def run_job(job):
-    """checker.run_exercise for a job (number, folder, seconds, files, seed)."""
-    number, folder, seconds, files, seed = job
-    return checker.run_exercise(number, COURSE[number - 1], folder, seconds, files, seed)
-
-
 def graded_all(jobs):
-    """run_job over jobs (number, folder, seconds, files, seed), JOBS at a time (checker.parallel,
-    as the progress view and grade run them): the Results in order."""
-    return checker.parallel(run_job, jobs, JOBS)
+    """The Results of jobs (number, folder, seconds, files, seed), in their order, run as the
+    progress view and grade run them: the exercises of one folder, limit and seed in one child
+    (checker.check_job) per half of them, JOBS children at a time (checker.parallel)."""
+    groups = {}
+    for k, (number, folder, seconds, files, seed) in enumerate(jobs):
+        assert files is None, "a snapshot is taken by check_job"
+        groups.setdefault((str(folder), seconds, seed), []).append((k, number))
+    shares = [(key, items[half::2]) for key, items in groups.items() for half in (0, 1)
+              if items[half::2]]
+    tasks = [([n for _, n in items], folder, seconds, None, seed)
+             for (folder, seconds, seed), items in shares]
+    found = {}
+    for (_, items), results in zip(shares, checker.parallel(checker.check_job, tasks, JOBS)):
+        found.update({k: result for (k, _), result in zip(items, results)})
+    return [found[k] for k in range(len(jobs))]
 
 
 def graded_seeds(number, path, *seeds):
