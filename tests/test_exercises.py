@@ -79,14 +79,14 @@ def graded(number, path, seed=None, seconds=checker.TIME_LIMIT, exercise=None):
 
 def graded_all(jobs):
     """The Results of jobs (number, folder, seconds, files, seed), in their order, run as the
-    progress view and grade run them: the exercises of one folder, limit and seed in one child
-    (checker.check_job) per half of them, JOBS children at a time (checker.parallel)."""
+    progress view and grade run them: the exercises of one folder, limit and seed in JOBS
+    children (checker.check_job, a share each), JOBS children at a time (checker.parallel)."""
     groups = {}
     for k, (number, folder, seconds, files, seed) in enumerate(jobs):
         assert files is None, "a snapshot is taken by check_job"
         groups.setdefault((str(folder), seconds, seed), []).append((k, number))
-    shares = [(key, items[half::2]) for key, items in groups.items() for half in (0, 1)
-              if items[half::2]]
+    shares = [(key, items[k::JOBS]) for key, items in groups.items() for k in range(JOBS)
+              if items[k::JOBS]]
     tasks = [([n for _, n in items], folder, seconds, None, seed)
              for (folder, seconds, seed), items in shares]
     found = {}
@@ -1087,7 +1087,7 @@ def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkey
 @pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (exercise 20 is optional)")
 @needs_solutions
 def test_the_torch_port_catches_a_numpy_detour_and_a_swapped_gradient(tmp_path):
-    solved(tmp_path, 19)                                         # the capstone it imports
+    # Each slip in a folder of its own, beside the capstone it imports; both graded at once.
     # Planted where the solution has them (found by their form: this file holds no line of
     # it): the forward's first `return A @ B` (a module-level function's) through NumPy, and
     # the two gradients of the backward's `return ..., A.T @ x, B.T @ x, ...` swapped.
@@ -1095,9 +1095,11 @@ def test_the_torch_port_catches_a_numpy_detour_and_a_swapped_gradient(tmp_path):
                                r"    return torch.tensor(\1.detach().numpy() @ \2.detach().numpy())"),
              "swapped": mutated(20, r"(return .+?, )(\w+\.T @ x), (\w+\.T @ x)", r"\1\3, \2")}
     for slip, wrong in slips.items():
-        (tmp_path / name(20)).write_text(wrong, encoding="utf-8")
-        rows = graded(20, tmp_path / name(20)).rows
-        bad = {r.check for r in rows if r.verdict != "ok"}
+        solved(tmp_path / slip, 19)
+        (tmp_path / slip / name(20)).write_text(wrong, encoding="utf-8")
+    results = graded_all([(20, tmp_path / slip, checker.TIME_LIMIT, None, None) for slip in slips])
+    for slip, result in zip(slips, results):
+        bad = {r.check for r in result.rows if r.verdict != "ok"}
         if slip == "detour":                  # y right, autograd's gradients cut off
             assert "torch_forward: y vs your NumPy y" not in bad and any("autograd" in b for b in bad)
         else:
