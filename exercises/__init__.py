@@ -12,7 +12,8 @@ In a notebook: `import exercises; exercises.check(1)`. The design:
 
 1. course.py lists the exercises. Exercise N is exNN_<slug>.ipynb if there is one, else .py;
    all the checker says of it is in exercises/checks/exNN_<slug>.py (TITLE, WRITES, variant,
-   check, diagnose, HINTS, ROWS), and what the exercises share in checks/common.py.
+   check, diagnose, HINTS, ROWS), a family later exercises extend in the file of the one
+   that introduces it, and what unrelated exercises share in checks/common.py.
 2. The student's code only answers; the checker judges. checker.run_exercise starts a child
    (child.py) on fresh copies of the course and of the student's files (sandbox.py: inside
    bubblewrap where it works) that does only what the checker asks on its pipe: call a
