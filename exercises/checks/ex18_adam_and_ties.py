@@ -113,7 +113,7 @@ def factor_truths(v, rng):
     lr, lam = OPTIMIZERS[v["optimizer"]], DECAYS[v["decay"]]
     P, G = rng.standard_normal((M, D)), rng.standard_normal((3, M, D))
 
-    def gap(rate, decay, tied_decay):            # tied factor vs the one key, after 3 steps
+    def gap(rate, decay, tied_decay):     # tied factor (g) vs the one key (2 g = dQ + dK), 3 steps
         return bn.rel_error(three_steps(update, P, G, lr, tied_decay, v)[-1],
                             three_steps(update, P, 2 * G, rate, decay, v)[-1])
     f = min((0.25, 0.5, 1.0), key=lambda f: gap(f * lr, 0.0, 0.0))
