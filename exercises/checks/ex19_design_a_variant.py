@@ -1,18 +1,15 @@
 """Exercise 19, the capstone: its checks, its hints, what they measure of a student's unit
 (symmetry deviations, its distance from the module's units, training) and run in the child."""
 
-from __future__ import annotations
-
 import functools
 
 import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.common import D_OUT, M, cost_row, draw
+from exercises.checks.common import D_OUT, M, cost_row, draw, is_bool
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
-WRITES = ()
 ROWS = 24
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
@@ -45,8 +42,7 @@ def capstone_deviation(forward, act, symmetry, seed=160):
     """rel_error of the outputs before and after `symmetry` (alpha = geomspace(0.5, 2, m))."""
     x, p = draw("gated_mlp", seed)                         # x (N, d); Q, K (m, d); V (m, d_out)
     alpha = np.geomspace(0.5, 2, M) * (-1 if symmetry == "inverse_scaling_neg" else 1)
-    # parity: y(-x) against y(x); else the change of Q, K and V alone, the same for every unit
-    # of these three parameters: bn's, named by a form that has them (not your unit's theory).
+    # parity: y(-x) vs y(x); else Q, K, V changed as for any unit of them (bn's, not your theory)
     x_t, t = (-x, p) if symmetry == "parity" else \
         (x, claims.transform_params("gated_mlp", p, symmetry, alpha))
     return bn.rel_error(forward(x, p["Q"], p["K"], p["V"], act)[0],
@@ -54,8 +50,7 @@ def capstone_deviation(forward, act, symmetry, seed=160):
 
 
 def short_training(forward, backward, act, steps=300, seed=161):
-    """Adam (lr 1e-2) on L = ½ mean over tokens of |y − T|², T from a random tanh teacher;
-    the loss after `steps` over the loss at the start."""
+    """Adam (lr 1e-2) on ½ mean |y − T|², T a random tanh teacher: the last loss over the first."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((64, 6))
     T = np.tanh(x @ rng.standard_normal((6, 8))) @ rng.standard_normal((8, 3)) / 2
@@ -84,8 +79,7 @@ def new_unit_gap(student, act, other):
 
 
 def in_registry(name, attribute=None, *args):
-    """In the child, of the formulation registered as `name`: its data fields (None if there
-    is none) or, given an attribute, its attribute(*args): its shapes or init scales."""
+    """In the child: FORMULATIONS[name]'s data fields (None if none), or its attribute(*args)."""
     form = bn.FORMULATIONS.get(name)
     if attribute:
         return getattr(form, attribute)(*args)
@@ -114,8 +108,7 @@ def check(c):
         fields = c.run(in_registry, name())
         if fields is None or tuple(fields["param_names"]) != ("Q", "K", "V"):
             return False
-        # From here on this process's registry entry runs your file's forward and backward
-        # (each call a request to your file), its shapes and scales asked of your entry.
+        # From here on, this process's entry asks your file: forward, backward, shapes, scales.
         asked = functools.partial(c.run, in_registry, name())
         bn.FORMULATIONS[name()] = bn.Formulation(
             **fields, forward=c.student("forward"), backward=c.student("backward"),
@@ -144,8 +137,7 @@ def check(c):
             def claim_and_measure(symmetry=symmetry):
                 claim = c.answer("KEEPS")[symmetry]
                 dev = measured[symmetry] = capstone_deviation(student, act(), symmetry)
-                agrees[symmetry] = (isinstance(claim, (bool, np.bool_))
-                                    and claim == (dev <= CLAIM_TOL))
+                agrees[symmetry] = is_bool(claim) and claim == (dev <= CLAIM_TOL)
                 return f"{claim}, dev {dev:.1e}"             # both, whole, in the got column
             c.holds(f"KEEPS[{symmetry}] = measured", "KEEPS", "claim = (dev <= 1e-10)",
                     claim_and_measure, lambda _, s=symmetry: agrees[s],
@@ -178,39 +170,30 @@ HINTS = {   # per topic: where to look, the idea, the rule (no code)
         "paper's reading: which factor plays the query, which the key?",
         "Decide the symmetries first: write your unit's output for transformed parameters and see "
         "what σ would need; then forward, backward (§3.0's rules), register.",
-        'A symmetry is kept when f(x; transformed parameters) = f(x; parameters) for every x: '
-        'e.g. exchange needs your h(a, b) = h(b, a).',
-    ],
+        'A symmetry is kept when f(x; transformed parameters) = f(x; parameters) for every x: e.g. '
+        'exchange needs your h(a, b) = h(b, a).'],
     'register': [
         'register() is written for you: it needs NAME, EQUATION and SIGMA_ARGS set above it.',
         "SIGMA_ARGS names the cache entries σ is applied to, so your forward's cache must hold "
         'them under those keys.',
-        'Set the three answers, then make sure forward returns a cache with every key SIGMA_ARGS '
-        'lists.',
-    ],
+        "Set the three answers; your forward's cache must hold every key SIGMA_ARGS lists."],
     'forward': [
         'Your design; §2.6 and §2.8 show two named units written out.',
         "Name a = x Qᵀ and b = x Kᵀ; h (N, m) is your unit's gate; y = h V.",
-        'y = h(a, b) V with your h; the cache keeps a, b, h and the activation.',
-    ],
+        'y = h(a, b) V with your h; the cache keeps a, b, h and the activation.'],
     'backward': [
         "§3.0's four rules, and §3.6 as a model.",
-        "Walk your forward's steps backwards: the last step (y = h V) first, then the step into "
-        'h, whose two partial derivatives, in a and in b, are yours to derive.',
-        'Take the first tensor the gradcheck rows call wrong, find the one step of your forward '
-        "where it enters, and apply §3.0's rule for that step to the gradient arriving there; "
-        'check that gradient the same way before you blame the step.',
-    ],
+        "Walk your forward's steps backwards: the last step (y = h V) first, then the step into h, "
+        'whose two partial derivatives, in a and in b, are yours to derive.',
+        "For the first tensor the gradcheck rows call wrong, apply §3.0's rule for the one step "
+        'where it enters to the gradient arriving there; check that gradient first, the same way.'],
     'KEEPS': [
         '§4.2 to §4.5 (exchange, the scalings, permutation) and §4.8 (parity): the condition each '
         'symmetry puts on σ.',
         'Substitute the transformed a, b into your h and compare with the original h.',
-        'Kept if h(transformed) = h(a, b) (or the change is undone by V) for every input.',
-    ],
+        'Kept if h(transformed) = h(a, b) (or the change is undone by V) for every input.'],
     'training': [
         'The loss must halve in 300 Adam steps.',
-        'A unit that trains badly may have a wrong backward (see the gradcheck rows) or outputs '
-        'that explode.',
-        'Check the scale of h at initialisation: of order 1.',
-    ],
+        'Trains badly? A wrong backward (see the gradcheck rows), or outputs that explode.',
+        'Check the scale of h at initialisation: of order 1.'],
 }
