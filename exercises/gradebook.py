@@ -53,9 +53,14 @@ def seed_of(code):
     return 1 + sum(ALPHABET.index(c) << 5 * k for k, c in enumerate(reversed(body)))
 
 
-def read_secret(path):
-    """The course secret (bytes) in `path`, made (32 random bytes, hex; mode 600) if missing."""
+def read_secret(path, make=False):
+    """The course secret (bytes) in `path`; make: made (32 random bytes, hex; mode 600) if it is
+    missing (`roster`), else a missing one is a ValueError (`grade`: another secret would give
+    every student other codes)."""
     path = Path(path)
+    if not path.exists() and not make:
+        raise ValueError(f"no course secret {path}: grade with the secret `roster` made for this "
+                         f"class (--secret FILE)")
     if not path.exists():
         path.touch(mode=0o600)                             # readable by the instructor alone
         path.write_text(secrets.token_hex(32) + "\n", encoding="utf-8")
@@ -99,7 +104,7 @@ def issue(roster, secret_file=None, codes=None):
     codes = Path(codes or Path(roster).with_name(Path(roster).stem + "-codes.csv"))
     try:
         students = read_roster(roster)
-        secret = read_secret(secret_file or Path(roster).with_suffix(".secret"))
+        secret = read_secret(secret_file or Path(roster).with_suffix(".secret"), make=True)
         issued = [(s["student_id"], s["name"], code_of(secret, s["student_id"])) for s in students]
         codes.write_text(csv_text([("student_id", "name", "code", "seed")] + [
             (*row, seed_of(row[2])) for row in issued]), encoding="utf-8", newline="")
@@ -173,6 +178,25 @@ def job(task):
     return checker.check_job(task), sandbox.changed_course_files()
 
 
+def flags_of(results):
+    """What an instructor should look at in one student's Results (docs/course.md): [text]."""
+    flags = []
+    for n, r in enumerate(results, start=1):
+        verdicts = [w.verdict for w in r.rows]
+        refused = next((w.message for w in r.rows if w.verdict == "ERROR" and w.message.startswith(
+            ("you called ", "your code replaced", "your file imported"))), "")
+        cost = next((w.got for w in r.rows if w.check.endswith(": cost in forwards")
+                     and w.message.startswith("your backward cost")), "")
+        flags += [f"ex{n:02d} {text}" for text, due in [
+            (f"refused: {refused}", refused),
+            (f"a backward of {cost} (finite differences?)", cost),
+            (f"{verdicts.count('TIMEOUT')} time-out(s)", "TIMEOUT" in verdicts),
+            (f"{len(r.rows)} rows, ROWS is {ROWS[n - 1]}", len(r.rows) > ROWS[n - 1]),
+            ("the checks crashed (not the student's fault)",
+             any(w.check == "the checks themselves" for w in r.rows))] if due]
+    return flags
+
+
 def grade_class(students, seconds, jobs):
     """Results and flags for the students (in place), a folder a worker, all snapshots taken
     first; returns the course files a child changed (each put back after its folder)."""
@@ -183,17 +207,7 @@ def grade_class(students, seconds, jobs):
     every = set()
     for g, (results, changed) in zip(handed, checker.parallel(job, tasks, jobs)):
         g.results, every = results, every | set(changed)
-        for n, r in enumerate(results, start=1):         # what to look at (docs/course.md)
-            verdicts = [w.verdict for w in r.rows]
-            refused = next((w.message[:80] for w in r.rows if w.verdict == "ERROR"
-                            and w.message.startswith(("you called ", "your code replaced",
-                                                      "your file imported"))), "")
-            g.flags += [f"ex{n:02d} {text}" for text, due in [
-                (f"refused: {refused}", refused),
-                (f"{verdicts.count('TIMEOUT')} time-out(s)", "TIMEOUT" in verdicts),
-                (f"{len(r.rows)} rows, ROWS is {ROWS[n - 1]}", len(r.rows) > ROWS[n - 1]),
-                ("the checks crashed (not the student's fault)",
-                 any(w.check == "the checks themselves" for w in r.rows))] if due]
+        g.flags += flags_of(results)
         if changed and workers == 1:     # one at a time: this folder's child changed them
             g.flags.append(f"changed course files, put back: {', '.join(changed)[:200]}")
     for g in (g for g in students if not g.folder):
@@ -258,7 +272,8 @@ def review(students):
         blocks += [f"## {g.student_id}: {cell(g.name)}", f"Exercise {CAPSTONE}: {g.of(CAPSTONE)} "
                    f"points ({r.status}); file {r.path.name if r.path else 'none'}"]
         if not r.notes:
-            blocks.append("No design to read (no file, or it did not import).")
+            blocks.append("No design to read: " + ("no folder handed in." if g.folder is None
+                                                   else "no file, or it did not import."))
             continue
         keeps, why = r.notes.get("KEEPS"), r.notes.get("WHY")
         for s in CAPSTONE_SYMMETRIES:
@@ -321,7 +336,9 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
               f"); they were put back, and no grade read them. Which folder: the flags with "
               f"--jobs 1, or install bubblewrap (then no file can)", file=sys.stderr)
     count = sum(g.folder is not None for g in students)
+    written = [str(path) for path in files if path.suffix != ".md" or not feedback_dir
+               or path.parent != Path(feedback_dir)]
     print(f"\n{count} student{'s' * (count != 1)} graded in {time.monotonic() - began:.1f} s; "
-          f"wrote {csv_path}, {stem}-review.md" + (f", feedback in {feedback_dir}" if feedback_dir
-                                                   else ""))
+          f"wrote {', '.join(written)}" + (f", feedback in {feedback_dir}" if feedback_dir
+                                           else ""))
     return 0

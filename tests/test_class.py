@@ -84,6 +84,15 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     graded = next(g for g in students if g.student_id == "s07")
     assert graded.seed == data["seed"] and graded.flags == []      # the variant grade checks
     assert exercises.variant(13, folder) == checker.own_variant(COURSE[12], 13, graded.seed)
+    # grade never makes a secret: a roster renamed (or --secret missed) would give every
+    # student another code, hence another variant, and every row a mismatch flag.
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_bytes(roster.read_bytes())
+    capsys.readouterr()
+    assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--roster",
+                 str(renamed)]) == 2
+    assert "no course secret" in capsys.readouterr().err
+    assert not renamed.with_suffix(".secret").exists() and not (tmp_path / "g.csv").exists()
     bad = tmp_path / "bad.csv"
     bad.write_text("student_id,name\ns1,A\ns1,B\n", encoding="utf-8")
     assert main(["roster", str(bad)]) == 2 and "repeated" in capsys.readouterr().err
@@ -131,6 +140,23 @@ def frozen_on(number, seed):
         f"\n\nimport functools as _f\n_THEIRS = {chosen!r}\n"
         f"own_rank_for_exact = (lambda _g: _f.wraps(_g)(lambda variant: _g(_THEIRS)))"
         f"(own_rank_for_exact)\n")
+
+
+def test_the_flags_name_a_whole_refusal_and_a_backward_that_costs_what_differences_cost():
+    refusal = ("your file imported autograd, which computes gradients for you: this exercise "
+               "asks for NumPy alone (derive them by hand)")
+    rows = [checker.Row("import the file", "general", "imports", "raised", None, None, "ERROR",
+                        refusal)]
+    cost = [checker.Row("unit_backward: cost in forwards", "unit_backward", "<= 300 forwards",
+                        "> 11,335 forwards", None, None, "WRONG", "your backward cost more than "
+                        "11,335 forwards; reverse mode costs about 2")]
+    ok = [checker.Row("unit_backward: cost in forwards", "unit_backward", "<= 300 forwards",
+                      "2.4 forwards", None, 1e-7, "ok")]
+    results = [checker.Result(n, e, None, "failing", rows if n == 3 else cost if n == 9 else ok)
+               for n, e in NUMBERED]
+    assert gradebook.flags_of(results) == [f"ex03 refused: {refusal}",
+                                           "ex09 a backward of > 11,335 forwards (finite "
+                                           "differences?)"]
 
 
 @needs_solutions

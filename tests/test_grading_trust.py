@@ -319,6 +319,7 @@ def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_pass
             assert re.match(r"your backward cost (more than )?[\d,]+ forwards; reverse mode "
                             r"costs about 2",
                             cost.message), cost
+            assert cost.got.startswith("> ") == ("more than" in cost.message), cost
             assert "derivations.md" in checker.advice(result)[0], checker.advice(result)
 
 

@@ -151,9 +151,9 @@ def cost_row(c, topic, inputs, unit, timed, loss=None):
 
     def compare(got):
         spent, error = got
-        text = f"{spent:,.{1 if spent < 10 else 0}f} forwards"
+        more = "more than " if error is None else ""     # None: stopped at the time limit
+        text = f"{'> ' if more else ''}{spent:,.{1 if spent < 10 else 0}f} forwards"
         if spent > COST_LIMIT or error is None:
-            more = "more than " if error is None else ""
             return ("WRONG", text, None, None,
                     f"your backward cost {more}{spent:,.0f} forwards; reverse mode costs about "
                     f"2 (finite differences: {2 * entries:,}): derive each gradient, do not "
