@@ -222,8 +222,9 @@ def compare_equal(expected, got, hidden=False):
     why = ""
     if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
         why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
+    shown = f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}"
     message = ("not the answer" + why if hidden else "got None: is a `return` missing?"
-               if got is None else f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}")
+               if got is None else shown)
     return "WRONG", describe(got), None, None, message
 
 

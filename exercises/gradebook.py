@@ -160,15 +160,17 @@ def submissions_of(submissions, roster, secret):
     if roster is None:
         return [Graded(sid, checker.read_seed(p)[0], p, checker.read_seed(p)[1])
                 for sid, p in folders.items()], []
-    students = []
+    students, owner = [], {seed_of(code_of(secret, row["student_id"])): row["student_id"]
+                           for row in roster}             # a seed of the roster: whose it is
     for row in roster:                                     # the roster's order
         code, folder = code_of(secret, row["student_id"]), folders.get(row["student_id"])
         g = Graded(row["student_id"], row["name"], folder, seed_of(code), row=row)
         handed = checker.read_seed(folder)[1] if folder else g.seed     # 0: none
         g.flags += [] if folder else ["no folder handed in"]
-        g.flags += [] if handed == g.seed else [f"roster mismatch: student.json has "
-                                                f"{f'seed {handed}' if handed else 'no code'}, "
-                                                f"the roster's code {code} (seed {g.seed})"]
+        has = (f"seed {handed}" + (f" ({owner[handed]}'s code)" if handed in owner else "")
+               if handed else "no code")                 # another student's: a copied file?
+        g.flags += [] if handed == g.seed else [f"roster mismatch: student.json has {has}, the "
+                                                f"roster's code {code} (seed {g.seed})"]
         students.append(g)
     return students, [sid for sid in folders if sid not in {g.student_id for g in students}]
 

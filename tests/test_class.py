@@ -221,6 +221,7 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
     assert next(r.verdict for r in theirs.rows if r.check == own) == "ok"
     assert next(r.verdict for r in graded[1].results[12].rows if r.check == own) == "WRONG"
     assert "roster mismatch" in s2["flags"] and s2["ex06_status"] == "done"
+    assert f"({first}'s code)" in s2["flags"]                       # s1's student.json, copied
     assert s3["total_points"] == "0" and "no code" in s3["flags"]
     assert float(s4["ex01_points"]) < 5 and "ex01 " in s4["flags"] and "time-out" in s4["flags"]
     assert s4["ex02_points"] == "0" and s4["ex02_status"] == "failing"
