@@ -181,9 +181,12 @@ def compare_close(expected, got, tol):
         return "ok", describe(array), diff, rel, ""
     where = np.unravel_index(np.argmax(np.abs(array - expected)), expected.shape)
     why = value_diagnosis(expected, array)
+    digits = next((k for k in (6, 9, 12) if f"{array[where]:.{k}g}" != f"{expected[where]:.{k}g}"),
+                  17)                                   # enough to show the two differ
     return ("WRONG", describe(array), diff, rel,
             f"rel error {rel:.1e} > tol {tol:.0e}; worst at index {tuple(map(int, where))}: got "
-            f"{array[where]:.6g}, expected {expected[where]:.6g}" + (f"; {why}" if why else ""))
+            f"{array[where]:.{digits}g}, expected {expected[where]:.{digits}g}"
+            + (f"; {why}" if why else ""))
 
 
 def same_value(expected, got):
@@ -535,7 +538,8 @@ class Checks:
             self.stuck.add(topic)
             return failed("TIMEOUT", "timeout", f"TIMEOUT: {error}")
         except StudentError as error:
-            return failed("ERROR", "raised", exception_message(error))
+            return failed("ERROR", "refused" if isinstance(error, Refused) else "raised",
+                          exception_message(error))
         except Exception as error:                # the checks could not use what came back
             return failed("WRONG", "unusable", f"{type(error).__name__}: {error}")
         try:
@@ -635,7 +639,8 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     try:
         session.request("ping")                   # the import, and its row when it fails
     except StudentError as error:
-        c.rows.append(Row("import the file", "general", "imports", "raised", None, None,
+        c.rows.append(Row("import the file", "general", "imports",
+                          "refused" if isinstance(error, Refused) else "raised", None, None,
                           "TIMEOUT" if isinstance(error, TimedOut) else "ERROR",
                           exception_message(error)))
     else:
@@ -721,6 +726,12 @@ def gradient_diagnosis(rows):
     return [(point, "")]
 
 
+def joined(texts):
+    """The texts, each once, "; "-joined, but one that another goes on from ("A" of "A: B")."""
+    return "; ".join(t for t in dict.fromkeys(texts)
+                     if t and not any(o != t and o.startswith(t) for o in texts))
+
+
 def advice(result):
     """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok). 1, where to look:
     the points of the slips recognised in the rows, else which gradients fail together, or the
@@ -737,8 +748,7 @@ def advice(result):
     if not found and result.status == "failing":
         found = gradient_diagnosis(result.rows) or list(
             result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
-    points = "; ".join(dict.fromkeys(p for p, _ in found))
-    slips = "; ".join(dict.fromkeys(s for _, s in found if s))
+    points, slips = joined([p for p, _ in found]), joined([s for _, s in found])
     formulas = table.get("formulas", {})
     failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
                and r.topic == topic and r.check.split(" ")[0] in formulas]

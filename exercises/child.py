@@ -120,12 +120,15 @@ class Served:
         """{"value": fn(*args, **kwargs)}, {"error": ...} or {"refused": why}; after it, the
         working folder and the library are put back (a trace is written at the time limit)."""
         CALLED.clear()
+        imported = set()                                 # modules the code tried to import
         if self.seconds > 0:
             faulthandler.dump_traceback_later(self.seconds, file=self.trace)
         try:
             reply = {"value": fn(*args, **kwargs)}
         except BaseException as error:  # noqa: B036 -- whatever the student raises is an answer
             reply = {"error": error_of(error, self.path)}
+            if isinstance(error, ImportError) and error.name:      # not installed: said alike
+                imported.add(error.name)
         faulthandler.cancel_dump_traceback_later()
         os.chdir(self.cwd)
         changed = restore_library(self.library)
@@ -134,9 +137,10 @@ class Served:
         if changed:
             return {"refused": f"your code replaced {', '.join(changed[:3])}; the checker put "
                                f"it back: leave bilinear_numpy as it is"}
-        used = AUTODIFF & {name.split(".")[0] for name in set(sys.modules) - self.before}
+        imported |= set(sys.modules) - self.before
+        used = AUTODIFF & {name.split(".")[0] for name in imported}
         if used and not self.autodiff:
-            return {"refused": f"your file imported {min(used)}, which computes gradients for "
+            return {"refused": f"your file imports {min(used)}, which computes gradients for "
                                f"you: this exercise asks for NumPy alone (derive them by hand)"}
         return reply
 

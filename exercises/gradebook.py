@@ -186,7 +186,7 @@ def flags_of(results):
     for n, r in enumerate(results, start=1):
         verdicts = [w.verdict for w in r.rows]
         refused = next((w.message for w in r.rows if w.verdict == "ERROR" and w.message.startswith(
-            ("you called ", "your code replaced", "your file imported"))), "")
+            ("you called ", "your code replaced", "your file imports"))), "")
         cost = next((w.got for w in r.rows if w.check.endswith(": cost in forwards")
                      and w.message.startswith("your backward cost")), "")
         flags += [f"ex{n:02d} {text}" for text, due in [

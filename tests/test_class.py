@@ -143,7 +143,7 @@ def frozen_on(number, seed):
 
 
 def test_the_flags_name_a_whole_refusal_and_a_backward_that_costs_what_differences_cost():
-    refusal = ("your file imported autograd, which computes gradients for you: this exercise "
+    refusal = ("your file imports autograd, which computes gradients for you: this exercise "
                "asks for NumPy alone (derive them by hand)")
     rows = [checker.Row("import the file", "general", "imports", "raised", None, None, "ERROR",
                         refusal)]

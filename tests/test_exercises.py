@@ -215,6 +215,12 @@ def test_compare_close_is_strict_never_broadcasts_and_diagnoses():
     assert checker.compare_close(y, nan, 1e-10)[0] == "WRONG"
     assert checker.compare_close(y, None, 1e-10)[4] == "got None: is a `return` missing?"
     assert checker.compare_close(y, "text", 1e-10)[0] == "WRONG"
+    near = np.array([0.142025011]), np.array([0.142025012])      # alike to 6 digits
+    assert "got 0.142025012, expected 0.142025011" in checker.compare_close(*near, 1e-10)[4]
+
+
+def test_a_slip_spelled_out_by_another_is_said_once():
+    assert checker.joined(["A", "A: more", "B", "B", ""]) == "A: more; B"
 
 
 def test_answers_are_compared_with_their_type():
@@ -726,6 +732,28 @@ def test_your_unit_and_three_more_are_four_distinct_questions(number):
         own = LABELS[number](checker.own_variant(COURSE[number - 1], number, seed))
         labels = [own] + [row.check.split(": ", 1)[1] for row in c.rows[1:]]
         assert len(c.rows) == 4 and len(set(labels)) == 4, (seed, labels)
+
+
+@pytest.mark.parametrize("number, features", [
+    (18, lambda v: (v["optimizer"] in ("gd", "momentum", "nesterov"), v["decay"])),
+    (6, lambda v: (v["phi"], v["psi"])), (7, lambda v: (v["phi"], v["psi"]))])
+def test_a_rule_blind_to_one_feature_of_the_unit_meets_a_unit_it_misses(number, features):
+    # A prediction's units 2 and 3 each share one feature alone with the student's (exercise
+    # 18: whether the optimizer's step is linear in the gradient, then the decay rule), so that
+    # a rule such as "c = 1 for every decoupled pair" meets a linear optimizer, decoupled.
+    exercise = COURSE[number - 1]
+    family = {LABELS[number](v): v for v in (exercise.variant(np.random.default_rng(k))
+                                             for k in range(3000))}
+    for seed in range(20):
+        c = checker.Checks(None, exercise, number, seed=seed)       # no session: nothing asked
+        with np.errstate(all="ignore"):
+            exercise.check(c)
+        own = features(c.variant())
+        asked = [m.groups() for r in c.rows if (m := re.match(r"(\w+) ([23]): (.+)$", r.check))]
+        assert asked, [r.check for r in c.rows]
+        for function, k, label in asked:
+            alike = [a == b for a, b in zip(features(family[label]), own)]
+            assert alike == [i == int(k) - 2 for i in range(len(own))], (seed, function, label)
 
 
 @needs_solutions

@@ -8,6 +8,7 @@ Each test is able to fail: it plants the attack and reads the verdict from the c
 edits (exercises/exNN_*.py); what needs the solutions is derived from them at test time and
 skipped without them (a handout)."""
 import ast
+import importlib.util
 import csv
 import hashlib
 import json
@@ -341,10 +342,14 @@ def unit_backward(dy, x, Q, K, V, variant):
 
 
 @needs_solutions
-@pytest.mark.parametrize("library", ["autograd", "torch"])
+@pytest.mark.parametrize("library", ["autograd", "tinygrad", "torch"])
 def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, library):
+    # autograd: a module of the folder by that name; tinygrad: not installed, so the import
+    # fails, and the row says the same (a student need not install it to learn it is refused).
     if library == "torch":
         pytest.importorskip("torch")
+    if library == "tinygrad" and importlib.util.find_spec("tinygrad") is not None:
+        pytest.skip("tinygrad is installed here")
     text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
     text = text.replace("def unit_backward(", "def _derived_backward(", 1)
     (tmp_path / name(9)).write_text(text + AUTODIFF_BACKWARD.format(library=library), "utf-8")
@@ -352,8 +357,9 @@ def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, librar
         (tmp_path / "autograd.py").write_text("grad = None\n", encoding="utf-8")
     result = _run9(tmp_path)
     assert result.status == "failing", result.rows
-    assert result.rows[0].verdict == "ERROR" and result.rows[0].message.startswith(
-        f"your file imported {library}, which computes gradients for you"), result.rows[0]
+    assert result.rows[0].verdict == "ERROR" and result.rows[0].got == "refused"
+    assert result.rows[0].message.startswith(
+        f"your file imports {library}, which computes gradients for you"), result.rows[0]
     honest = tmp_path / "honest"
     honest.mkdir()
     (honest / name(9)).write_text(text.replace("def _derived_backward(", "def unit_backward("),

@@ -61,12 +61,22 @@ def pair_deviation(v, change, seed_rng):
 
 
 def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
-                   args=lambda v: (v,), mine=", your unit"):
+                   args=lambda v: (v,), mine=", your unit", contrast=None):
     """Rows: the prediction function(*args(v)) (convert: as the truth is written) against
     truth(v, rng), measured now, for the student's variant and three more of its family (four
-    labels label(v)), their truths not all the same: no answer ignoring its unit passes all."""
+    labels label(v)), their truths not all the same: no answer ignoring its unit passes all.
+    contrast(v): the unit's features (a tuple); for each, a member that shares that one alone
+    with the student's comes first, so that a rule blind to a feature meets a case it misses."""
     own, family = c.variant(), c.rng(1, 3)
     asked, spare = [(own, truth(own, c.rng(2, 1)))], []
+    for i in range(len(contrast(own)) if contrast else 0):
+        for _ in range(1000):
+            v = c.exercise.variant(family)
+            alike = [a == b for a, b in zip(contrast(v), contrast(own))]
+            if label(v) not in {label(u) for u, _ in asked} and alike == [k == i for k in
+                                                                          range(len(alike))]:
+                asked.append((v, truth(v, c.rng(2, len(asked) + 1))))
+                break
     for _ in range(1000):                         # a family has far more than four members
         v = c.exercise.variant(family)
         if label(v) not in {label(u) for u, _ in asked}:
@@ -84,7 +94,8 @@ def predicted_rows(c, function, truth, label, convert=lambda answer: answer,
 
 def pair_rows(c, function, truth, convert=lambda answer: answer):
     """predicted_rows for a unit of exercises 6, 7, 11 and 12."""
-    predicted_rows(c, function, truth, lambda v: f"{v['phi']}, {v['psi']}", convert)
+    predicted_rows(c, function, truth, lambda v: f"{v['phi']}, {v['psi']}", convert,
+                   contrast=lambda v: (v["phi"], v["psi"]))
 
 
 def set_text(value):

@@ -17,6 +17,7 @@ TIE_FORMS |= {f"rank-1 {a}": ("rank1_bilinear", a, f"{a}(z²)")   # name: (formu
 OPTIMIZERS = {"gd": 0.05, "momentum": 0.01, "nesterov": 0.01, "rmsprop": 1e-2,     # name: lr
               "adagrad": 0.05, "adam": 1e-2, "sign": 1e-2}
 DECAYS = {"L2": 0.3, "decoupled": 0.3, "shrink": 0.02}   # rule: λ (the rules: see update)
+LINEAR = ("gd", "momentum", "nesterov")         # a step that grows with the gradient
 STATED = {("gd", "L2"), ("adam", "L2"), ("adam", "decoupled")}   # derivations.md 5.9 works these
 
 
@@ -103,8 +104,7 @@ def one_key_gradient_rows(c, v, x, T, K, V):
     gradient_rows(c, "one_key_gradients", (x, T, K, V, v), truth, slips)
 
 
-def flat(params, keys):
-    """The arrays of params[keys] flattened and joined: one vector to compare."""
+def flat(params, keys):                         # params[keys] as one vector to compare
     return np.concatenate([np.asarray(params[k]).ravel() for k in keys])
 
 
@@ -152,7 +152,8 @@ def check(c):
                        "norm ‖Q − K‖"): gd_reference(*gd, factor_gap)})
     for k, function in enumerate(("key_lr_factor", "key_decay_factor")):
         predicted_rows(c, function, lambda pair, rng, k=k: factor_truths(pair, rng)[k],
-                       lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair")
+                       lambda pair: f"{pair['optimizer']}, {pair['decay']}", mine=", your pair",
+                       contrast=lambda pair: (pair["optimizer"] in LINEAR, pair["decay"]))
 
 
 HINTS = {   # per topic: where to look, the idea, the rule (no code)
