@@ -34,7 +34,8 @@
 # - `bn.rel_error(a, b)`: a float, max|a − b| / max(|a| + |b|), with a floor of 1e-8.
 #
 # Your backward is timed against the forward (a row "cost in forwards"): finite differences
-# cost thousands of forwards and fail it. The Try-it cell checks your gradients with
+# cost thousands of forwards and fail it; a file that imports a library that differentiates for
+# you (torch, JAX, autograd) is refused. The Try-it cell checks your gradients with
 # `bn.numerical_gradient`, your checker of exercise 9; your backward does not call it.
 
 # %% Setup: run this cell first (nothing to change here)

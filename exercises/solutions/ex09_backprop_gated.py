@@ -45,7 +45,8 @@
 # **Check:** `python -m exercises check 9`: your forward, then each gradient against finite
 # differences of the checker's forward of your unit, then what your backward costs, timed
 # against the forward: reverse mode costs about 2 forwards, a backward by finite differences
-# thousands (derivations.md 3.9), which is `WRONG`.
+# thousands (derivations.md 3.9), which is `WRONG`. NumPy alone: a file that imports a library
+# that differentiates for you (torch, JAX, autograd, ...) is refused.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):
 # - `bn.ACTIVATIONS[name]`, the activation of that name: `.f(z)` is φ(z), `.df(z)` is

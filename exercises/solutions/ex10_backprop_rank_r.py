@@ -30,7 +30,8 @@
 # **What to do.** Complete the functions marked `TODO`. You may call anything in
 # `bilinear_numpy` (`bn`) listed below. Your backward is timed against the forward (a row
 # "cost in forwards"): finite differences cost thousands of forwards and fail it, so derive
-# each gradient; the Try-it cell checks them with `bn.numerical_gradient`.
+# each gradient (NumPy alone: a file that imports torch, JAX or autograd is refused); the
+# Try-it cell checks them with `bn.numerical_gradient`.
 # **Check:** `python -m exercises check 10`.
 #
 # **API you may use** (`bn` is `bilinear_numpy`; what each returns):

@@ -17,7 +17,7 @@
 # [3.0 Four rules](../../derivations.md#30-four-rules-and-two-ways-to-check-them).
 #
 # **What to do.** Set `NAME`, `ACT`, `KEEPS`, `WHY`, `EQUATION` and `SIGMA_ARGS`; write
-# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy` and `claims`. **Check:**
+# `forward` and `backward` (`register` is written for you). You may call anything in `bilinear_numpy` and `claims` (but no library that differentiates for you: torch, JAX or autograd is refused). **Check:**
 # `python -m exercises check 19`. It passes when every row is ok:
 #
 # - `register()` puts a `bn.Formulation` with the parameters `("Q", "K", "V")` under `NAME`
