@@ -591,6 +591,22 @@ def symmetry_dimension(formulation, act, d=5, m=1, d_out=3, r=2, seed=0, params=
         RuntimeError where every point read is ambiguous.
     Source: derivations.md, section 4.9.
     """
+    form, sigma = get_formulation(formulation), get_activation(act)
+    plain = all(type(n) is int for n in (d, m, d_out, r, seed))        # sizes checked below
+    if (params is None and plain and FORMULATIONS.get(form.name) is form
+            and ACTIVATIONS.get(sigma.name) is sigma):
+        return _symmetry_dimension_cached(form.name, sigma.name, d, m, d_out, r, seed)
+    return _symmetry_dimension(formulation, act, d, m, d_out, r, seed, params)
+
+
+@functools.lru_cache(maxsize=None)   # verify and the tests ask for the same cells
+def _symmetry_dimension_cached(formulation, act, d, m, d_out, r, seed):
+    # Tests and `verify` (sections 5 and 6) count the same cells: measured once per process.
+    return _symmetry_dimension(formulation, act, d, m, d_out, r, seed, None)
+
+
+def _symmetry_dimension(formulation, act, d, m, d_out, r, seed, params):
+    # The measurement of symmetry_dimension.
     ranks, unclear = [], []
     for point in range(SYMMETRY_POINTS + 1):
         at = seed if point == 0 else (seed, point)

@@ -7,7 +7,6 @@ current, and a server without DISPLAY (and without MPLBACKEND) draws the PNG fil
 """
 import ast
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,11 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One figure of each drawing module, from small data.
+# One figure of each drawing module, from small data (of figures.py its one-panel figure 4,
+# the cheapest to draw: which figure does not matter to the backend or to the display).
 DRAW = """
 import numpy as np
 from experiments import figures, train_figures
-figures.draw_exchange(figures.exchange_data(n_z=21), "exchange.png")
+figures.draw_tied(figures.tied_data(d=3, m=2, d_out=2, n_tokens=8, steps=4, every=1), "tied.png")
 curves = {"SwiGLU": [(np.arange(3), np.array([3.0, 2.0, 1.5]))]}
 train_figures.learning_curves(curves, {"SwiGLU": "gated_mlp"}, 2.5, "bits", "title", "curves.png")
 image = np.random.default_rng(0).random((6, 5, 3))
@@ -27,17 +27,7 @@ train_figures.reconstruction_grid(image, {"SwiGLU": image / 2}, {"SwiGLU": 9.0},
 """
 
 
-def run(code, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in ("exchange.png", "curves.png", "recon.png"):
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-
-
-def test_headless_and_the_callers_backend_and_figures_are_untouched(tmp_path):
+def headless_and_svg(folder):
     # In one process (for speed): first headless, without DISPLAY or MPLBACKEND (and pyplot
     # never imported); then as a caller who chose the "svg" backend and has a figure open.
     code = (DRAW + "import sys\n"
@@ -48,7 +38,25 @@ def test_headless_and_the_callers_backend_and_figures_are_untouched(tmp_path):
             "mine = plt.figure()\n" + DRAW +
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
             "assert plt.get_fignums() == [mine.number] and plt.gcf() is mine, plt.get_fignums()\n")
-    run(code, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
+    env["PYTHONPATH"] = str(ROOT)
+    return [sys.executable, "-c", code], {"cwd": folder, "env": env, "timeout": 120}
+
+
+# Started early, on the other core (conftest.py, RealProcesses).
+REAL_PROCESSES = {"headless_run": headless_and_svg}
+
+
+@pytest.fixture
+def headless_run(real_processes):
+    return real_processes.result("headless_run")
+
+
+def test_headless_and_the_callers_backend_and_figures_are_untouched(headless_run):
+    proc = headless_run
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+    for name in ("tied.png", "curves.png", "recon.png"):
+        assert (proc.folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 SOURCES = ["bilinear_numpy.py"] + sorted(

@@ -275,14 +275,36 @@ def test_a_bad_value_is_one_line_naming_the_option_and_what_is_allowed(argv, opt
     assert not any(tmp_path.iterdir())                        # nothing written, nothing made
 
 
-def test_bad_values_leave_no_traceback_in_a_real_process(tmp_path):
-    for argv in (["verify", "--seed", "-1"], ["figures", "--out", str(tmp_path / "file")]):
-        (tmp_path / "file").write_text("a file", encoding="utf-8")
-        proc = subprocess.run([sys.executable, str(ROOT / "bilinear_numpy.py"), *argv],
-                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
-        assert proc.returncode == 2, (argv, proc.stderr)
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-        assert proc.stderr.startswith("error: ")
+def bad_value(*argv):
+    def start(folder):
+        (folder / "file").write_text("a file", encoding="utf-8")
+        command = [sys.executable, str(ROOT / "bilinear_numpy.py"),
+                   *(str(folder / "file") if word == "FILE" else word for word in argv)]
+        return command, {"cwd": folder, "timeout": 60}
+    return start
+
+
+# Started early, on the other core (conftest.py, RealProcesses).
+REAL_PROCESSES = {"bad_seed_run": bad_value("verify", "--seed", "-1"),
+                  "out_is_a_file_run": bad_value("figures", "--out", "FILE")}
+
+
+@pytest.fixture
+def bad_seed_run(real_processes):
+    return real_processes.result("bad_seed_run")
+
+
+@pytest.fixture
+def out_is_a_file_run(real_processes):
+    return real_processes.result("out_is_a_file_run")
+
+
+def test_bad_values_leave_no_traceback_in_a_real_process(bad_seed_run, out_is_a_file_run):
+    for proc in (bad_seed_run, out_is_a_file_run):
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, (proc.args, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert err.startswith("error: ")
 
 
 # ----- output folders, tried before any work ------------------------------------------------

@@ -8,7 +8,6 @@ never reported as bad input ("error: ..." with exit status 2).
 import csv
 import io
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -82,7 +81,7 @@ for _name in ("learning_curves", "reconstruction_grid", "ablation_grid"):
 """
 
 
-def test_main_job_and_train_under_an_ascii_console(tmp_path):
+def main_job_and_train(folder):
     # In one process (for speed): `python bilinear_numpy.py` (verify, then both experiments
     # in their --quick form, here one variant, one seed, two steps of the small tasks),
     # `train text` and `train ablation` (whose tables print "−" and "Δ" as well).
@@ -95,8 +94,21 @@ def test_main_job_and_train_under_an_ascii_console(tmp_path):
         "sys.exit(max(status))\n")
     runs = ["", "train text --quick --steps 1 --seeds 1 --variants SwiGLU --out t",
             "train ablation --quick --steps 1 --seeds 2 --variants ReGLU,SwiGLU --out a"]
-    proc = subprocess.run([sys.executable, "-c", code, *runs], cwd=tmp_path,
-                          env=ascii_console(), capture_output=True, timeout=120)
+    return [sys.executable, "-c", code, *runs], {"cwd": folder, "env": ascii_console(),
+                                                 "timeout": 120}
+
+
+# Started early, on the other core (conftest.py, RealProcesses).
+REAL_PROCESSES = {"ascii_run": main_job_and_train}
+
+
+@pytest.fixture
+def ascii_run(real_processes):
+    return real_processes.result("ascii_run")
+
+
+def test_main_job_and_train_under_an_ascii_console(ascii_run):
+    proc, tmp_path = ascii_run, ascii_run.folder
     out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")   # ASCII only
     assert proc.returncode == 0 and "exit statuses [0, 0, 0]" in out, out + err
     assert "All checks agree with theory." in out

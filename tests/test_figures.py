@@ -1,6 +1,5 @@
 """The figures: every PNG and CSV is written, and the data agree with theory where it is exact."""
 import csv
-import subprocess
 import sys
 from pathlib import Path
 
@@ -181,13 +180,25 @@ def test_bad_input_is_refused():
         fg.pick([], "trace")
 
 
-def test_data_functions_need_no_matplotlib():
+def without_matplotlib(folder):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from experiments import figures\n"
             "rows = figures.exchange_data(n_z=4)\n"
             "assert rows and 'matplotlib.pyplot' not in sys.modules\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    return [sys.executable, "-c", code], {"cwd": ROOT, "timeout": 60}
+
+
+# Started early, on the other core (conftest.py, RealProcesses).
+REAL_PROCESSES = {"no_matplotlib_run": without_matplotlib}
+
+
+@pytest.fixture
+def no_matplotlib_run(real_processes):
+    return real_processes.result("no_matplotlib_run")
+
+
+def test_data_functions_need_no_matplotlib(no_matplotlib_run):
+    assert no_matplotlib_run.returncode == 0, no_matplotlib_run.stderr.decode()
 
 
 def test_report_says_where_the_figures_are(verify_report):

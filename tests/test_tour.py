@@ -3,7 +3,6 @@ figures, and the claims it prints hold (checked here on the printed numbers), it
 derivations.md resolve, and the course's exercise list does not pick it up."""
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,15 +12,22 @@ ROOT = Path(__file__).resolve().parent.parent
 TOUR = ROOT / "exercises" / "tour.py"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tour")
+def run_the_tour(folder):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, str(TOUR)], cwd=folder, env=env, capture_output=True,
-                          text=True, encoding="utf-8", timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return folder, proc.stdout
+    return [sys.executable, str(TOUR)], {"cwd": folder, "env": env, "timeout": 120}
+
+
+# Started early, on the other core (conftest.py, RealProcesses).
+REAL_PROCESSES = {"tour_run": run_the_tour}
+
+
+@pytest.fixture(scope="module")
+def tour_run(real_processes):
+    proc = real_processes.result("tour_run")
+    out, err = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
+    assert proc.returncode == 0, out + err
+    return proc.folder, out
 
 
 def number(out, pattern):
@@ -30,8 +36,8 @@ def number(out, pattern):
     return float(found.group(1))
 
 
-def test_the_tour_runs_headless_and_saves_one_figure_per_step(run):
-    folder, out = run
+def test_the_tour_runs_headless_and_saves_one_figure_per_step(tour_run):
+    folder, out = tour_run
     pngs = sorted(p.name for p in (folder / "runs" / "tour").glob("*.png"))
     assert [name[0] for name in pngs] == list("1234567"), pngs
     for name in pngs:
@@ -39,8 +45,8 @@ def test_the_tour_runs_headless_and_saves_one_figure_per_step(run):
     assert out.count("figure: ") == 7
 
 
-def test_the_claims_it_prints_hold(run):
-    out = run[1]
+def test_the_claims_it_prints_hold(tour_run):
+    out = tour_run[1]
     tol = 1e-12
     assert number(out, r"slot-by-slot sum against mlp_forward, rel_error") < tol
     assert number(out, r"A_j against A_j\^T, rel_error") < tol
