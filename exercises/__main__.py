@@ -193,6 +193,9 @@ def main(argv=None, python_call=False):
     if args.jobs is not None and args.jobs < 1:
         return usage_error(f"--jobs: expected 1 or more children at a time: {args.jobs}")
     if args.command == "grade":
+        if not Path(args.target).is_dir():
+            return usage_error(f"grade: expected a folder of the students' folders, got "
+                               f"{shown(args.target)}")
         return gradebook.grade(Path(args.target), args.csv, args.time_limit, args.jobs,
                                args.roster, args.secret, args.feedback, args.format)
     if not args.folder.is_dir():

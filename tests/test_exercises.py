@@ -435,6 +435,7 @@ def test_bad_usage_exits_2_and_a_missing_file_says_so(tmp_path):
     assert main(["check", "999"]) == 2 and main(["check"]) == 2 and main(["check", "ex01"]) == 2
     assert main(["--time-limit", "-1"]) == 2 and main(["--time-limit", "nan"]) == 2
     assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv")]) == 2   # no student
+    assert main(["grade", str(tmp_path / "nowhere"), "--csv", str(tmp_path / "g.csv")]) == 2
     (tmp_path / "alice").mkdir()
     for jobs in ("0", "-3"):                      # refused before any grading
         assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--jobs", jobs]) == 2
