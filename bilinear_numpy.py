@@ -8,8 +8,9 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
 2. Formulations         one pair NAME_forward / NAME_backward each (CS231n style), the
                         one to read, call and run: each line one step of derivations.md
                         sections 2 and 3, its shape beside it. Numbered (1)-(7) by this
-                        project, not by the paper. Then FORMULATIONS, the pairs by name
-                        (training, figures, ablation, benchmark and gradcheck use it).
+                        project, not by the paper. Then the helpers the pairs call for
+                        speed and memory, and FORMULATIONS, the pairs by name (training,
+                        figures, ablation, benchmark and gradcheck use it).
 3. Gradient checking    rel_error, numerical_gradient, gradcheck.
 4. Training substrate   losses, embedding, RMSNorm, Adam (experiments/model.py builds
                         the one-block model that `train` fits from them).
@@ -19,11 +20,9 @@ Attention" (arXiv 2606.22172). Read it top to bottom; derivations.md works out e
                         (_checked_inputs, _frozen_cache, _checked_dy).
 
 The paper's claims about these forms (equivalences, symmetries, conservation laws, the
-number of continuous symmetries) are measured in claims.py, beside this file, which imports
-this module (this module imports neither it nor experiments/). The command line is
-experiments/cli.py: `python bilinear_numpy.py [verify | figures | train | bench | inspect]`
-runs it (the file run as a script imports experiments.cli at its end; an import of the
-module never does).
+number of continuous symmetries) are measured in claims.py, which imports this module (this
+module imports neither it nor experiments/). `python bilinear_numpy.py [verify | figures |
+train | bench | inspect]` runs the command line, experiments/cli.py.
 
 Notation (as in the paper): x is a row vector of width d (batches stack rows, shape
 (..., d)); Q and K have one row per memory unit, shape (m, d) (rank r: (m, d, r)); V has
@@ -46,23 +45,22 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 if __name__ == "__main__":
-    # Run as a script: one BLAS thread, set before NumPy loads its BLAS. Our matrices are
-    # small, so threads cost more than they save, and on a busy machine threads that wait
-    # for each other spin: measured 8-15x slower training on 2 shared cores.
-    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                  "VECLIB_MAXIMUM_THREADS"):
-        os.environ.setdefault(_name, "1")
+    # `python bilinear_numpy.py COMMAND`: the command line, which imports this file as the
+    # module bilinear_numpy (this copy, __main__, stops here and defines nothing).
+    from experiments.cli import main
+    sys.exit(main())
 
 import numpy as np
 
-_UNSET = object()
-_erfc_scipy = _UNSET                   # optional: SciPy's vectorized erfc (see _scipy_erfc)
+try:                                      # optional: SciPy's erfc, exact GELU's Phi at speed
+    from scipy.special import erfc as _erfc_scipy
+except ImportError:                       # without SciPy: the standard library's (section 1)
+    _erfc_scipy = None
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -140,20 +138,7 @@ def _normal_cdf(z64):
     # Phi(z) = erfc(-z / sqrt 2) / 2 in float64: erfc keeps relative accuracy for z << 0,
     # where 1 + erf(z / sqrt 2) would cancel. SciPy's erfc if installed, else math.erfc.
     u = -z64 / math.sqrt(2)
-    erfc = _scipy_erfc()
-    return 0.5 * (erfc(u) if erfc is not None else _erfc_stdlib(u))
-
-
-def _scipy_erfc():
-    # SciPy's erfc, or None without SciPy: imported at the first exact GELU, not with the
-    # module (it was 0.27 s of every import, each of the course checker's children included).
-    global _erfc_scipy
-    if _erfc_scipy is _UNSET:
-        try:
-            from scipy.special import erfc as _erfc_scipy
-        except ImportError:
-            _erfc_scipy = None
-    return _erfc_scipy
+    return 0.5 * (_erfc_scipy(u) if _erfc_scipy is not None else _erfc_stdlib(u))
 
 
 def _erfc_stdlib(u):
@@ -226,52 +211,21 @@ def get_activation(act: str | Activation) -> Activation:
 # =============================================================================
 # 2. Formulations: one forward/backward pair each
 # =============================================================================
-# Each pair is the one FORMULATIONS (end of this section) runs, for training, figures,
-# benchmark and gradcheck alike. Its checks sit at its two ends, nowhere in between (the
-# helpers are in section 5):
-# - a forward starts with `x, act, Q, K, V = _checked_inputs(x, act, AXES, Q=Q, K=K, V=V)`:
-#   act looked up (an Activation: act.f is sigma, act.df is sigma'), the shapes of x and the
-#   parameters checked against AXES and each other (x's last axis is d; a wrong tensor is
-#   named), one float dtype for all (a mix is refused, never cast), and private copies
-#   (nothing the caller holds is kept or modified); the next line makes X, x as (N, d) rows;
-# - it ends with `_frozen_cache("NAME_forward", act, x=x, Q=Q, ...)`: the cache is those
-#   tensors, every one read-only, with the name of the forward and act, and nothing else;
+# Read each pair beside its section of derivations.md: each line is one step there, in its
+# order, with its shape and its rule (R1-R4, derivations.md 3.0). FORMULATIONS (end of this
+# section) runs these pairs, for training, figures, benchmark and gradcheck alike. The checks
+# sit at a pair's two ends (section 5), nowhere in between:
+# - a forward starts with `x, act, ... = _checked_inputs(x, act, AXES, ...)`: act looked up (an
+#   Activation), shapes and dtype checked against AXES, private copies of x and the
+#   parameters; then X is x as (N, d) rows. It ends with `_frozen_cache("NAME_forward", act,
+#   x=x, ...)`: the cache is those tensors, read-only, with the forward's name and act;
 # - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
-#   that forward (another one is refused, and named), dy has y's shape and dtype; dY is dy as
-#   (N, d_out) rows. The next line unpacks what the backward reads from the cache.
-# The cache also keeps sigma's arguments (z, s or a), which a backward need not read:
-# gradcheck (section 3) reads them to keep its probes away from a kink (relu at 0).
-# Speed shows where it is bought, with what it saves: sigma and sigma' block by block
-# (_sigma_and_slope; the double-gated form's four factors too, in its own loop), the full
-# bilinear form's outer products block by block, rank r as one matrix product (_as_columns).
-# A step marked * writes in place (`*=`, `out=`) into an array the pair has just made and
-# reads no more: one new (N, m) array fewer, and at these sizes a new one costs its memory
-# pages anew (glibc returns arrays above 32 MiB to the system). Each such step multiplies in
-# the order its comment writes, brackets first, so the numbers are those of that plain
-# expression (tests/test_one_pair.py checks it bit for bit).
-
-_ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
-_OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many numbers per block of outer products
-
-
-def _blocks(n, width, size):
-    # Slices covering range(n), each of about size / width rows (a row has width elements).
-    rows = max(1, size // max(1, width))
-    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-
-
-def _sigma_and_slope(act, z):
-    # (sigma(z), sigma'(z)), new arrays of z's shape, dtype and layout. A deliberate loop over
-    # blocks of rows (first axis) of _ACT_BLOCK elements: each of the activation's
-    # temporaries (about ten) then stays in the CPU cache instead of making its own pass
-    # through memory (float64, N m = 5.6 M: about half the time of one call on all of z).
-    # Blocks change no number: sigma acts element by element.
-    f_and_df = act.f_and_df or (lambda zb: (act.f(zb), act.df(zb)))   # yours: f, df apart
-    f, df = np.empty_like(z), np.empty_like(z)
-    for rows in _blocks(len(z), z.size // max(1, len(z)), _ACT_BLOCK):
-        f[rows], df[rows] = f_and_df(z[rows])
-    return f, df
-
+#   that forward, dy has y's shape and dtype; dY is dy as (N, d_out) rows.
+# The cache also keeps sigma's arguments (z, s or a), which gradcheck (section 3) reads to
+# keep its probes away from a kink (relu at 0).
+# What speed or memory needs (sigma and sigma' in blocks, the full bilinear form's outer
+# products in blocks, the rank-r layout) is a helper named for what it computes, after the
+# pairs; docs/speed.md gives the measured gain of each.
 
 # ----- (1) key-value memory MLP ---------------------------------------------
 _MLP_AXES = {"K": "m d", "V": "m d_out"}                       # the axes, for the checks
@@ -302,8 +256,8 @@ def mlp_backward(dy, cache):
     x, K, V, h, sigma_prime = cache["x"], cache["K"], cache["V"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
-    dz *= sigma_prime                             # (N, m)       R2 on h = sigma(z), in place *
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
     dK = dz.T @ X                                 # (m, d)       R1 on z = x K^T
     dX = dz @ K                                   # (N, d)       R1 on z = x K^T
     return {"x": dX.reshape(x.shape), "K": dK, "V": dV}
@@ -325,8 +279,8 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     """
     x, act, Q, K, V = _checked_inputs(x, act, _STATIC_QUERY_AXES, Q=Q, K=K, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    xQ = X @ Q                                    # (N, d)       the query x Q
-    z = xQ @ K.T                                  # (N, m)       z = x Q K^T
+    xQ = X @ Q                                    # (N, d)       the query p = x Q
+    z = xQ @ K.T                                  # (N, m)       z = p K^T
     h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, xQ=xQ, z=z, h=h,
@@ -342,12 +296,12 @@ def static_query_mlp_backward(dy, cache):
     xQ, h, sigma_prime = cache["xQ"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dz = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
-    dz *= sigma_prime                             # (N, m)       R2, in place *
-    dK = dz.T @ xQ                                # (m, d)       R1 on z = (x Q) K^T
-    dxQ = dz @ K                                  # (N, d)
-    dQ = X.T @ dxQ                                # (d, d)       R1 on x Q
-    dX = dxQ @ Q.T                                # (N, d)
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
+    dK = dz.T @ xQ                                # (m, d)       R1 on z = p K^T
+    dxQ = dz @ K                                  # (N, d)       dp: R1 on z = p K^T
+    dQ = X.T @ dxQ                                # (d, d)       R1 on p = x Q
+    dX = dxQ @ Q.T                                # (N, d)       R1 on p = x Q
     return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -368,14 +322,7 @@ def bilinear_forward(x, A, V, act="identity"):
     """
     x, act, A, V = _checked_inputs(x, act, _BILINEAR_AXES, A=A, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    (N, d), m = X.shape, A.shape[0]
-    s = np.empty((N, m), X.dtype)                 # (N, m)
-    # A deliberate loop over blocks of tokens, each about as big as s: the outer products of
-    # all N tokens at once, N d^2 numbers, would outweigh every other array (N = 4096, d = 64:
-    # 128 MiB in float64, against 8 MiB for s).
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
-        xx = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d)   # (B, d^2)  vec(x^T x)
-        s[rows] = xx @ A.reshape(m, d * d).T      # (B, m)       s_j = <x^T x, A_j> = x A_j x^T
+    s = _outer_products_times(X, A)               # (N, m)       s = (X (x) X) A_flat^T: x A_j x^T
     h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(s); sigma'(s)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("bilinear_forward", act, x=x, A=A, V=V, s=s, h=h,
@@ -389,46 +336,17 @@ def bilinear_backward(dy, cache):
     dY = _checked_dy(dy, cache, "bilinear_forward")   # (N, d_out)
     x, A, V, h, sigma_prime = cache["x"], cache["A"], cache["V"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    (N, d), m = X.shape, A.shape[0]
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
-    ds *= sigma_prime                             # (N, m)       R2, in place *
-    dA = np.empty_like(A)                         # (m, d, d)    dA_j = sum_n ds_nj x_n^T x_n
-    # Outer products rebuilt, not cached, in blocks as in the forward: here blocks of rows i
-    # of every dA_j, each one product over all tokens (no partial sums over blocks of tokens).
-    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
-        xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # (N, |i| d)
-        dA[:, i, :] = (ds.T @ xx_i).reshape(m, -1, d)
-    A_sym = (A + A.transpose(0, 2, 1)).reshape(m, d * d)     # (m, d^2)   A_j + A_j^T
-    dX = np.empty_like(X)                         # (N, d)       dx_n = x_n M_n
-    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):  # blocks of tokens, as the forward
-        M = (ds[rows] @ A_sym).reshape(-1, d, d)  # (B, d, d)    M_n = sum_j ds_nj (A_j + A_j^T)
-        dX[rows] = (X[rows, None, :] @ M)[:, 0, :]
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    ds = dh * sigma_prime                         # (N, m)       R2 on h = sigma(s)
+    dA = _weighted_outer_products(ds, X)          # (m, d, d)    R1: dA_j = sum_n ds_nj x_n^T x_n
+    A_sym = A + A.transpose(0, 2, 1)              # (m, d, d)    A_j + A_j^T
+    dX = _rows_times_weighted_sums(X, ds, A_sym)  # (N, d)       dx_n = x_n sum_j ds_nj (A_j + A_j^T)
     return {"x": dX.reshape(x.shape), "A": dA, "V": dV}
 
 
 # ----- (4) rank-r bilinear ----------------------------------------------------
 _RANK_R_AXES = {"Q": "m d r", "K": "m d r", "V": "m d_out"}
-
-
-def _as_columns(W):
-    # W (m, d, r) as one (d, r m) matrix, column rho m + j = W[j, :, rho]: the m r projections
-    # x . W[j, :, rho] of every token are then one matrix product X @ W_cols (einsum over
-    # (m, d, r) takes about 3.6 times as long at N = 2048, d = 128, m = 512).
-    m, d, r = W.shape
-    return W.transpose(1, 2, 0).reshape(d, r * m)
-
-
-def _from_columns(W_cols, m, r):
-    # The inverse of _as_columns: a (d, r m) matrix back to a new (m, d, r) array.
-    return np.ascontiguousarray(W_cols.reshape(-1, r, m).transpose(2, 0, 1))
-
-
-def _as_units(P, m, r):
-    # The (N, r m) product X @ W_cols as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]. The
-    # unit index j is fastest in memory, so sums over rho run along rows of length m (several
-    # times faster than along rows of length r); .transpose(0, 2, 1) is the (N, r, m) array.
-    return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
 def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
@@ -465,9 +383,9 @@ def rank_r_bilinear_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
-    ds *= sigma_prime                             # (N, m)       R2, in place *
-    # R3 and R4 (ds_j to every rho), laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    ds = dh * sigma_prime                         # (N, m)       R2 on h = sigma(s)
+    # R4 (ds_j to every rho), then R3; laid out (N, r m) as X @ _as_columns(Q) is
     da = (ds[:, None, :] * b.transpose(0, 2, 1)).reshape(N, r * m)   # da_jrho = ds_j b_jrho
     db = (ds[:, None, :] * a.transpose(0, 2, 1)).reshape(N, r * m)   # db_jrho = ds_j a_jrho
     dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j
@@ -512,10 +430,10 @@ def rank1_bilinear_backward(dy, cache):
     a, b, h, sigma_prime = cache["a"], cache["b"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    ds = dY @ V.T                                 # (N, m)       dh: R1 on y = h V
-    ds *= sigma_prime                             # (N, m)       R2, in place *
+    dh = dY @ V.T                                 # (N, m)       R1 on y = h V
+    ds = dh * sigma_prime                         # (N, m)       R2 on h = sigma(s)
     da = ds * b                                   # (N, m)       R3 on s = a * b
-    db = np.multiply(ds, a, out=ds)               # (N, m)       R3, over ds *
+    db = ds * a                                   # (N, m)       R3 on s = a * b
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -560,9 +478,9 @@ def gated_mlp_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = b * sigma_prime_a                        # (N, m)       b sigma'(a)
-    da *= dh                                      # (N, m)       da = (b sigma'(a)) dh: R3, R2 *
-    db = np.multiply(dh, sigma_a, out=dh)         # (N, m)       db = dh sigma(a): R3, over dh *
+    dsigma_a = dh * b                             # (N, m)       R3 on h = sigma(a) * b
+    da = dsigma_a * sigma_prime_a                 # (N, m)       R2 on sigma(a)
+    db = dh * sigma_a                             # (N, m)       R3 on h = sigma(a) * b
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -589,19 +507,11 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     a = X @ Q.T                                   # (N, m)       a = x Q^T
     b = X @ K.T                                   # (N, m)       b = x K^T
-    # The backward needs sigma(a), sigma'(a), sigma(b), sigma'(b) only as the two products
-    # slope_a = sigma'(a) sigma(b) and slope_b = sigma(a) sigma'(b) (3.8: R3, then R2), so the
-    # cache keeps those: five (N, m) arrays, not seven. A deliberate loop over blocks of
-    # tokens (_ACT_BLOCK elements, so _sigma_and_slope's own loop runs once) makes the four
-    # factors of a block while they are in the CPU cache, and never whole: four (N, m) arrays
-    # the pair does not make. Each block is written into its rows of three new arrays.
-    h, slope_a, slope_b = np.empty_like(a), np.empty_like(a), np.empty_like(a)
-    for rows in _blocks(len(a), a.shape[1], _ACT_BLOCK):
-        sigma_a, sigma_prime_a = _sigma_and_slope(act, a[rows])   # sigma(a); sigma'(a)
-        sigma_b, sigma_prime_b = _sigma_and_slope(act, b[rows])   # sigma(b); sigma'(b)
-        np.multiply(sigma_a, sigma_b, out=h[rows])                # h = sigma(a) sigma(b)
-        np.multiply(sigma_prime_a, sigma_b, out=slope_a[rows])    # sigma'(a) sigma(b)
-        np.multiply(sigma_a, sigma_prime_b, out=slope_b[rows])    # sigma(a) sigma'(b)
+    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m) sigma(a); sigma'(a)
+    sigma_b, sigma_prime_b = _sigma_and_slope(act, b)   # (N, m) sigma(b); sigma'(b)
+    h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
+    slope_a = sigma_prime_a * sigma_b             # (N, m)       dh/da = sigma'(a) sigma(b)
+    slope_b = sigma_a * sigma_prime_b             # (N, m)       dh/db = sigma(a) sigma'(b)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, h=h,
                           slope_a=slope_a, slope_b=slope_b)
@@ -617,8 +527,8 @@ def double_gated_mlp_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
-    da = slope_a * dh                             # (N, m)  da = (sigma'(a) sigma(b)) dh: R3, R2
-    db = np.multiply(slope_b, dh, out=dh)         # (N, m)  db = (sigma(a) sigma'(b)) dh, over dh *
+    da = dh * slope_a                             # (N, m)       da = dh sigma'(a) sigma(b): R3, R2
+    db = dh * slope_b                             # (N, m)       db = dh sigma(a) sigma'(b): R3, R2
     dQ = da.T @ X                                 # (m, d)       R1 on a = x Q^T
     dK = db.T @ X                                 # (m, d)       R1 on b = x K^T
     dX = da @ Q + db @ K                          # (N, d)       R1 twice, R4
@@ -659,14 +569,94 @@ def gated_rank_r_backward(dy, cache):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
-    dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R4: every rho gets dh_j
-    # R3, then R2, laid out (N, r, m) as X @ _as_columns(Q) is: (N, r m)
-    da = (dh * (b * sigma_prime_a).transpose(0, 2, 1)).reshape(N, r * m)
-    db = (dh * sigma_a.transpose(0, 2, 1)).reshape(N, r * m)
+    dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R1; R4: every rho gets dh_j
+    # R3, then R2; laid out (N, r m) as X @ _as_columns(Q) is
+    da = (dh * (b * sigma_prime_a).transpose(0, 2, 1)).reshape(N, r * m)   # dh_j b_jrho sigma'(a_jrho)
+    db = (dh * sigma_a.transpose(0, 2, 1)).reshape(N, r * m)               # dh_j sigma(a_jrho)
     dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j
     dK = _from_columns(X.T @ db, m, r)            # (m, d, r)    R1 on b = x K_j
     dX = da @ _as_columns(Q).T + db @ _as_columns(K).T   # (N, d)  R1 twice, R4
     return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
+
+
+# ----- Helpers the pairs call for speed and memory --------------------------------
+# Each computes what its name says, as the pairs' comments write it; docs/speed.md gives the
+# measurement that keeps it (at the benchmark's sizes, in alternation with the plain form).
+
+_ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
+_OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many outer-product numbers per block
+
+
+def _blocks(n, width, size):
+    # Slices covering range(n), each of about size / width rows (a row has width elements).
+    rows = max(1, size // max(1, width))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def _sigma_and_slope(act, z):
+    # (sigma(z), sigma'(z)): act.f_and_df(z) (an Activation of your own may give f and df
+    # alone), computed over blocks of rows of _ACT_BLOCK elements, so that the activation's
+    # temporaries (about ten) stay in the CPU cache instead of each making its own pass
+    # through memory. sigma acts element by element: the blocks change no number.
+    f_and_df = act.f_and_df or (lambda zb: (act.f(zb), act.df(zb)))
+    f, df = np.empty_like(z), np.empty_like(z)
+    for rows in _blocks(len(z), z.size // max(1, len(z)), _ACT_BLOCK):
+        f[rows], df[rows] = f_and_df(z[rows])
+    return f, df
+
+
+def _outer_products_times(X, A):
+    # s = (X (x) X) A_flat^T, (N, m): s_nj = <x_n^T x_n, A_j> = x_n A_j x_n^T (derivations.md
+    # 2.3), over blocks of tokens of about max(N m, _OUTER_BLOCK) outer-product numbers:
+    # X (x) X whole, N d^2 numbers, would outweigh every other array (memory, docs/speed.md).
+    (N, d), m = X.shape, A.shape[0]
+    s = np.empty((N, m), X.dtype)
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
+        xx = (X[rows, :, None] * X[rows, None, :]).reshape(-1, d * d)   # (B, d^2)  vec(x^T x)
+        s[rows] = xx @ A.reshape(m, d * d).T                            # (B, m)
+    return s
+
+
+def _weighted_outer_products(ds, X):
+    # dA_j = sum_n ds_nj x_n^T x_n, (m, d, d) (derivations.md 3.3), over blocks of rows i of
+    # every dA_j: row i is sum_n ds_nj x_ni x_n, one product over all tokens (no partial sums).
+    (N, d), m = X.shape, ds.shape[1]
+    dA = np.empty((m, d, d), X.dtype)
+    for i in _blocks(d, N * d, max(N * m, _OUTER_BLOCK)):
+        xx_i = (X[:, i, None] * X[:, None, :]).reshape(N, (i.stop - i.start) * d)  # x_ni x_nc
+        dA[:, i, :] = (ds.T @ xx_i).reshape(m, -1, d)                             # (m, |i|, d)
+    return dA
+
+
+def _rows_times_weighted_sums(X, ds, A_sym):
+    # dx_n = x_n M_n with M_n = sum_j ds_nj A_sym_j, (N, d) (derivations.md 3.3), over blocks
+    # of tokens as _outer_products_times: the M_n of all N tokens would be N d^2 numbers.
+    (N, d), m = X.shape, A_sym.shape[0]
+    dX = np.empty_like(X)
+    for rows in _blocks(N, d * d, max(N * m, _OUTER_BLOCK)):
+        M = (ds[rows] @ A_sym.reshape(m, d * d)).reshape(-1, d, d)   # (B, d, d)  M_n
+        dX[rows] = (X[rows, None, :] @ M)[:, 0, :]                   # (B, d)     x_n M_n
+    return dX
+
+
+def _as_columns(W):
+    # W (m, d, r) as one (d, r m) matrix, column rho m + j = W[j, :, rho]: the m r projections
+    # x . W[j, :, rho] of every token are then one matrix product X @ W_cols (einsum over
+    # (m, d, r) takes about 3.6 times as long at N = 2048, d = 128, m = 512).
+    m, d, r = W.shape
+    return W.transpose(1, 2, 0).reshape(d, r * m)
+
+
+def _from_columns(W_cols, m, r):
+    # The inverse of _as_columns: a (d, r m) matrix back to a new (m, d, r) array.
+    return np.ascontiguousarray(W_cols.reshape(-1, r, m).transpose(2, 0, 1))
+
+
+def _as_units(P, m, r):
+    # The (N, r m) product X @ W_cols as an (N, m, r) view, [n, j, rho] = P[n, rho m + j]. The
+    # unit index j is fastest in memory, so sums over rho run along rows of length m (several
+    # times faster than along rows of length r); .transpose(0, 2, 1) is the (N, r, m) array.
+    return P.reshape(-1, r, m).transpose(0, 2, 1)
 
 
 # ----- The registry: every formulation by name -----------------------------------
@@ -1374,9 +1364,3 @@ def checked_cache(cache, forward, *keys):
         raise ValueError(f"cache: expected the cache returned by {forward}, missing keys {missing}")
     return [cache[key] for key in keys]
 
-
-if __name__ == "__main__":
-    # The command line is experiments/cli.py; run as a script, this file is __main__, not
-    # the module bilinear_numpy that cli imports, so nothing imports itself.
-    from experiments.cli import main
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The command line of bilinear_numpy.py: `python bilinear_numpy.py [COMMAND]`.
 
-bilinear_numpy.py imports this module's main at its end when it runs as a script (never on
+bilinear_numpy.py imports this module's main at its top when it runs as a script (never on
 `import bilinear_numpy`, which needs NumPy alone). Subcommands: verify (verification_report below),
 figures, train, bench, inspect; with none, verify and then `train text --quick` and
 `train image --quick`. Each subcommand imports its experiments/ module when it runs.
@@ -17,9 +17,18 @@ import math
 import os
 import sys
 
-import bilinear_numpy as bn
-import claims
-from experiments import outputs
+# One BLAS thread unless the caller asks for more, set before NumPy loads its BLAS (this
+# module is the first that `python bilinear_numpy.py` imports): our matrices are small, so
+# threads cost more than they save, and on a busy machine threads that wait for each other
+# spin: measured 8-15x slower training on 2 shared cores. (Imported after NumPy, as by the
+# tests, it changes nothing.)
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import bilinear_numpy as bn  # noqa: E402  (after the BLAS threads are set)
+import claims  # noqa: E402
+from experiments import outputs  # noqa: E402
 
 
 def verification_report(seed=0, out=print):

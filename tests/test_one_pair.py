@@ -52,7 +52,7 @@ def _equations(name, act, x, p, dy):
         da, db = ds * b, ds * a
     elif name == "gated_mlp":
         h = f(a) * b
-        da, db = dh * (b * df(a)), dh * f(a)
+        da, db = dh * b * df(a), dh * f(a)
     else:                                          # double_gated_mlp
         h = f(a) * f(b)
         da, db = dh * (df(a) * f(b)), dh * (f(a) * df(b))
