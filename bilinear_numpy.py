@@ -57,11 +57,6 @@ if __name__ == "__main__":
 
 import numpy as np
 
-try:                                      # optional: SciPy's erfc, exact GELU's Phi at speed
-    from scipy.special import erfc as _erfc_scipy
-except ImportError:                       # without SciPy: the standard library's (section 1)
-    _erfc_scipy = None
-
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -138,7 +133,11 @@ def _normal_cdf(z64):
     # Phi(z) = erfc(-z / sqrt 2) / 2 in float64: erfc keeps relative accuracy for z << 0,
     # where 1 + erf(z / sqrt 2) would cancel. SciPy's erfc if installed, else math.erfc.
     u = -z64 / math.sqrt(2)
-    return 0.5 * (_erfc_scipy(u) if _erfc_scipy is not None else _erfc_stdlib(u))
+    try:
+        from scipy.special import erfc            # optional, imported at the first exact GELU
+    except ImportError:
+        return 0.5 * _erfc_stdlib(u)
+    return 0.5 * erfc(u)
 
 
 def _erfc_stdlib(u):
