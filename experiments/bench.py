@@ -138,8 +138,10 @@ def load_average():
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
-def _shape(text, sizes):
-    # "N d" -> (sizes["N"], sizes["d"]); a digit stands for itself.
+def shape_of(text, sizes):
+    """The shape a FLOOR operand's text names: "N d" -> (sizes["N"], sizes["d"]); a digit
+    stands for itself. Args: text (str of symbols); sizes: dict of sizes_of(). Returns a tuple
+    of ints. Raises KeyError for a symbol sizes lacks."""
     return tuple(int(s) if s.isdigit() else sizes[s] for s in text.split())
 
 
@@ -155,7 +157,7 @@ def floor_operands(formulation, sizes, dtype, rng):
     arrays = {}
 
     def operand(text):
-        shape = _shape(text, sizes)
+        shape = shape_of(text, sizes)
         if shape not in arrays:
             arrays[shape] = rng.standard_normal(shape).astype(dtype)
         return arrays[shape]
@@ -208,7 +210,9 @@ def _seconds(run):
     return time.perf_counter() - start
 
 
-def _products(pairs):
+def run_products(pairs):
+    """Compute A @ B for each (A, B) of pairs (floor_operands' lists), keeping none: the GEMM
+    floor's work. Returns None."""
     for A, B in pairs:
         A @ B
 
@@ -258,8 +262,8 @@ def measure(formulation, act, dtype, sizes, repeats, seed=0):
     def forward_backward():
         form.backward(dy, form.forward(x, **params, act=act)[1])
 
-    t = time_pairs({"floor_fwd": lambda: _products(floor_fwd), "fwd": forward,
-                    "floor_fb": lambda: _products(floor_fwd + floor_bwd), "fb": forward_backward},
+    t = time_pairs({"floor_fwd": lambda: run_products(floor_fwd), "fwd": forward,
+                    "floor_fb": lambda: run_products(floor_fwd + floor_bwd), "fb": forward_backward},
                    repeats)
     del floor_fwd, floor_bwd
     med = {k: statistics.median(v) for k, v in t.items()}
@@ -282,7 +286,9 @@ def measure(formulation, act, dtype, sizes, repeats, seed=0):
             "repeats": repeats, "load": load_average()}
 
 
-def _sizes(d, m, r, tokens):
+def sizes_of(d, m, r, tokens):
+    """The symbols of FLOOR for width d (= d_out), m units, rank r and N = tokens: a dict with
+    N, d, o, m, r, R = m r and D = d^2 (measure, floor_operands, reference_bytes take it)."""
     return {"N": tokens, "d": d, "o": d, "m": m, "r": r, "R": m * r, "D": d * d}
 
 
@@ -444,7 +450,9 @@ def run(quick=False, out="results/bench.csv", dtypes=None, formulations=None,
                                   sizes, path, print_line)
 
 
-def _write_rows(path, rows):
+def write_rows(path, rows):
+    """Write rows (dicts of measure()) to path as CSV with the header COLUMNS, floats to 4
+    significant digits. Raises OSError if path cannot be written."""
     with Path(path).open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
@@ -476,12 +484,12 @@ def _measure_and_write(config, tokens, repeats, dtypes, formulations, activation
     try:
         for dtype, formulation, act in cells:
             d, m, r = (sizes or {}).get(formulation, config["sizes"][formulation])
-            row = measure(formulation, act, np.dtype(dtype), _sizes(d, m, r, tokens), repeats) | info
+            row = measure(formulation, act, np.dtype(dtype), sizes_of(d, m, r, tokens), repeats) | info
             rows.append(row)
-            outputs.write_whole(partial, lambda temporary: _write_rows(temporary, rows))
+            outputs.write_whole(partial, lambda temporary: write_rows(temporary, rows))
             print_line(format_row(row))
         with outputs.Staged(remove_after=[partial]) as files:
-            _write_rows(files.path(path), rows)
+            write_rows(files.path(path), rows)
     except KeyboardInterrupt:
         raise outputs.Stopped(kept()) from None
     except OSError as exc:                      # a full disk

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments.bench import FULL, _products, _sizes, floor_operands, load_average
+from experiments.bench import FULL, floor_operands, load_average, run_products, sizes_of
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
@@ -89,12 +89,12 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None, clock
     dy = rng.standard_normal((tokens, d)).astype(dtype)
     y_old = old.FORMULATIONS[name].forward(x, **params, act=act)[0]
     y_new = bn.FORMULATIONS[name].forward(x, **params, act=act)[0]
-    floor_fwd, floor_bwd = floor_operands(name, _sizes(d, m, r, tokens), dtype, rng)
+    floor_fwd, floor_bwd = floor_operands(name, sizes_of(d, m, r, tokens), dtype, rng)
     tick = CLOCKS[clock]
 
     def floor_seconds():
         start = tick()
-        _products(floor_fwd + floor_bwd)
+        run_products(floor_fwd + floor_bwd)
         return tick() - start
 
     for module in (old, bn):                      # warm-up: first-touch costs out of the way

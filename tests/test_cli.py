@@ -496,7 +496,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_finished(capsys, tmp_path, monke
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "bench.csv")
 
-    monkeypatch.setattr(bench, "_write_rows", no_space)
+    monkeypatch.setattr(bench, "write_rows", no_space)
     assert cli.main(["bench", "--quick", "--formulation", "mlp", "--activation", "relu",
                     "--dtype", "float64", "--tokens", "8", "--repeats", "1",
                     "--out", str(tmp_path / "bench.csv")]) == 1

@@ -4,7 +4,8 @@ section 2 of bilinear_numpy.py shows, and its numbers are those of the equations
 The equations are computed here a second way, from derivations.md's formulas with plain
 NumPy: bit for bit where the operations are the same (so that any change of a pair's
 arithmetic, even of its rounding, fails here), to rounding where the route differs
-(einsum sums in another order). Block sizes (section 2's speed steps) change no number."""
+(einsum sums in another order). The helpers' blocks (section 2's speed steps) change no
+number: the pairs give the same equations at sizes where they cut the work in parts."""
 import numpy as np
 import pytest
 
@@ -116,50 +117,31 @@ def test_pair_gives_the_einsum_route_to_rounding(name, dtype):
             assert bn.rel_error(grads[key], grads_e[key]) < TOL[dtype], (act, key)
 
 
+# Sizes at which the helpers' blocks (section 2, after the pairs) cut the work in several
+# parts: N m (or N m r) above the 2^15 elements of an activation block, and for the full
+# bilinear form N d^2 above its outer-product block, 2^16 numbers, with d rows i of dA in
+# two blocks. Blocks change no number: the same equations as at one block.
+SEVERAL_BLOCKS = {"bilinear": dict(N=1100, d=9, m=2, r=1, d_out=3),
+                  "rank_r_bilinear": dict(N=300, d=5, m=40, r=3, d_out=4),
+                  "gated_rank_r": dict(N=300, d=5, m=40, r=3, d_out=4)}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(bn.FORMULATIONS))
-def test_block_sizes_change_no_number(monkeypatch, name, dtype):
-    # 5 elements per activation block (a row of m = 7 units is cut in the middle) and the
-    # full bilinear form's outer products 3 tokens / one row i at a time, against one block.
-    # sigma is elementwise: bit for bit. Bilinear's blocks are matrix products of other
-    # shapes, which BLAS may sum in another order: to rounding.
-    x, p, dy = _inputs(name, dtype)
-    runs = []
-    for act_block, outer_block in ((5, 1), (2 ** 30, 2 ** 30)):
-        monkeypatch.setattr(bn, "_ACT_BLOCK", act_block)
-        monkeypatch.setattr(bn, "_OUTER_BLOCK", outer_block)
-        y, cache = bn.FORMULATIONS[name].forward(x, **p, act="gelu_tanh")
-        runs.append((y, bn.FORMULATIONS[name].backward(dy, cache)))
-    (y1, g1), (y2, g2) = runs
-    same = np.array_equal if name != "bilinear" else lambda u, v: bn.rel_error(u, v) < TOL[dtype]
-    assert same(y1, y2) and all(same(g1[k], g2[k]) for k in g1)
-
-
-@pytest.mark.parametrize("shape", [(0,), (7,), (3, 5, 2), (2, 40), (301, 7)])
-def test_sigma_and_slope_is_f_and_df_for_any_shape(monkeypatch, shape):
-    monkeypatch.setattr(bn, "_ACT_BLOCK", 3)
-    z = np.random.default_rng(1).standard_normal(shape) * 6
-    z0 = z.copy()
-    for name in ACTS:
-        act = bn.ACTIVATIONS[name]
-        f, df = bn._sigma_and_slope(act, z)
-        assert f.shape == df.shape == z.shape
-        assert np.array_equal(f, act.f(z)) and np.array_equal(df, act.df(z))
-    assert np.array_equal(z, z0)                   # input untouched
-
-
-def test_blocks_cover_every_index_once():
-    for n, width in [(0, 5), (1, 5), (10, 3), (1000, 7), (5, 10 ** 9)]:
-        covered = np.concatenate([np.arange(n)[s] for s in bn._blocks(n, width, 10)] or [[]])
-        assert np.array_equal(covered, np.arange(n))
-
-
-def test_bilinear_blocks_as_many_as_intended(monkeypatch):
-    # N m = 185 numbers per block: 2 tokens of d^2 = 64 (19 blocks); or one block.
-    N, d, m = 37, 8, 5
-    for floor, n_blocks in ((1, 19), (2 ** 30, 1)):
-        monkeypatch.setattr(bn, "_OUTER_BLOCK", floor)
-        assert len(bn._blocks(N, d * d, max(N * m, floor))) == n_blocks
+def test_pairs_give_the_equations_across_several_blocks(name, dtype):
+    sizes = SEVERAL_BLOCKS.get(name, dict(N=300, d=5, m=120, r=1, d_out=4))
+    x, p, dy = _inputs(name, dtype, **sizes)
+    for act in ("gelu_tanh", "relu"):
+        y, cache = bn.FORMULATIONS[name].forward(x, **p, act=act)
+        grads = bn.FORMULATIONS[name].backward(dy, cache)
+        if name in SEVERAL_BLOCKS:                 # another order of summation: to rounding
+            y_eq, grads_eq = _einsum_route(name, bn.ACTIVATIONS[act], x, p, dy)
+            assert bn.rel_error(y, y_eq) < TOL[dtype], act
+            assert all(bn.rel_error(grads[k], grads_eq[k]) < TOL[dtype] for k in grads_eq), act
+        else:                                      # the same operations: bit for bit
+            y_eq, grads_eq = _equations(name, bn.ACTIVATIONS[act], x, p, dy)
+            assert np.array_equal(y, y_eq), act
+            assert all(np.array_equal(grads[k], grads_eq[k]) for k in grads_eq), act
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -187,10 +169,9 @@ def _one_pass_only(name, calls):
 
 
 @pytest.mark.parametrize("name", list(bn.FORMULATIONS))
-def test_pairs_compute_sigma_and_slope_in_one_pass(monkeypatch, name):
+def test_pairs_compute_sigma_and_slope_in_one_pass(name):
     # Each pair reaches sigma and sigma' through f_and_df alone, once per element of sigma's
-    # argument (the cache keeps it), block by block, with the registered activation's numbers.
-    monkeypatch.setattr(bn, "_ACT_BLOCK", 4)
+    # argument (the cache keeps it), with the registered activation's numbers.
     x, p, dy = _inputs(name, np.float64)
     calls = []
     y, cache = bn.FORMULATIONS[name].forward(x, **p, act=_one_pass_only("silu", calls))
@@ -203,7 +184,10 @@ def test_pairs_compute_sigma_and_slope_in_one_pass(monkeypatch, name):
 
 
 def test_an_activation_of_ones_own_may_give_f_and_df_alone():
-    z = np.linspace(-3, 3, 11)
+    # Without f_and_df, a pair calls f and df: here sigma(z) = z^2, sigma'(z) = 2 z.
+    x, p, dy = _inputs("mlp", np.float64)
     square = bn.Activation("square", lambda u: u * u, lambda u: 2 * u, False, False)
-    f, df = bn._sigma_and_slope(square, z)
-    assert np.array_equal(f, z * z) and np.array_equal(df, 2 * z)
+    y, cache = bn.mlp_forward(x, **p, act=square)
+    z = x @ p["K"].T
+    assert np.array_equal(cache["h"], z * z) and np.array_equal(cache["sigma_prime"], 2 * z)
+    assert np.array_equal(y, (z * z) @ p["V"])
