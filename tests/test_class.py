@@ -74,7 +74,10 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     code = issued[7]["code"]
     folder = tmp_path / "s07"
     folder.mkdir()
-    assert main(["--folder", str(folder), "start", "--code", "X" + code[1:]]) == 2   # a typo
+    # A typo: the check letter (the last) changed to the next of the alphabet, so the typed
+    # code differs from the issued one whatever the secret drew, and fails its check.
+    typo = code[:-1] + gradebook.ALPHABET[(gradebook.ALPHABET.index(code[-1]) + 1) % 32]
+    assert main(["--folder", str(folder), "start", "--code", typo]) == 2
     assert main(["start", "--code", code.lower(), "--folder", str(folder)]) == 0
     data = json.loads((folder / checker.SEED_FILE).read_text(encoding="utf-8"))
     assert data["code"] == code and data["seed"] == int(issued[7]["seed"])
