@@ -128,11 +128,20 @@ def test_init_is_fresh_independent_and_scaled(name):
 
 
 def test_glu_variants():
-    assert bn.GLU_VARIANTS == {"GLU": ("gated_mlp", "sigmoid"),
-                               "Bilinear": ("gated_mlp", "identity"),
-                               "ReGLU": ("gated_mlp", "relu"),
-                               "GEGLU": ("gated_mlp", "gelu"),
-                               "SwiGLU": ("gated_mlp", "silu")}
+    # Each named variant, run as GLU_VARIANTS says, is its published formula (Shazeer, arXiv
+    # 2002.05202): (act(x W) * x V) W2 with act written out here, independently of section 1.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 4))
+    p = bn.FORMULATIONS["gated_mlp"].init(rng, 4, 5, 3)
+    erf = np.vectorize(math.erf)
+    published = {"GLU": lambda z: 1 / (1 + np.exp(-z)), "Bilinear": lambda z: z,
+                 "ReGLU": lambda z: np.maximum(z, 0), "GEGLU": lambda z: z * (1 + erf(z / 2 ** 0.5)) / 2,
+                 "SwiGLU": lambda z: z / (1 + np.exp(-z))}
+    assert set(bn.GLU_VARIANTS) == set(published)
+    for variant, (formulation, act) in bn.GLU_VARIANTS.items():
+        y = bn.FORMULATIONS[formulation].forward(x, **p, act=act)[0]
+        expected = (published[variant](x @ p["Q"].T) * (x @ p["K"].T)) @ p["V"]
+        assert bn.rel_error(y, expected) < 1e-12, variant
 
 
 def test_gated_mlp_matches_an_independent_loop():
