@@ -37,7 +37,8 @@ def test_thesis_paragraph_agrees_with_the_law_table():
     # The README's opening claim, against conservation_law_table (verify, section 6): a
     # smooth gated unit and a rank-1 unit keep 1 flat direction and 1 law each; a rank-2
     # bilinear unit has 6 flat directions and 4 laws.
-    thesis = README[README.index("What gating breaks"):README.index("## Start here")]
+    start = README.index("What gating breaks, counted precisely")
+    thesis = README[start:README.index("\n## ", start)]
     thesis = " ".join(thesis.split())
     assert "1 and 1 per unit" in thesis
     flat, laws = map(int, re.search(r"rank-2 bilinear unit has (\d+) flat directions and (\d+) laws",
