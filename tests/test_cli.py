@@ -460,7 +460,7 @@ def test_figures_keeps_the_finished_figures_on_ctrl_c(capsys, tmp_path, monkeypa
     names = list(figures.FIGURES)[:2]
     compute, draw = figures.FIGURES[names[1]]
     def one_row(**sizes):
-        return [figures._row("p", "s", 0, 1)]
+        return [{"panel": "p", "series": "s", "x": 0, "y": 1.0}]   # one row of the CSV
 
     def png(rows, path):
         Path(path).write_bytes(b"png")
