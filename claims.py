@@ -15,7 +15,8 @@ derivations.md, sections 4 to 6, derives every number.
 4. Continuous symmetries  parity_expected; output_jacobian, symmetry_dimension (n_params -
                         the Jacobian's rank) and its theory, symmetry_dimension_expected.
 5. Conservation laws    conservation_law_count_expected (theory), lie_algebra_dimensions and
-                        conservation_law_count (measured), conservation_law_table.
+                        conservation_law_count (measured; AmbiguousRank where no point reads
+                        clearly), conservation_law_table.
 
 Imports NumPy and bilinear_numpy alone; bilinear_numpy does not import it. Sizes follow
 bilinear_numpy's notation: d the width of x, m units, d_out the output width, r the rank.
