@@ -79,7 +79,8 @@ class Activation:
     """An elementwise activation sigma with its derivative.
 
     Attributes: name (key in ACTIVATIONS); f, df: z -> sigma(z), sigma'(z), elementwise,
-    z's shape and dtype (float32 or float64); linear: sigma(z) = c z (identity only);
+    z's shape and dtype (float32 or float64; those of ACTIVATIONS raise a TypeError naming
+    any other dtype: complex, integer, bool, object, str); linear: sigma(z) = c z (identity only);
     positively_homogeneous: sigma(alpha z) = alpha sigma(z) for alpha > 0 (identity, relu);
     kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away; f_and_df: z ->
     (sigma(z), sigma'(z)) in one pass, or None. The activations of ACTIVATIONS are written
@@ -171,14 +172,20 @@ def _gelu_tanh(z):
 
 
 def _written_once(name, f_and_df, linear, positively_homogeneous, kink=False):
-    # The Activation of f_and_df: its f and df are f_and_df's two halves, not new code.
+    # The Activation of f_and_df: its f and df are f_and_df's two halves, not new code. All
+    # three take z through as_float (section 5): float32 or float64, any other dtype refused
+    # with a TypeError naming it (a complex z lost its imaginary part in sigmoid, and came
+    # out with sigma(z) as silu's slope and 0 as GELU's: wrong complex-step derivatives).
+    def checked(z):
+        return f_and_df(as_float("z", z))
+
     def f(z):
-        return f_and_df(z)[0]
+        return checked(z)[0]
 
     def df(z):
-        return f_and_df(z)[1]
+        return checked(z)[1]
 
-    return Activation(name, f, df, linear, positively_homogeneous, kink, f_and_df)
+    return Activation(name, f, df, linear, positively_homogeneous, kink, checked)
 
 
 ACTIVATIONS: dict[str, Activation] = {
@@ -1198,7 +1205,8 @@ def adam_step(params, grads, state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 # The rules are stated once, in the module docstring; every error names the tensor, the
 # expected and what came. The checks up to check_sizes are public: experiments/ (the model,
 # training, the data, the figures) and claims.py check their own inputs with them, so that
-# one rule and one message hold everywhere. Each returns what it checked, or raises.
+# one rule and one message hold everywhere (the activations of section 1 check z with
+# as_float). Each returns what it checked, or raises.
 
 
 def check_positive(**sizes):

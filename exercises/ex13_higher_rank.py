@@ -14,7 +14,9 @@
 #
 #     ‖sym(A) − A_r‖_F² = Σ_{dropped i} λ_i²
 #
-# Rank 1, the paper's layer, is the coarsest case: one term per unit.
+# A rank-r unit is not the rank-r truncation: a rank-1 unit, the paper's layer, has the score
+# (x·q)(x·k) = ¼[(x·(q+k))² − (x·(q−k))²], two eigen-terms of opposite signs, where the
+# truncation to r = 1 keeps one (derivations.md, 6.4).
 #
 # Read first: derivations.md, [6.2 Eigendecomposition](../derivations.md#62-eigendecomposition-of-a-bilinear-unit)
 # and [6.3 The best rank-r approximation](../derivations.md#63-the-best-rank-r-approximation-eckartyoung).

@@ -150,3 +150,39 @@ def test_model_refuses_params_it_would_broadcast_or_ignore():
         model.model_forward(x, params, "mlp", "silu")         # would ignore ffn.Q
     with pytest.raises(TypeError, match=r"^dtype: expected float32 or float64, got int64$"):
         model.model_init(rng, "mlp", 6, 4, 3, 5, dtype=int)   # would round every weight
+
+
+# ----- non-real input: refused with its dtype named ---------------------------------
+# A complex z went through unchecked: sigmoid dropped the imaginary part (a ComplexWarning),
+# silu's slope came out as sigma(z), GELU's as 0, so complex-step derivatives were wrong.
+
+NOT_FLOAT = {"complex128": np.array([0.5 + 1e-20j, -1.0]), "complex64": np.array([1j], np.complex64),
+             "int64": np.array([1, -2]), "bool": np.array([True, False]),
+             "object": np.array([0.5, -1.0], dtype=object), "<U3": np.array(["0.5"])}
+
+
+@pytest.mark.parametrize("act", list(bn.ACTIVATIONS))
+def test_an_activation_refuses_input_that_is_not_float(act):
+    activation = bn.ACTIVATIONS[act]
+    for dtype, z in NOT_FLOAT.items():
+        for f in (activation.f, activation.df, activation.f_and_df):
+            with pytest.raises(TypeError, match=rf"^z: expected a float32 or float64 array, "
+                                                rf"got dtype {dtype}$"):
+                f(z)
+    z = np.array([-1.5, 0.25], np.float32)                  # float32 and float64 still pass
+    assert activation.f(z).dtype == activation.df(z).dtype == np.float32
+    assert activation.f(z.astype(np.float64)).dtype == np.float64
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_a_formulation_refuses_input_that_is_not_float(name):
+    x, p = draw(name)
+    form = bn.FORMULATIONS[name]
+    y, cache = form.forward(x, **p, act="silu")
+    for dtype in ("complex128", "int64", "bool", "object"):
+        with pytest.raises(TypeError, match=rf"^x: expected a float32 or float64 array, got dtype {dtype}$"):
+            form.forward(x.astype(dtype), **p, act="silu")
+        with pytest.raises(TypeError, match=rf"^V: expected a float32 or float64 array, got dtype {dtype}$"):
+            form.forward(x, **(p | {"V": p["V"].astype(dtype)}), act="silu")
+        with pytest.raises(TypeError, match=rf"^dy: expected a float32 or float64 array, got dtype {dtype}$"):
+            form.backward(y.astype(dtype), cache)

@@ -305,8 +305,14 @@ def test_a_rank_2_unit_below_2r_equals_d_has_the_laws_of_its_symmetric_generator
     # 2 r > d: W = [Q K] (d, 4) has a kernel, O(2, 2) a stabilizer; dim g_sym theta = r^2 -
     # max(0, r - d)^2 is still the count (derivations.md, 5.10): 4 down to d = 2, 3 at d = 1.
     # ReLU and the identity add their rescaling to both counts.
+    # At d = 1 the score s x^2 has one sign: ReLU's unit is always on (the identity's counts)
+    # or dead, and no ReLU count is derived (4.9).
     for act, extra in (("silu", 0), ("sigmoid", 0), ("relu", 1), ("identity", 1)):
         args = ("rank_r_bilinear", act, d, 1, 2, 2)
+        if act == "relu" and d == 1:
+            with pytest.raises(ValueError, match="at d = 1 every argument"):
+                claims.symmetry_dimension_expected(*args)
+            continue
         assert claims.symmetry_dimension(*args) == claims.symmetry_dimension_expected(*args) \
             == flat + extra, args
         assert claims.conservation_law_count(*args) == claims.conservation_law_count_expected(*args) \
@@ -317,8 +323,10 @@ def test_a_rank_2_unit_below_2r_equals_d_has_the_laws_of_its_symmetric_generator
 def test_conservation_law_count_refuses_where_no_count_is_derived():
     with pytest.raises(ValueError, match="can mix"):
         claims.conservation_law_count_expected("rank_r_bilinear", "identity", d=5, m=3, d_out=3, r=2)
-    with pytest.raises(ValueError, match="m <= d_out"):
-        claims.conservation_law_count_expected("mlp", "identity", m=4, d_out=3)
+    with pytest.raises(ValueError, match="m <= d_out"):            # no mixing (c = 6), m > d_out
+        claims.conservation_law_count_expected("rank1_bilinear", "identity", d=5, m=2, d_out=1)
+    # GL(m) forms: every m; 4 + 6 laws at m = 4 > d_out = 3 (KK^T - VV^T, 4 x 4, symmetric)
+    assert claims.conservation_law_count_expected("mlp", "identity", m=4, d_out=3) == 10
 
 
 def test_lie_algebra_dimensions_refuses_an_ambiguous_rank():
@@ -363,3 +371,123 @@ def test_symmetry_dimension_with_more_units_than_outputs():
     assert claims.symmetry_dimension("rank1_bilinear", "identity", 5, 2, 1) == 22 - 14 == 8
     with pytest.raises(ValueError, match="m <= d_out"):
         claims.symmetry_dimension_expected("rank1_bilinear", "identity", 5, 2, 1)
+
+
+# ----- Every count in every corner (issue 40): expected == measured on a grid of sizes -----
+# (d, m, d_out, r). d = 1: D = 1 feature x^2 (or x), m = 2 > D with d_out = 3 > m; one rank-2
+# unit (2r > d). d = 2: D = 3 monomials, m = 4 > D with d_out = 5 > m (rows of V move outside
+# span(V) with the identity); m = 3 > d_out = 2.
+CORNERS = ((1, 2, 3, 1), (1, 1, 2, 2), (2, 4, 5, 2), (2, 3, 2, 1))
+# ReLU's counts are those of units whose argument changes sign (derivations.md, 4.9). A full
+# bilinear score, and a rank-r score with d <= r, is definite on an open set of parameters:
+# the grid reads the first seed whose units all have scores of both signs.
+
+def _relu_seed(formulation, size):
+    for seed in range(10):
+        p = bn.FORMULATIONS[formulation].init(np.random.default_rng(seed), *size)  # as measured
+        if formulation == "bilinear":
+            S = p["A"] + p["A"].transpose(0, 2, 1)
+        elif formulation == "rank_r_bilinear":
+            S = p["Q"] @ p["K"].transpose(0, 2, 1) + p["K"] @ p["Q"].transpose(0, 2, 1)
+        else:
+            return 0                              # keys, gates, rank-1 scores: both signs
+        lam = np.linalg.eigvalsh(S)               # (m, d)
+        if np.all((lam[:, 0] < 0) & (lam[:, -1] > 0)):
+            return seed
+    raise AssertionError(f"no seed below 10 gives {formulation} units with a kink at {size}")
+
+
+def _first_clear_reading(formulation, act, size, seed):
+    # lie_algebra_dimensions at the point conservation_law_count reads: the first clear one.
+    for at in [seed] + [(seed, point) for point in range(1, claims.LAW_POINTS + 1)]:
+        try:
+            return claims.lie_algebra_dimensions(formulation, act, *size, seed=at)
+        except claims.AmbiguousRank:
+            continue
+    raise AssertionError(f"{formulation}, {act}, {size}: no clear reading")
+
+
+def _refusal(kind, formulation, act, d, m, d_out, r):
+    # Where theory gives no count, and the reason it must name (4.9, 5.10), else None.
+    single = m == 1 and (formulation in ("mlp", "static_query_mlp", "gated_mlp")
+                         or (formulation == "gated_rank_r" and r == 1))
+    if act == "relu" and d == 1 and not single:
+        return "at d = 1 every argument of sigma has its kink at x = 0 or none"
+    if act != "identity" or formulation in ("mlp", "static_query_mlp", "bilinear"):
+        return None
+    rank = r if formulation in ("rank_r_bilinear", "gated_rank_r") else 1
+    ell = min(2 * rank, d)
+    c = d * (d + 1) // 2 - (ell * d - ell * (ell - 1) // 2)     # codimension of the scores
+    if kind == "laws" and m - 1 > c:
+        return "can mix"
+    if m > d_out and (c > 0 or kind == "laws"):
+        return "m <= d_out"
+    return None
+
+
+@pytest.mark.parametrize("size", CORNERS)
+def test_every_count_in_every_corner(size):
+    d, m, counted = size[0], size[1], 0
+    for formulation in bn.FORMULATIONS:
+        for act in bn.ACTIVATIONS:
+            for kind, expected in (("flat", claims.symmetry_dimension_expected),
+                                   ("laws", claims.conservation_law_count_expected)):
+                reason = _refusal(kind, formulation, act, *size)
+                if reason:
+                    with pytest.raises(ValueError, match=reason):
+                        expected(formulation, act, *size)
+                    continue
+                seed = _relu_seed(formulation, size) if act == "relu" else 0
+                if kind == "flat":
+                    measured = claims.symmetry_dimension(formulation, act, *size, seed=seed)
+                else:
+                    measured = claims.conservation_law_count(formulation, act, *size, seed=seed)
+                    level_0 = _first_clear_reading(formulation, act, size, seed)["dims"][0]
+                    assert level_0 == bn.FORMULATIONS[formulation].n_params(*size) \
+                        - claims.symmetry_dimension(formulation, act, *size, seed=seed)
+                assert measured == expected(formulation, act, *size), (kind, formulation, act, size, seed)
+                counted += 1
+    assert counted == {(1, 2): 75, (1, 1): 86}.get((d, m), 91)   # of 96 cells: the rest refused
+
+
+def test_the_identity_counts_rows_of_v_moving_outside_their_span():
+    # m > D, d_out > m: (d_out - m)(m - D) directions more. Issue 40's example (c = 0 at d = 2),
+    # and rank-1 units at d = 3 (c = 1 > 0; 7 units, D = 6, d_out = 8: 50, not 49).
+    for name in ("rank1_bilinear", "gated_mlp", "double_gated_mlp"):
+        assert claims.symmetry_dimension(name, "identity", 2, 4, 5) == 21
+        assert claims.symmetry_dimension_expected(name, "identity", 2, 4, 5) == 21
+        assert claims.symmetry_dimension(name, "identity", 3, 7, 8, 1) == 50
+        assert claims.symmetry_dimension_expected(name, "identity", 3, 7, 8, 1) == 50
+    with pytest.raises(ValueError, match="m <= d_out"):         # c = 1 > 0 and m > d_out
+        claims.symmetry_dimension_expected("rank1_bilinear", "identity", 3, 2, 1, 1)
+
+
+def test_relu_at_d_1_merges_units_and_gates_of_one_sign():
+    # relu(q x) = |q| relu(sgn(q) x): the count changes with the signs drawn, so none is derived.
+    counts = {claims.symmetry_dimension("gated_rank_r", "relu", 1, 1, 2, 2, seed=s) for s in range(3)}
+    assert counts == {3, 4}                             # gates of both signs, or of one
+    counts = {claims.symmetry_dimension("mlp", "relu", 1, 2, 3, 1, seed=s) for s in range(3)}
+    assert counts == {2, 5}
+    for name in ("gated_rank_r", "mlp"):
+        with pytest.raises(ValueError, match="at d = 1 every argument"):
+            claims.symmetry_dimension_expected(name, "relu", 1, 2, 3, 2)
+        with pytest.raises(ValueError, match="at d = 1 every argument"):
+            claims.conservation_law_count_expected(name, "relu", 1, 2, 3, 2)
+    assert claims.symmetry_dimension_expected("gated_mlp", "relu", 1, 1, 2) == 2    # one gate
+    assert claims.symmetry_dimension("gated_mlp", "relu", 1, 1, 2) == 2
+
+
+def test_conservation_law_count_reads_further_points_where_one_is_ambiguous():
+    with pytest.raises(claims.AmbiguousRank, match="neither clearly zero nor not"):
+        claims.lie_algebra_dimensions("static_query_mlp", "silu", 1, 2, 3, 1, seed=0)
+    assert claims.conservation_law_count("static_query_mlp", "silu", 1, 2, 3, 1) == 1
+    assert claims.conservation_law_count_expected("static_query_mlp", "silu", 1, 2, 3, 1) == 1
+
+
+def test_gl_m_laws_less_the_symmetric_generators_that_vanish():
+    # mlp with the identity, m = 5 > D + d_out = 3: e = 2, 15 - 3 = 12 laws; at d = d_out = 1
+    # every gradient lies along (V, K) and their brackets vanish: 10 - 3 = 7, not 0.
+    assert claims.conservation_law_count("mlp", "identity", 1, 5, 2, 1) == 12
+    assert claims.conservation_law_count_expected("mlp", "identity", 1, 5, 2, 1) == 12
+    assert claims.conservation_law_count("mlp", "identity", 1, 4, 1, 1) == 7
+    assert claims.conservation_law_count_expected("mlp", "identity", 1, 4, 1, 1) == 7
