@@ -254,7 +254,7 @@ def rank_r_bilinear_backward(dy, x, Q, K, V, cache, act):
     db = (ds * a).reshape(len(X), -1)             # (N, m r)     3.4: R3
     dQ = _like_Q(X.T @ da, Q)                     # (m, d, r)    3.4: R1 on a = x Q_j (sum over n)
     dK = _like_Q(X.T @ db, K)                     # (m, d, r)    3.4: R1 on b = x K_j
-    dX = (da @ _flat(Q).T).addmm_(db, _flat(K).T)   # (N, d)     3.4: R1 twice, then R4
+    dX = torch.addmm(da @ _flat(Q).T, db, _flat(K).T)   # (N, d)  3.4: R1 twice, then R4
     return dX.reshape(x.shape), dQ, dK, dV
 
 
@@ -276,7 +276,7 @@ def rank1_bilinear_backward(dy, x, Q, K, V, cache, act):
     db = ds * a                                   # (N, m)       3.5: R3
     dQ = da.T @ X                                 # (m, d)       3.5: R1 on a = X Q^T
     dK = db.T @ X                                 # (m, d)       3.5: R1 on b = X K^T
-    dX = (da @ Q).addmm_(db, K)                   # (N, d)       3.5: R1 twice, R4
+    dX = torch.addmm(da @ Q, db, K)               # (N, d)       3.5: R1 twice, R4
     return dX.reshape(x.shape), dQ, dK, dV
 
 
@@ -298,7 +298,7 @@ def gated_mlp_backward(dy, x, Q, K, V, cache, act):
     db = dh * sigma_a                             # (N, m)       3.6: R3
     dQ = da.T @ X                                 # (m, d)       3.6: R1 on a = X Q^T
     dK = db.T @ X                                 # (m, d)       3.6: R1 on b = X K^T
-    dX = (da @ Q).addmm_(db, K)                   # (N, d)       3.6: R1 twice, R4
+    dX = torch.addmm(da @ Q, db, K)               # (N, d)       3.6: R1 twice, R4
     return dX.reshape(x.shape), dQ, dK, dV
 
 
@@ -322,7 +322,7 @@ def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
     db = (dh * sigma_a).reshape(N, -1)            # (N, m r)     3.7: R3
     dQ = _like_Q(X.T @ da, Q)                     # (m, d, r)    3.7: R1 on a = x Q_j (sum over n)
     dK = _like_Q(X.T @ db, K)                     # (m, d, r)    3.7: R1 on b = x K_j
-    dX = (da @ _flat(Q).T).addmm_(db, _flat(K).T)   # (N, d)     3.7: R1 twice, then R4
+    dX = torch.addmm(da @ _flat(Q).T, db, _flat(K).T)   # (N, d)  3.7: R1 twice, then R4
     return dX.reshape(x.shape), dQ, dK, dV
 
 
@@ -344,7 +344,7 @@ def double_gated_mlp_backward(dy, x, Q, K, V, cache, act):
     db = act.chain(dh * sigma_a, b)               # (N, m)       3.8: R3, then R2: dh sigma(a) sigma'(b)
     dQ = da.T @ X                                 # (m, d)       3.8: R1 on a = X Q^T
     dK = db.T @ X                                 # (m, d)       3.8: R1 on b = X K^T
-    dX = (da @ Q).addmm_(db, K)                   # (N, d)       3.8: R1 twice, R4
+    dX = torch.addmm(da @ Q, db, K)               # (N, d)       3.8: R1 twice, R4
     return dX.reshape(x.shape), dQ, dK, dV
 
 
@@ -802,7 +802,8 @@ def from_hf(mlp, act=None, backward="function"):
         found = activation_of(mlp.act_fn)
         if found is None:
             raise ValueError(f"mlp.act_fn: computes none of {sorted(ACTIVATIONS)} "
-                             f"({type(mlp.act_fn).__name__}); it cannot be swapped")
+                             f"({getattr(mlp.act_fn, '__name__', type(mlp.act_fn).__name__)}); it cannot be "
+                             "swapped")
         source = "mlp.act_fn"
     elif named:
         source, found = next(iter(named.items()))
