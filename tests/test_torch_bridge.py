@@ -228,6 +228,6 @@ def test_the_examples_of_docs_pytorch_run(capsys):
     out = capsys.readouterr().out
     assert "GatedMLP(d=8, m=16, d_out=8, act='silu', backward='function')" in out
     assert "torch.Size([16, 8])" in out and out.rstrip().endswith("True")
-    if importlib.util.find_spec("transformers") is not None:   # the swap into a LLaMA
+    if importlib.util.find_spec("transformers") is not None:   # the swap into a LLaMA, saved
         exec(compile(blocks[1], "docs/pytorch.md", "exec"), {})
-        assert capsys.readouterr().out == "GatedMLP True\n"
+        assert capsys.readouterr().out == "GatedMLP True True\n"   # swapped, saved, loaded
