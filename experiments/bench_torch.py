@@ -1,6 +1,6 @@
 """The memory and time of bilinear_torch's hand-derived backward against autograd's.
 
-    python -m experiments.bench_torch [--repeats 7] [--quick]
+    python -m experiments.bench_torch [--repeats 7] [--quick] [--only bilinear gated_mlp ...]
 
 Optional: needs PyTorch. For each formulation with its default activation, on one thread in
 float32, at N = 4096 tokens, d = 512, m = 1376 (a LLaMA-like 3 : 8 ratio; bilinear, whose A
@@ -95,6 +95,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="N = 512, d = 64, m = 172")
+    parser.add_argument("--only", nargs="+", choices=list(bt.MODULES), default=list(bt.MODULES),
+                        help="these formulations only (default all)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     sizes = {"N": 512, "d": 64, "m": 172} if args.quick else SIZES
@@ -106,7 +108,8 @@ def main(argv=None):
           "| fwd+bwd, autograd | time ratio (paired) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     misses = 0
-    for formulation, cls in bt.MODULES.items():
+    for formulation in args.only:
+        cls = bt.MODULES[formulation]
         row, ratio, d = measure(formulation, args.repeats, sizes)
         (fn_bytes, fn_s), (ag_bytes, ag_s) = row["function"], row["autograd"]
         miss = fn_bytes > ag_bytes or ratio > MAX_RATIO
