@@ -554,9 +554,10 @@ class FormulationModule(torch.nn.Module):
             raise ValueError(f"hf_keys: {self.name} has no gate_proj / up_proj / down_proj "
                              "layout; expected hf_keys=False")
         d_out = d if d_out is None else d_out
-        shapes = bn.get_formulation(self.name).param_shapes(d, m, d_out, r)   # ValueError: a bad size
+        shapes = bn.get_formulation(self.name).param_shapes(d, m, d_out, r)   # ValueError: bad size
         self.d, self.m, self.d_out, self.r = d, m, d_out, r
-        self.act, self.backward, self.hf_keys = get_activation(act or self.default_act), backward, hf_keys
+        self.act = get_activation(act or self.default_act)
+        self.backward, self.hf_keys = backward, hf_keys
         for n, shape in shapes.items():           # e.g. Q (m, d), K (m, d), V (m, d_out)
             self.register_parameter(n, torch.nn.Parameter(torch.empty(shape, device=device,
                                                                       dtype=dtype)))
@@ -801,9 +802,9 @@ def from_hf(mlp, act=None, backward="function"):
     if hasattr(mlp, "act_fn"):
         found = activation_of(mlp.act_fn)
         if found is None:
-            raise ValueError(f"mlp.act_fn: computes none of {sorted(ACTIVATIONS)} "
-                             f"({getattr(mlp.act_fn, '__name__', type(mlp.act_fn).__name__)}); it cannot be "
-                             "swapped")
+            what = getattr(mlp.act_fn, "__name__", type(mlp.act_fn).__name__)
+            raise ValueError(f"mlp.act_fn: computes none of {sorted(ACTIVATIONS)} ({what}); "
+                             "it cannot be swapped")
         source = "mlp.act_fn"
     elif named:
         source, found = next(iter(named.items()))

@@ -11,9 +11,9 @@ is m d^2 and whose x (x) x is N d^2, at d = 64; rank-r forms at r = 2), it measu
   the Function's save_for_backward) saves, counted once per storage, less the storages of
   x and the parameters, which both routes keep anyway;
 - time: the median wall time of forward + backward (y.backward(dy), every gradient) of each
-  route, the two timed in alternation (which goes first alternates too), and the ratio paired: the median over the repeats of
-  (Function / autograd) of the same repeat, so a slow moment of a shared machine hits both
-  sides of a ratio.
+  route, the two timed in alternation (which goes first alternates too), and the ratio
+  paired: the median over the repeats of (Function / autograd) of the same repeat, so a slow
+  moment of a shared machine hits both sides of a ratio.
 
 It prints one markdown table headed by the machine, torch version and load average, for
 docs/pytorch.md. Targets: the Function saves no more than autograd and takes no
