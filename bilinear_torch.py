@@ -304,19 +304,19 @@ def gated_mlp_backward(dy, x, Q, K, V, cache, act):
 
 def gated_rank_r_forward(x, Q, K, V, act):
     """Gated rank-r, y = sum_j (sum_rho sigma((x Q_j)_rho) (x K_j)_rho) v_j (2.7): Q, K
-    (m, d, r) -> (y, (a, b) (..., m, r)), a = x Q_j, b = x K_j."""
+    (m, d, r) -> (y, (a, b (..., m, r), h (..., m))), a = x Q_j, b = x K_j."""
     a = _per_unit(x @ _flat(Q), Q)                # (..., m, r)    gates x Q_j
     b = _per_unit(x @ _flat(K), K)                # (..., m, r)    linear parts x K_j
     h = (act.f(a) * b).sum(-1)                    # (..., m)       h_j = sum_rho sigma(a_jrho) b_jrho
-    return h @ V, (a, b)                          # (..., d_out)   y = h V
+    return h @ V, (a, b, h)                       # (..., d_out)   y = h V
 
 
 def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
     """Backward of gated_rank_r_forward (derivations.md 3.7): (dx, dQ, dK (m, d, r), dV)."""
     X, dY, N = _rows(x), _rows(dy), len(_rows(x))
-    a, b = (t.reshape(N, Q.shape[0], Q.shape[2]) for t in cache)   # (N, m, r)
-    sigma_a = act.f(a)                            # (N, m, r)    recomputed (autograd keeps h too)
-    dV = (sigma_a * b).sum(-1).T @ dY             # (m, d_out)   3.7: R1 on Y = hV, h recomputed
+    a, b = (t.reshape(N, Q.shape[0], Q.shape[2]) for t in cache[:2])   # (N, m, r)
+    sigma_a = act.f(a)                            # (N, m, r)    recomputed (autograd keeps it)
+    dV = _rows(cache[2]).T @ dY                   # (m, d_out)   3.7: R1 on Y = hV
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    3.7: R1; R4, every rho gets dh_j
     da = act.chain(dh * b, a).reshape(N, -1)      # (N, m r)     3.7: R3, then R2
     db = (dh * sigma_a).reshape(N, -1)            # (N, m r)     3.7: R3
@@ -328,17 +328,18 @@ def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
 
 def double_gated_mlp_forward(x, Q, K, V, act):
     """Double-gated MLP, y = (sigma(x Q^T) * sigma(x K^T)) V (2.8): Q, K (m, d) -> (y,
-    (a, b)), a = x Q^T, b = x K^T."""
+    (a, b, h)), a = x Q^T, b = x K^T, h = sigma(a) * sigma(b) (..., m)."""
     a = x @ Q.T                                   # (..., m)       a = x Q^T
     b = x @ K.T                                   # (..., m)       b = x K^T
-    return (act.f(a) * act.f(b)) @ V, (a, b)      # (..., d_out)   y = (sigma(a) * sigma(b)) V
+    h = act.f(a) * act.f(b)                       # (..., m)       h = sigma(a) * sigma(b)
+    return h @ V, (a, b, h)                       # (..., d_out)   y = h V
 
 
 def double_gated_mlp_backward(dy, x, Q, K, V, cache, act):
     """Backward of double_gated_mlp_forward (derivations.md 3.8): (dx, dQ, dK, dV)."""
-    X, dY, (a, b) = _rows(x), _rows(dy), (_rows(t) for t in cache)
+    X, dY, (a, b, h) = _rows(x), _rows(dy), (_rows(t) for t in cache)
     sigma_a, sigma_b = act.f(a), act.f(b)         # (N, m)       recomputed (autograd keeps them)
-    dV = (sigma_a * sigma_b).T @ dY               # (m, d_out)   3.8: R1 on Y = hV, h recomputed
+    dV = h.T @ dY                                 # (m, d_out)   3.8: R1 on Y = hV
     dh = dY @ V.T                                 # (N, m)       3.8: R1 on Y = hV
     da = act.chain(dh * sigma_b, a)               # (N, m)       3.8: R3, then R2: dh sigma(b) sigma'(a)
     db = act.chain(dh * sigma_a, b)               # (N, m)       3.8: R3, then R2: dh sigma(a) sigma'(b)
