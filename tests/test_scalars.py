@@ -267,11 +267,12 @@ NUMBER_NAMES = {"dloss", "alpha", "eta", "lr", "baseline", "eps", "h", "tol", "s
 
 
 def _public_functions():
-    # train_torch and bench_torch need PyTorch (optional): train_torch's numbers go to
-    # train.TextTask (swept here), bench_torch is a script of fixed sizes.
+    # train_torch, bench_torch and torch_report need PyTorch (optional): train_torch's numbers
+    # go to train.TextTask (swept here), bench_torch is a script of fixed sizes, torch_report's
+    # draws are tested by tests/test_torch_bridge.py.
     modules = [bn, claims] + [importlib.import_module(f"experiments.{m.name}")
                               for m in pkgutil.iter_modules(experiments.__path__)
-                              if m.name not in ("train_torch", "bench_torch")]
+                              if m.name not in ("train_torch", "bench_torch", "torch_report")]
     for module in modules:
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:

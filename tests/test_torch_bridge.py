@@ -13,10 +13,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch not installed (optional: only the bridge "
                                             "bilinear_torch.py needs it)")
 import bilinear_torch as bt  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import bilinear_numpy as bn  # noqa: E402
+from experiments import torch_report as tr  # noqa: E402
 
 CELLS = [(f, a) for f in bt.MODULES for a in bt.ACTIVATIONS]
+TORCH_OWN = {"identity": lambda z: z, "relu": torch.relu, "sigmoid": torch.sigmoid,
+             "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh")}
 
 
 def test_every_formulation_and_activation_has_its_torch_counterpart():
@@ -38,36 +42,43 @@ def test_activations_match_numpy_into_the_tails_and_torch_builtins_on_the_whole(
         assert np.all(np.isfinite(got))
         tiny = np.finfo(np.float64).tiny
         assert np.all(np.abs(got - expected) <= np.maximum(1e-12 * np.abs(expected), tiny))
-    # torch's own function and autograd's slope of it, on the scale of the whole tensor (the
-    # measure of the parity tests): torch's GELUs lose the left tail element by element
-    # (F.gelu is 0 at z = -10, where z Phi(z) = -8e-23), which this scale does not see.
+    # autograd's slope of f (what the autograd route differentiates), on the scale of the
+    # whole tensor (the measure of the parity tests); and f against torch's own function where
+    # f is not torch's (its GELUs lose the left tail element by element: F.gelu is 0 at
+    # z = -10, where z Phi(z) = -8e-23, which this scale does not see).
     zg = torch.tensor(z[np.abs(z) <= 40], requires_grad=True)   # relu: no probe at its kink
-    act.builtin(zg).sum().backward()
+    act.f(zg).sum().backward()
     zs = zg.detach().numpy()
-    assert bn.rel_error(act.builtin(zg).detach().numpy(), ref.f(zs)) < 1e-15
     slope_floor = 1e-15 if name not in ("silu", "gelu", "gelu_tanh") else 1e-14   # sums
     assert bn.rel_error(zg.grad.numpy(), ref.df(zs)) < slope_floor
+    assert bn.rel_error(TORCH_OWN[name](zg).detach().numpy(), ref.f(zs)) < 1e-15
+    # chain: dh * sigma'(z), written into dh's memory (no copy of dh).
+    dh = torch.tensor(np.random.default_rng(0).standard_normal(z.shape))
+    expected = dh.numpy() * ref.df(z)
+    out = act.chain(dh, zt)
+    assert out.data_ptr() == dh.data_ptr()
+    assert np.all(np.abs(out.numpy() - expected) <= np.maximum(1e-12 * np.abs(expected), tiny))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("formulation,act", CELLS)
 def test_parity_with_bilinear_numpy(formulation, act, dtype):
-    result = bt.check_parity(formulation, act, dtype)
+    result = tr.check_parity(formulation, act, dtype)
     for route in ("autograd", "function"):
         error, tensor = result[route]
-        assert error <= bt.PARITY_TOL[dtype], (route, tensor, error)
+        assert error <= tr.PARITY_TOL[dtype], (route, tensor, error)
 
 
 @pytest.mark.parametrize("formulation", list(bt.MODULES))
 def test_parity_with_a_single_token_and_other_sizes(formulation):
     for x_shape, m, d_out in (((4,), 2, 5), ((7, 3), 1, 1)):
-        result = bt.check_parity(formulation, "silu", x_shape=x_shape, m=m, d_out=d_out, r=3)
+        result = tr.check_parity(formulation, "silu", x_shape=x_shape, m=m, d_out=d_out, r=3)
         assert max(result["autograd"][0], result["function"][0]) <= 1e-12, (x_shape, result)
 
 
 @pytest.mark.parametrize("formulation,act", CELLS)
 def test_gradcheck_of_every_function(formulation, act):
-    assert bt.check_gradcheck(formulation, act) is True
+    assert tr.check_gradcheck(formulation, act) is True
 
 
 def test_a_wrong_backward_fails_parity_and_gradcheck(monkeypatch):
@@ -77,16 +88,16 @@ def test_a_wrong_backward_fails_parity_and_gradcheck(monkeypatch):
         return dx, dK, dQ, dV, None
     right = bt.Rank1BilinearFunction.backward
     monkeypatch.setattr(bt.Rank1BilinearFunction, "backward", staticmethod(wrong))
-    result = bt.check_parity("rank1_bilinear", "silu")
+    result = tr.check_parity("rank1_bilinear", "silu")
     assert result["function"][0] > 1e-2 and result["function"][1] in ("Q", "K")
     assert result["autograd"][0] <= 1e-12                   # the other route is untouched
-    with pytest.raises(bt.GradcheckError):
-        bt.check_gradcheck("rank1_bilinear", "silu")
+    with pytest.raises(tr.GradcheckError):
+        tr.check_gradcheck("rank1_bilinear", "silu")
 
 
 def test_the_printed_table_counts_every_failing_cell(monkeypatch):
     lines = []
-    assert bt.parity_table(["gated_mlp"], out=lines.append) == 0
+    assert tr.parity_table(["gated_mlp"], out=lines.append) == 0
     assert sum(line.startswith("  gated_mlp ") for line in lines) == 4   # 2 dtypes, 2 orders
     assert lines[-1] == "0 failures"
 
@@ -96,7 +107,7 @@ def test_the_printed_table_counts_every_failing_cell(monkeypatch):
     right = bt.GatedMLPFunction.backward
     monkeypatch.setattr(bt.GatedMLPFunction, "backward", staticmethod(wrong))
     lines = []
-    assert bt.parity_table(["gated_mlp"], out=lines.append) == 3 * len(bt.ACTIVATIONS)
+    assert tr.parity_table(["gated_mlp"], out=lines.append) == 3 * len(bt.ACTIVATIONS)
     rows = [line for line in lines if line.startswith("  gated_mlp ")]
     assert [row.count("!") for row in rows[:2]] == [6, 6] and rows[2].count("FAIL") == 6
     # gradgradcheck differentiates the (wrong, but smooth) backward it is given: it passes,
@@ -106,14 +117,14 @@ def test_the_printed_table_counts_every_failing_cell(monkeypatch):
 
 def test_gradcheck_refuses_a_draw_at_the_relu_kink():
     with pytest.raises(ValueError, match="from the kink"):   # many tokens: some s near 0
-        bt.check_gradcheck("rank1_bilinear", "relu", x_shape=(400, 4), m=3)
+        tr.check_gradcheck("rank1_bilinear", "relu", x_shape=(400, 4), m=3)
 
 
 @pytest.mark.parametrize("formulation", list(bt.MODULES))
 def test_parameters_have_the_projects_names_shapes_and_init(formulation):
     form = bn.get_formulation(formulation)
     r = 2 if bt.MODULES[formulation].has_rank else 1
-    module = bt.MODULES[formulation](6, 400, d_out=3, r=r,
+    module = bt.MODULES[formulation](6, 400, d_out=3, r=r, dtype=torch.float64,
                                      generator=torch.Generator().manual_seed(0))
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
     assert shapes == form.param_shapes(6, 400, 3, r)
@@ -162,7 +173,7 @@ def test_conversion_errors_name_what_was_expected():
 
 
 def test_forward_refuses_bad_input():
-    module = bt.Rank1Bilinear(4, 3)
+    module = bt.Rank1Bilinear(4, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., d\) = \(\.\.\., 4\), got \(2, 5\)"):
         module(torch.zeros(2, 5, dtype=torch.float64))
     with pytest.raises(TypeError, match="x: expected dtype torch.float64"):
@@ -194,14 +205,15 @@ def test_from_gate_up_down_is_the_llama_mlp(backward):
 
 def test_a_module_trains_and_its_gradients_sum_over_leading_axes():
     # One SGD step on a batch (2, 3, d) moves Q by -lr * dQ, with dQ summed over all 6 tokens.
-    module = bt.GatedMLP(4, 3, d_out=2, generator=torch.Generator().manual_seed(1))
+    module = bt.GatedMLP(4, 3, d_out=2, dtype=torch.float64,
+                         generator=torch.Generator().manual_seed(1))
     x = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     module(x).sum().backward()
     per_token = torch.zeros_like(module.Q)
     for row in x.reshape(6, 4):
         q = module.Q.detach().clone().requires_grad_()
         y = bt.gated_mlp_forward(row, q, module.K.detach(), module.V.detach(),
-                                 bt.get_activation("silu"), cache=False)[0]
+                                 bt.get_activation("silu"))[0]
         per_token += torch.autograd.grad(y.sum(), q)[0]
     assert bn.rel_error(module.Q.grad.numpy(), per_token.numpy()) < 1e-14
     assert math.isfinite(float(module.Q.grad.norm()))
@@ -216,6 +228,6 @@ def test_the_examples_of_docs_pytorch_run(capsys):
     out = capsys.readouterr().out
     assert "GatedMLP(d=8, m=16, d_out=8, act='silu', backward='function')" in out
     assert "torch.Size([16, 8])" in out and out.rstrip().endswith("True")
-    if importlib.util.find_spec("transformers") is not None:   # the swap into a LLaMA
+    if importlib.util.find_spec("transformers") is not None:   # the swap into a LLaMA, saved
         exec(compile(blocks[1], "docs/pytorch.md", "exec"), {})
-        assert capsys.readouterr().out == "GatedMLP True\n"
+        assert capsys.readouterr().out == "GatedMLP True True\n"   # swapped, saved, loaded

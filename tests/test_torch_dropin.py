@@ -13,6 +13,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import bilinear_numpy as bn  # noqa: E402
 import bilinear_torch as bt  # noqa: E402
+from experiments import torch_report as tr  # noqa: E402
 
 CELLS = [(f, a) for f in bt.MODULES for a in bt.ACTIVATIONS]
 # A smooth activation per formulation that is not its default (defaults are also covered by
@@ -46,7 +47,7 @@ def test_gradgradcheck_of_every_function(formulation, act):
     # two thirds of the cost (gradgradcheck differences every input and upstream gradient).
     # Not fewer tokens: with two, relu's units were off on every token for some forms at
     # seed 0, and a detached input in their backward passed. Still float64, the same tolerances.
-    assert bt.check_gradcheck(formulation, act, order=2, x_shape=(2, 2, 4), m=2) is True
+    assert tr.check_gradcheck(formulation, act, order=2, x_shape=(2, 2, 4), m=2) is True
 
 
 def _penalty_grads(module, x):
@@ -141,9 +142,11 @@ def test_torch_func_vmap_jacrev_and_grad(formulation):
         assert _err(grad_params[n], e) < 1e-12
 
 
-# torch 2.13's forward mode loads its decompositions through torch.jit.script, which warns
-# (torch's own code, before ours runs); the warning is ignored here by its text, nothing else.
+# torch's forward mode loads its decompositions through torch.jit.script, which warns (torch's
+# own code, before ours runs): a DeprecationWarning in torch 2.13, a FutureWarning in 2.14. The
+# warning is ignored here by its text and category, nothing else.
 @pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script` is deprecated:FutureWarning")
 def test_forward_mode_is_refused_with_torchs_error():
     fn, _ = _pair("gated_mlp", "silu")
     x = _x((3, 5))
@@ -152,26 +155,35 @@ def test_forward_mode_is_refused_with_torchs_error():
 
 
 class _LlamaStyleMLP(torch.nn.Module):
-    # What a HuggingFace MLP is: three bias-free Linears, a config naming the activation.
-    def __init__(self, d, m, act_name, act):
+    # What a Hugging Face MLP is: three bias-free Linears, act_fn, a config naming it.
+    def __init__(self, d, m, act_name, act_fn):
         super().__init__()
         self.config = types.SimpleNamespace(hidden_act=act_name)
         self.gate_proj, self.up_proj = (torch.nn.Linear(d, m, bias=False) for _ in range(2))
         self.down_proj = torch.nn.Linear(m, d, bias=False)
-        self.act = act
+        self.act_fn = act_fn
 
     def forward(self, x):
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-@pytest.mark.parametrize("hf_name,act", [
-    ("silu", F.silu), ("gelu_pytorch_tanh", lambda z: F.gelu(z, approximate="tanh")),
-    ("gelu", F.gelu), ("relu", F.relu), ("sigmoid", torch.sigmoid)])
-def test_from_hf_computes_the_mlp_it_replaces(hf_name, act):
+def _gelu_tanh(z):
+    return F.gelu(z, approximate="tanh")
+
+
+def _quick_gelu(z):                                          # transformers' quick_gelu
+    return z * torch.sigmoid(1.702 * z)
+
+
+@pytest.mark.parametrize("hf_name,act_fn", [
+    ("silu", torch.nn.SiLU()), ("gelu_pytorch_tanh", _gelu_tanh), ("gelu", torch.nn.GELU()),
+    ("relu", F.relu), ("sigmoid", torch.sigmoid), ("linear", torch.nn.Identity())])
+def test_from_hf_computes_the_mlp_it_replaces(hf_name, act_fn):
     torch.manual_seed(0)
-    mlp = _LlamaStyleMLP(6, 10, hf_name, act).double()
-    module = bt.from_hf(mlp)                                 # the name from mlp.config
+    mlp = _LlamaStyleMLP(6, 10, hf_name, act_fn).double()
+    module = bt.from_hf(mlp)                                 # the activation from mlp.act_fn
     assert isinstance(module, bt.GatedMLP) and module.act.name == bt.HF_ACTIVATIONS[hf_name]
+    assert bt.activation_of(act_fn) == bt.HF_ACTIVATIONS[hf_name]
     x = _x((2, 4, 6)).requires_grad_()
     y, expected = module(x), mlp(x)
     assert _err(y, expected) < 1e-14
@@ -180,17 +192,47 @@ def test_from_hf_computes_the_mlp_it_replaces(hf_name, act):
     assert _err(gx, ex) < 1e-13
 
 
+def test_the_activation_is_the_one_act_fn_computes_not_a_neighbour():
+    # GELU and its tanh approximation differ by 5e-4 at most; ReLU6, GELU clipped at 10 and
+    # quick_gelu equal relu, gelu and silu nowhere or only in part: none is taken for another.
+    assert bt.activation_of(torch.nn.GELU(approximate="tanh")) == "gelu_tanh"
+    assert bt.activation_of(torch.nn.GELU()) == "gelu"
+    assert bt.activation_of(torch.nn.ReLU6()) is None
+    assert bt.activation_of(lambda z: F.gelu(z).clamp(-10, 10)) is None
+    assert bt.activation_of(_quick_gelu) is None
+    assert bt.activation_of(lambda z: z[:3]) is None                  # not elementwise
+
+
 def test_from_hf_refuses_what_it_cannot_swap():
     mlp = _LlamaStyleMLP(4, 6, "quick_gelu", F.silu)
-    with pytest.raises(ValueError, match="no formulation here for the HuggingFace activation "
-                                         "'quick_gelu'"):
+    with pytest.raises(ValueError, match="config.hidden_act: no formulation here for the Hugging "
+                                         "Face activation 'quick_gelu'"):
         bt.from_hf(mlp)
+    mlp.config.hidden_act = "silu"
+    mlp.act_fn = _quick_gelu
+    with pytest.raises(ValueError, match=r"mlp.act_fn: computes none of .*_quick_gelu"):
+        bt.from_hf(mlp)
+    del mlp.act_fn
     mlp.config = None
     with pytest.raises(ValueError, match="pass the activation name"):
         bt.from_hf(mlp)
-    assert bt.from_hf(mlp, "swish").act.name == "silu"
+    assert bt.from_hf(mlp, "swish").act.name == "silu"      # no act_fn, no config: act
     with pytest.raises(TypeError, match="gate_proj, up_proj and down_proj"):
         bt.from_hf(torch.nn.Linear(3, 3))
+
+
+def test_from_hf_refuses_a_config_or_act_that_disagrees_with_act_fn():
+    # A LLaMA config carrying a stray hidden_activation (Gemma's field): act_fn is SiLU, the
+    # config says the tanh GELU. Swapping either way would change the model: refused.
+    mlp = _LlamaStyleMLP(4, 6, "silu", F.silu)
+    mlp.config.hidden_activation = "gelu_pytorch_tanh"
+    with pytest.raises(ValueError, match=r"config.hidden_activation is 'gelu_pytorch_tanh' "
+                                         r"\(gelu_tanh\), but mlp.act_fn computes silu"):
+        bt.from_hf(mlp)
+    del mlp.config.hidden_activation
+    with pytest.raises(ValueError, match=r"act is 'gelu' \(gelu\), but mlp.act_fn computes silu"):
+        bt.from_hf(mlp, "gelu")
+    assert bt.from_hf(mlp, "swish").act.name == "silu"      # agrees
 
 
 def test_from_hf_keeps_a_bfloat16_checkpoints_dtype():
