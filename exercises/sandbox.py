@@ -70,10 +70,12 @@ class Limits:
                 "processes": f"started more than {self.processes} processes or threads",
                 "file_size": f"wrote a file of more than {size_text(self.file_size)}",
                 "cpu": f"used more than {self.cpu} s of CPU time"}[kind] + \
-            f" (the limit: --{kind.replace('_', '-')}-limit)"
+            f" (the limit: {LIMIT_OPTIONS[kind]})"
 
 
 LIMITS = Limits()                                  # set by the command line's options
+LIMIT_OPTIONS = {"memory": "--memory-limit", "processes": "--process-limit",
+                 "file_size": "--file-size-limit", "cpu": "--cpu-limit"}
 
 
 def size_text(n):
@@ -193,6 +195,25 @@ def bwrap_works():
                               timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):      # no bwrap, or none that works
         return False
+
+
+@functools.lru_cache(maxsize=None)
+def bwrap_as_user():
+    """True when this process is root and bwrap also runs a child's Python (and NumPy) as a
+    user of its own: then it does (the limit on processes holds: root is exempt from it)."""
+    if sys.platform != "linux" or os.geteuid() != 0 or not bwrap_works():
+        return False
+    uid = claim_uid()
+    try:
+        return subprocess.run(bwrap_command(ROOT / "no-scratch") + [
+            sys.executable, "-c", "import numpy"], capture_output=True, cwd="/", timeout=60,
+            env={k: v for k, v in os.environ.items() if k in ("PATH", "LANG")},
+            **as_user(uid)).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        end_user(uid)
+        release_uid(uid)
 
 
 # ----- A user of its own: root without bubblewrap --------------------------------------------
@@ -395,7 +416,8 @@ def isolation():
     """One line for the output: how the child is kept apart on this machine."""
     how = mode()
     if how == "bwrap":
-        return "sandbox: bubblewrap (the copies read-only, own /tmp and PID namespace, no network)"
+        return ("sandbox: bubblewrap (the copies read-only, own /tmp and PID namespace, no "
+                "network" + ", a user of its own)" * bwrap_as_user() + ")" * (not bwrap_as_user()))
     if how == "uid":
         return ("sandbox: a user of its own (root, no bubblewrap): it writes only its folder, "
                 "reads none of the instructor's files; its processes and /tmp files end with it")
@@ -480,7 +502,7 @@ def start(argv, scratch, env, shared=None):
     its own, on pipes. Its uid (None: this process's) is proc.uid."""
     how, uid, user = mode(), None, {}
     words = bwrap_command(scratch, shared) if how == "bwrap" else []
-    if how == "uid":
+    if how == "uid" or how == "bwrap" and bwrap_as_user():
         uid = claim_uid()
         open_to(uid, scratch, shared)
         user, env = as_user(uid), env | {"HOME": str(Path(scratch) / "work")}
