@@ -189,7 +189,7 @@ def bwrap_works():
     if os.environ.get("EXERCISES_NO_SANDBOX") or os.environ.get("EXERCISES_NO_BWRAP") or \
             sys.platform != "linux":
         return False
-    probe = bwrap_command(ROOT / "no-scratch")         # no such folders: the -try binds skip them
+    probe = bwrap_command("/nonexistent-scratch")     # no such folders: the -try binds skip them
     try:
         return subprocess.run(probe + [sys.executable, "-c", "pass"], capture_output=True,
                               timeout=30).returncode == 0
@@ -205,7 +205,7 @@ def bwrap_as_user():
         return False
     uid = claim_uid()
     try:
-        return subprocess.run(bwrap_command(ROOT / "no-scratch") + [
+        return subprocess.run(bwrap_command("/nonexistent-scratch") + [
             sys.executable, "-c", "import numpy"], capture_output=True, cwd="/", timeout=60,
             env={k: v for k, v in os.environ.items() if k in ("PATH", "LANG")},
             **as_user(uid)).returncode == 0
@@ -301,7 +301,10 @@ def processes_of(uid):
 
 def end_user(uid):
     """Every process of `uid` ended (a fork loop: again, till none is left), then its files
-    in SHARED_TMP removed (a folder of its own with all it holds)."""
+    in SHARED_TMP removed (a folder of its own with all it holds): those at their top and in
+    the world-writable folders reached from there through world-writable folders, where
+    alone a user of its own can write (a folder another user made writable by all inside
+    one of their own is not searched)."""
     for _ in range(1000):
         pids = processes_of(uid)
         if not pids:
@@ -325,8 +328,8 @@ def end_user(uid):
                             shutil.rmtree(path, ignore_errors=True)
                         else:
                             os.unlink(path)
-                    if name in folders and (info.st_uid == uid or not info.st_mode & 0o001):
-                        folders.remove(name)            # gone, or no user could enter it
+                    if name in folders and (info.st_uid == uid or not info.st_mode & 0o002):
+                        folders.remove(name)            # gone, or not writable by any user
 
 
 def open_to(uid, scratch, shared):
