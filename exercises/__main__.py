@@ -181,19 +181,19 @@ def build_parser():
 
 def limits(args):
     """sandbox.Limits of the options (--memory-limit ...), or a ValueError naming the option."""
+    given = {"memory": args.memory_limit, "processes": args.process_limit,
+             "file_size": args.file_size_limit, "cpu": args.cpu_limit}
     values = {}
-    for field, flag, read in (("memory", "--memory-limit", sandbox.parse_size),
-                              ("processes", "--process-limit", int),
-                              ("file_size", "--file-size-limit", sandbox.parse_size),
-                              ("cpu", "--cpu-limit", int)):
+    for field, text in given.items():
         try:
-            values[field] = read(getattr(args, flag[2:].replace("-", "_")))
+            values[field] = sandbox.parse_size(text) if field in ("memory", "file_size") \
+                else int(text)
         except ValueError:
             values[field] = -1
-        if not 0 <= values[field] < 2 ** 62:
-            raise ValueError(f"{flag}: expected 0 (none) or more"
-                             + (", a size such as 2G or 512M" if read is not int else "")
-                             + f": {getattr(args, flag[2:].replace('-', '_'))}")
+        if values[field] < 0:
+            raise ValueError(f"{sandbox.LIMIT_OPTIONS[field]}: expected 0 (none) or more"
+                             + (", a size such as 2G or 512M" if field in ("memory", "file_size")
+                                else "") + f": {text}")
     return sandbox.Limits(**values)
 
 
