@@ -151,7 +151,7 @@ def temporary_folder(prefix):
     """A new folder for a child's files (the caller removes it), in the temporary folder, or in
     /tmp when a user of its own could not reach that one ("uid")."""
     parent = tempfile.gettempdir()
-    if mode() == "uid" and not searchable(parent):
+    if own_user() and not searchable(parent):
         parent = "/tmp"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
@@ -415,6 +415,11 @@ def mode():
     return "uid" if not uid_problem() else "none"
 
 
+def own_user():
+    """True when each child runs as a user of its own here ("uid", or bwrap as root)."""
+    return mode() == "uid" or mode() == "bwrap" and bwrap_as_user()
+
+
 def isolation():
     """One line for the output: how the child is kept apart on this machine."""
     how = mode()
@@ -505,7 +510,7 @@ def start(argv, scratch, env, shared=None):
     its own, on pipes. Its uid (None: this process's) is proc.uid."""
     how, uid, user = mode(), None, {}
     words = bwrap_command(scratch, shared) if how == "bwrap" else []
-    if how == "uid" or how == "bwrap" and bwrap_as_user():
+    if own_user():
         uid = claim_uid()
         open_to(uid, scratch, shared)
         user, env = as_user(uid), env | {"HOME": str(Path(scratch) / "work")}
