@@ -12,9 +12,7 @@ Each test grades a copy of the course (course_copy), never the repository's own 
 that need root, or a Python an unprivileged user can run, say so when they skip."""
 import csv
 import hashlib
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
