@@ -130,18 +130,30 @@ FOLDER = option("--folder", type=Path, help="your exercises' folder (default: ex
 LIMIT = option("--time-limit", type=float, metavar="SECONDS", help="per check (0: none; "
                f"default {checker.TIME_LIMIT:g})")
 JOBS = option("--jobs", type=int, help="children at a time (default: the cores)")
+TAKES = sandbox.Limits()                    # what a child may take by default (sandbox.Limits)
+MEMORY = option("--memory-limit", metavar="SIZE", help="a child's memory, e.g. 2G, 512M (0: "
+                f"none; default {sandbox.size_text(TAKES.memory).replace(' ', '')})")
+PROCESSES = option("--process-limit", type=int, metavar="N", help="processes and threads a "
+                   f"child may start (0: none; default {TAKES.processes})")
+FILE_SIZE = option("--file-size-limit", metavar="SIZE", help="any file a child writes (0: "
+                   f"none; default {sandbox.size_text(TAKES.file_size).replace(' ', '')})")
+CPU = option("--cpu-limit", type=int, metavar="SECONDS", help="CPU time of a child's process, "
+             f"its checks together (0: none; default {TAKES.cpu})")
+TAKE = [MEMORY, PROCESSES, FILE_SIZE, CPU]
 DEFAULTS = {"folder": checker.PACKAGE, "time_limit": checker.TIME_LIMIT, "jobs": None,
-            "target": None}
-COMMANDS = {"check": ("exercise N's rows, and hints", [FOLDER, LIMIT]),
+            "target": None, "memory_limit": str(TAKES.memory), "process_limit": TAKES.processes,
+            "file_size_limit": str(TAKES.file_size), "cpu_limit": TAKES.cpu}
+COMMANDS = {"check": ("exercise N's rows, and hints", [FOLDER, LIMIT, *TAKE]),
             "start": ("once: your seed, from your instructor's code (or drawn: --name)", [FOLDER]),
-            "grade": ("instructors: a class, a folder per student", [LIMIT, JOBS]),
+            "grade": ("instructors: a class, a folder per student", [LIMIT, JOBS, *TAKE]),
             "handout": ("instructors: the repository for students: stubs, no solutions", []),
             "roster": ("instructors: a code per student of a class list (student_id, name)", [])}
 
 
 def build_parser():
     """The parser: the progress without a command, else a parser a command (its own --help)."""
-    parser = argparse.ArgumentParser(prog="python -m exercises", parents=[FOLDER, LIMIT, JOBS],
+    parser = argparse.ArgumentParser(prog="python -m exercises",
+                                     parents=[FOLDER, LIMIT, JOBS, *TAKE],
                                      description="The course's checker (docs/course.md).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="none: your progress")
     sub = {name: commands.add_parser(name, help=text, description=text, parents=parents)
@@ -159,10 +171,30 @@ def build_parser():
     sub["grade"].add_argument("--roster", type=Path, help="the class list (folders named by id)")
     sub["grade"].add_argument("--feedback", type=Path, metavar="DIR", help="DIR/<id>.md each")
     sub["grade"].add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv")
+    sub["grade"].add_argument("--unsafe", action="store_true", help="grade where the students' "
+                              "code cannot be isolated (no bubblewrap, not root): rows flagged")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
     for name in ("grade", "roster"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
     return parser
+
+
+def limits(args):
+    """sandbox.Limits of the options (--memory-limit ...), or a ValueError naming the option."""
+    given = {"memory": args.memory_limit, "processes": args.process_limit,
+             "file_size": args.file_size_limit, "cpu": args.cpu_limit}
+    values = {}
+    for field, text in given.items():
+        try:
+            values[field] = sandbox.parse_size(text) if field in ("memory", "file_size") \
+                else int(text)
+        except ValueError:
+            values[field] = -1
+        if values[field] < 0:
+            raise ValueError(f"{sandbox.LIMIT_OPTIONS[field]}: expected 0 (none) or more"
+                             + (", a size such as 2G or 512M" if field in ("memory", "file_size")
+                                else "") + f": {text}")
+    return sandbox.Limits(**values)
 
 
 def usage_error(text):
@@ -192,12 +224,23 @@ def main(argv=None, python_call=False):
         return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds: {args.time_limit}")
     if args.jobs is not None and args.jobs < 1:
         return usage_error(f"--jobs: expected 1 or more children at a time: {args.jobs}")
+    try:
+        sandbox.LIMITS = limits(args)
+    except ValueError as error:
+        return usage_error(str(error))
     if args.command == "grade":
         if not Path(args.target).is_dir():
             return usage_error(f"grade: expected a folder of the students' folders, got "
                                f"{shown(args.target)}")
+        secret = args.secret or (args.roster.with_suffix(".secret") if args.roster else None)
+        refusal = sandbox.grading_refusal(args.target, args.roster, secret)
+        if refusal and not args.unsafe:                    # before any work
+            return usage_error(f"grade: {refusal}")
+        if refusal:
+            print(f"warning: {refusal}", file=sys.stderr)
         return gradebook.grade(Path(args.target), args.csv, args.time_limit, args.jobs,
-                               args.roster, args.secret, args.feedback, args.format)
+                               args.roster, args.secret, args.feedback, args.format,
+                               unisolated=bool(refusal))
     if not args.folder.is_dir():
         return usage_error(f"folder {shown(args.folder)} does not exist")
     folder = args.folder.resolve()

@@ -4,15 +4,17 @@ rows tell the student (the design, step by step: the docstring of exercises/__in
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import json
 import os
 import queue
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -317,6 +319,21 @@ def read_replies(stream, replies):
             return
 
 
+SIGNALS = {getattr(signal, name): kind for name, kind in
+           (("SIGXCPU", "cpu"), ("SIGXFSZ", "file_size")) if hasattr(signal, name)}
+
+
+def ended_why(code):
+    """An Ended child's message from its exit status (a signal: -N; bwrap's 128 + N): a
+    limit it went over (sandbox.LIMITS), or what may have ended it."""
+    number = -code if code is not None and code < 0 else code - 128 if code and code > 128 \
+        else None
+    if number in SIGNALS:
+        return f"your code {sandbox.LIMITS.over(SIGNALS[number])}: the process was ended"
+    return (f"the process ended (exit status {code}): does your code call os._exit, crash "
+            f"Python, or use more memory than the machine has?")
+
+
 class Session:
     """The child of one submission (its snapshot, {name: bytes}): started at the first
     request in a fresh scratch folder, given one exercise's file at a time (use), started
@@ -334,20 +351,22 @@ class Session:
         """A folder for files the checks write for the student's code to read (read-only to
         it), the same for every child of this session."""
         if self.shared is None:
-            self.shared = Path(tempfile.mkdtemp(prefix="exercises-files-"))
+            self.shared = sandbox.temporary_folder("exercises-files-")
         return self.shared
 
     def start(self):
         self.scratch, self.imported = sandbox.new_scratch(), None
         sandbox.write_files(self.scratch / "submission", self.submission)
         work = self.scratch / "work"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env = {k: v for k, v in os.environ.items()          # not where the checker runs
+               if not k.startswith("PYTHON") and k not in ("PWD", "OLDPWD")}
         env.update(PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(work),
                    TEMP=str(work), TMP=str(work), **{CHILD_MARK: "1"})
         code = (f"import sys; sys.path[0:1] = [{str(self.scratch / 'course')!r}, "
                 f"{str(self.scratch / 'submission')!r}]; "
                 f"from exercises.child import main; main(sys.argv[1:])")
-        argv = [sys.executable, "-c", code, str(self.seconds), str(work / "trace.txt")]
+        argv = [sys.executable, "-c", code, str(self.seconds), str(work / "trace.txt"),
+                json.dumps(dataclasses.asdict(sandbox.LIMITS))]
         self.proc = sandbox.start(argv, self.scratch, env, self.folder())
         self.replies = queue.Queue(maxsize=2)
         threading.Thread(target=read_replies, args=(self.proc.stdout, self.replies),
@@ -377,15 +396,18 @@ class Session:
                 except subprocess.TimeoutExpired:     # the pipe closed, the process lives on
                     code = None
                 self.close()
-                raise Ended(f"the process ended (exit status {code}): does your code call "
-                            f"os._exit, or crash Python?")
+                raise Ended(ended_why(code))
             if reply.get("id") == self.ids:
                 return reply
 
     def trace_line(self):
         """' (line N of exNN.py)': where the code was at the time limit, from its trace."""
-        try:
-            stack = (self.scratch / "work" / "trace.txt").read_text("utf-8", errors="replace")
+        try:                                      # the child's file: a regular one, 1 MB
+            fd = os.open(self.scratch / "work" / "trace.txt",
+                         os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with open(fd, "rb") as trace:
+                stack = trace.read(2 ** 20).decode("utf-8", errors="replace") \
+                    if stat.S_ISREG(os.fstat(fd).st_mode) else ""
         except OSError:
             return ""
         lines = [n for f, n in re.findall(r'File "(.+)", line (\d+)', stack)
@@ -685,13 +707,15 @@ def parallel(fn, items, jobs=None):
         return [fn(item) for item in items]
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=worker_start,
-                             initargs=(sandbox.SUBREAPER, sandbox.course_snapshot())) as pool:
+                             initargs=(sandbox.SUBREAPER, sandbox.course_snapshot(),
+                                       sandbox.LIMITS)) as pool:
         return list(pool.map(fn, items))
 
 
-def worker_start(subreaper, snapshot):
-    """A worker of parallel(): the parent's course snapshot, and a subreaper where it was one."""
-    sandbox.SNAPSHOT = snapshot
+def worker_start(subreaper, snapshot, limits):
+    """A worker of parallel(): the parent's course snapshot and limits, and a subreaper where
+    it was one."""
+    sandbox.SNAPSHOT, sandbox.LIMITS = snapshot, limits
     if subreaper:
         sandbox.SUBREAPER = sandbox.become_subreaper()
 

@@ -2,9 +2,11 @@
 answer, fetch) with what the code returned, as data (protocol.py), or what it raised. It
 judges nothing: what the file changes in this process changes only the answers it sends."""
 
+import errno
 import faulthandler
 import json
 import os
+import signal
 import sys
 import traceback
 import types
@@ -13,6 +15,7 @@ from pathlib import Path
 import bilinear_numpy as bn
 import claims
 from exercises import protocol
+from exercises.sandbox import Limits
 
 KEPT = {}            # handle -> a value that is not data (the checker holds the handle)
 CALLED = []          # the library functions the exercise asks the student to write, called
@@ -83,19 +86,81 @@ def load_module(path):
     return module
 
 
-def error_of(error, path=""):
-    """What was raised, as data: its class and bases, its message, its deepest line in `path`."""
+def limit_of(error):
+    """The limit (a field of Limits) an error of the student's code says it went over, or ""."""
+    if isinstance(error, MemoryError):
+        return "memory"
+    if isinstance(error, OSError) and error.errno == errno.EFBIG:
+        return "file_size"
+    if isinstance(error, OSError) and error.errno == errno.EAGAIN or \
+            isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+        return "processes"                     # fork, or a thread, past RLIMIT_NPROC
+    return ""
+
+
+def error_of(error, path="", limits=None):
+    """What was raised, as data: its class and bases, its message (the limit it went over,
+    where `limits` were set), its deepest line in `path`."""
     lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
              if Path(f.filename).name == Path(path).name]
+    over = limit_of(error) if limits else ""
     return {"types": [c.__name__ for c in type(error).__mro__][:12],
-            "message": str(error)[:2000], "line": lines[-1] if lines else None}
+            "message": f"your code {limits.over(over)}" if over else str(error)[:2000],
+            "line": lines[-1] if lines else None}
+
+
+def own_tasks():
+    """The processes and threads of this process's real user (Linux /proc; 0 elsewhere)."""
+    count = 0
+    for entry in os.listdir("/proc") if sys.platform == "linux" else []:
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Uid", "").split()[:1] == [str(os.getuid())]:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def set_limits(limits):
+    """The limits (sandbox.Limits) as this process's soft and hard rlimits, which the student's
+    code cannot raise again; no core files. A file over its size raises OSError (EFBIG), not a
+    signal. Windows: none."""
+    try:
+        import resource
+    except ImportError:
+        return
+    table = [("RLIMIT_CORE", 0, 0)]                      # (name, soft, hard)
+    if limits.memory:
+        table += [("RLIMIT_DATA", limits.memory, limits.memory),
+                  ("RLIMIT_AS", 4 * limits.memory, 4 * limits.memory)]
+    if limits.file_size:
+        table.append(("RLIMIT_FSIZE", limits.file_size, limits.file_size))
+    if limits.cpu:                                         # SIGXCPU at soft, SIGKILL at hard
+        table.append(("RLIMIT_CPU", limits.cpu, limits.cpu + 5))
+    if limits.processes and sys.platform == "linux":       # counted with the user's others
+        table.append(("RLIMIT_NPROC", *[own_tasks() + limits.processes] * 2))
+    for name, soft, hard in table:
+        if not hasattr(resource, name):
+            continue
+        ceiling = resource.getrlimit(getattr(resource, name))[1]
+        if ceiling != resource.RLIM_INFINITY:              # a limit already lower holds
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError):                      # macOS refuses some: not enforced
+            pass
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 class Served:
     """The exercise file last imported; the library as it started, but for that file's tripwires."""
 
-    def __init__(self, trace, seconds):
+    def __init__(self, trace, seconds, limits=None):
         self.module, self.path, self.trace, self.seconds = None, "", trace, seconds
+        self.limits = limits
         self.cwd, self.pristine = os.getcwd(), [dict(table) for _, table in TABLES]
         self.library, self.before, self.autodiff = self.pristine, set(sys.modules), False
 
@@ -126,7 +191,7 @@ class Served:
         try:
             reply = {"value": fn(*args, **kwargs)}
         except BaseException as error:  # noqa: B036 -- whatever the student raises is an answer
-            reply = {"error": error_of(error, self.path)}
+            reply = {"error": error_of(error, self.path, self.limits)}
             if isinstance(error, ImportError) and error.name:      # not installed: said alike
                 imported.add(error.name)
         faulthandler.cancel_dump_traceback_later()
@@ -176,16 +241,19 @@ class Served:
 
 
 def main(argv):
-    """The child: SECONDS TRACE. Its pipe is standard input and output, taken over before the
-    student's file runs (which prints to, and reads, the null device); ends with os._exit."""
-    seconds, trace_path = argv
+    """The child: SECONDS TRACE LIMITS (sandbox.Limits as JSON), its limits set first. Its pipe
+    is standard input and output, taken over before the student's file runs (which prints to,
+    and reads, the null device); ends with os._exit."""
+    seconds, trace_path, limits = argv
+    limits = Limits(**json.loads(limits))
+    set_limits(limits)
     requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     try:
         with open(trace_path, "w", encoding="utf-8") as trace:
-            served = Served(trace, float(seconds))
+            served = Served(trace, float(seconds), limits)
             while True:                                    # till receive's EOFError
                 request = protocol.receive(requests)
                 try:

@@ -294,9 +294,10 @@ def review(students):
 
 
 def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
-          feedback_dir=None, lms=None):
+          feedback_dir=None, lms=None, unisolated=False):
     """`grade` (docs/course.md): 0 when grading ran, whatever the grades; 2: bad input, a file
-    not written."""
+    not written. unisolated: the students' code ran without isolation (--unsafe), every row's
+    flags say so."""
     try:
         rows = read_roster(roster) if roster else None
         secret = read_secret(secret_file or Path(roster).with_suffix(".secret")) if roster else None
@@ -310,6 +311,8 @@ def grade(submissions, csv_path, seconds, jobs, roster=None, secret_file=None,
     began = time.monotonic()
     print(sandbox.isolation())
     changed = sorted(set(grade_class(students, seconds, jobs) + sandbox.changed_course_files()))
+    for g in students if unisolated else []:
+        g.flags.insert(0, sandbox.UNISOLATED)
     print(f"{'student':<16} {'name':<20} {'points':>12}  flags")
     for g in students:
         print(f"{g.student_id:<16} {g.name[:20]:<20} {shown(g.total):>6} of {MAX_POINTS:<3}  "

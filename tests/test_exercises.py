@@ -983,7 +983,8 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys, monkeypatch):
     (subs / "carol" / name(3).replace(".py", ".ipynb")).write_text('{"cells": null}',
                                                                    encoding="utf-8")
     capsys.readouterr()
-    assert main(["grade", str(subs), "--csv", str(tmp_path / "g.csv"), "--time-limit", "1"]) == 0
+    assert main(["grade", str(subs), "--csv", str(tmp_path / "g.csv"), "--time-limit", "1",
+                 "--unsafe"]) == 0                 # the live repository: see test_isolation
     table = capsys.readouterr().out
     assert "4 students graded" in table, table
     with open(tmp_path / "g.csv", encoding="utf-8", newline="") as f:

@@ -4,7 +4,8 @@ other student's row and no file of the instructor's; what a file starts ends wit
 a finite-difference "backward" is judged by its cost; a handout holds no reading answer.
 
 Each test is able to fail: it plants the attack and reads the verdict from the command line
-(a subprocess, as an instructor or student runs it). Nothing here reads the files a student
+(a subprocess, as an instructor or student runs it). A hostile folder graded in a class writes
+into a copy of the course, never into the repository. Nothing here reads the files a student
 edits (exercises/exNN_*.py); what needs the solutions is derived from them at test time and
 skipped without them (a handout)."""
 import ast
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import pytest
 
 import bilinear_numpy as bn
 from exercises import checker, child
+from exercises import sandbox as exercise_sandbox
 from exercises.course import COURSE
 from exercises.release import make_stub
 
@@ -58,12 +61,13 @@ def done(proc, timeout=240):
     return proc.returncode, out
 
 
-def course_hashes():
-    """{path: sha256} of every file under the repository's exercises/ and its top-level
+def course_hashes(course):
+    """{path: sha256} of every file under the copy's exercises/, tests/ and its top-level
     Python files (what a student's file would write through), caches aside."""
-    paths = [p for p in (ROOT / "exercises").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    paths += list(ROOT.glob("*.py"))
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    paths = [p for top in ("exercises", "tests") for p in (course / top).rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts]
+    paths += list(course.glob("*.py"))
+    return {str(p.relative_to(course)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
 
 
 def git_status():
@@ -176,11 +180,11 @@ def mlp_forward(*args):
 """
 
 
-def grade(subs, csv_path, tmp, env=None):
-    """`grade SUBS --csv F`, with TMPDIR `tmp` (a folder of the test's own)."""
-    tmp.mkdir()
-    return cli("grade", str(subs), "--csv", str(csv_path), "--time-limit", "5",
-               env={"TMPDIR": str(tmp)} | (env or {}))
+def grade(course, subs, csv_path, tmp, env=None):
+    """`grade SUBS --csv F` run in the copy `course`, with TMPDIR `tmp` (a folder of the test's
+    own, that any user passes through) and --unsafe where the machine cannot isolate."""
+    return cli("grade", str(subs), "--csv", str(csv_path), "--time-limit", "5", "--unsafe",
+               cwd=course, env={"TMPDIR": str(tmp)} | (env or {}))
 
 
 def rows_by_student(csv_path):
@@ -200,10 +204,12 @@ def untouched_student(folder):
     (folder / checker.SEED_FILE).write_text('{"name": "Alice", "seed": 4242}\n', encoding="utf-8")
 
 
-def hostile_student(folder):
-    """A folder that writes to the grader's files, tampers in process and leaves a sleeper."""
+def hostile_student(folder, repository):
+    """A folder that writes to the grader's files (of `repository`), tampers in process and
+    leaves a sleeper."""
     folder.mkdir(parents=True)
-    (folder / name(1)).write_text(f"REPOSITORY = {str(ROOT)!r}\n" + APPENDER, encoding="utf-8")
+    (folder / name(1)).write_text(f"REPOSITORY = {str(repository)!r}\n" + APPENDER,
+                                  encoding="utf-8")
     (folder / name(2)).write_text(SLEEPER, encoding="utf-8")
     for number in TAMPER:
         (folder / name(number)).write_text(tampered(number), encoding="utf-8")
@@ -217,35 +223,40 @@ SLEEPER = ("import subprocess\n"
 
 @pytest.mark.parametrize("sandbox", ["as found", "off"])
 def test_a_hostile_folder_changes_no_other_grade_and_no_file_of_the_instructor(tmp_path, sandbox):
-    # "off": without bubblewrap the file does write the instructor's checker.py; grade puts it
-    # back and warns, and with two jobs at a time no student's row (its flags) says it.
+    # In a copy of the course (the repository's own files are never written). "as found": the
+    # isolation this machine has (bubblewrap, or a user of its own as root), or none, --unsafe
+    # ("off", EXERCISES_NO_SANDBOX=1): then the file does write the copy's checker.py; grade
+    # puts it back and warns, and with two jobs at a time no student's row (its flags) says it.
+    from test_isolation import course_copy, shared_tmpdir   # (tests/ is on the path)
     env = {"EXERCISES_NO_SANDBOX": "1"} if sandbox == "off" else {}
-    hashes, status = course_hashes(), git_status()
-    saved = {p: (ROOT / p).read_bytes() for p in hashes}
+    isolated = sandbox != "off" and exercise_sandbox.mode() != "none"
+    course = course_copy(tmp_path / "instructor")
+    hashes, status = course_hashes(course), git_status()
     alone, together = tmp_path / "alone", tmp_path / "class"
     untouched_student(alone / "alice")
     untouched_student(together / "alice")
-    hostile_student(together / "aaron")                   # graded first, in the same pool
+    hostile_student(together / "aaron", course)           # graded first, in the same pool
+    tmp = shared_tmpdir()
     try:
         for subs in (alone, together):                   # one after the other: each its
-            code, out = done(grade(subs, tmp_path / f"{subs.name}.csv",    # snapshot clean
-                                   tmp_path / f"tmp-{subs.name}", env))
+            (tmp / subs.name).mkdir()                    # snapshot clean
+            code, out = done(grade(course, subs, tmp_path / f"{subs.name}.csv",
+                                   tmp / subs.name, env))
             assert code == 0, out
-        assert ("changed the course's files" in out) == (sandbox == "off"), out
-        assert course_hashes() == hashes                  # nothing of the instructor's written
+        assert ("changed the course's files" in out) == (not isolated), out
+        assert course_hashes(course) == hashes            # nothing of the instructor's written
         if status is not None:
             assert git_status() == status                 # (empty on a clean checkout)
         graded = rows_by_student(tmp_path / "class.csv")
         assert rows_by_student(tmp_path / "alone.csv")["alice"] == graded["alice"]
         aaron = graded["aaron"]
         assert all(aaron[f"ex{n:02d}_status"] != "done" for n in TAMPER), aaron
+        assert aaron["flags"].startswith(exercise_sandbox.UNISOLATED) == (not isolated), aaron
         assert sleepers() == []                           # (c), after grade too
-        assert os.listdir(tmp_path / "tmp-alone") == os.listdir(tmp_path / "tmp-class") == []
+        assert os.listdir(tmp / "alone") == os.listdir(tmp / "class") == []
     finally:
-        for path, data in saved.items():                  # a failing sandbox: put them back
-            if (ROOT / path).read_bytes() != data:
-                (ROOT / path).write_bytes(data)
         end_sleepers()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ----- (c) What a file starts ends with the check; nothing is left in /tmp ------------------
