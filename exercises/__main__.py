@@ -159,6 +159,8 @@ def build_parser():
     sub["grade"].add_argument("--roster", type=Path, help="the class list (folders named by id)")
     sub["grade"].add_argument("--feedback", type=Path, metavar="DIR", help="DIR/<id>.md each")
     sub["grade"].add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv")
+    sub["grade"].add_argument("--only", metavar="ID", help="re-grade this student alone into "
+                              "the existing CSV (the other rows kept as they are)")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
     for name in ("grade", "roster"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
@@ -197,7 +199,7 @@ def main(argv=None, python_call=False):
             return usage_error(f"grade: expected a folder of the students' folders, got "
                                f"{shown(args.target)}")
         return gradebook.grade(Path(args.target), args.csv, args.time_limit, args.jobs,
-                               args.roster, args.secret, args.feedback, args.format)
+                               args.roster, args.secret, args.feedback, args.format, args.only)
     if not args.folder.is_dir():
         return usage_error(f"folder {shown(args.folder)} does not exist")
     folder = args.folder.resolve()
