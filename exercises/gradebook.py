@@ -114,7 +114,7 @@ def records(text, delimiter):
         for one in lines:
             raw.append(one)
             yield one
-    reader = csv.reader(fed(), delimiter=delimiter)
+    reader = csv.reader(fed(), delimiter=delimiter, strict=True)   # a quote left open: said
     while True:
         try:
             cells = next(reader)
