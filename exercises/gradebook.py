@@ -356,9 +356,28 @@ def end_worker(conn, proc, temp, read=True):
         proc.kill()
         proc.join()
     sandbox.LIVE.discard(proc.pid)
-    sandbox.sweep_orphans()                            # its children, orphaned if it was killed
+    swept()                                            # its children, orphaned if it was killed
     shutil.rmtree(temp, ignore_errors=True)
     return answer
+
+
+def swept():
+    """sandbox.sweep_orphans() until no orphan is left: each one ended may orphan its own
+    children (a subreaper's; Linux only, as the sweep)."""
+    for _ in range(100):
+        sandbox.sweep_orphans()
+        if not sandbox.SUBREAPER or not any(parent_of(pid) == os.getpid() for pid in
+                                            {int(e) for e in os.listdir("/proc") if e.isdigit()}
+                                            - sandbox.LIVE):
+            return
+
+
+def parent_of(pid):
+    """The parent's pid of the process `pid` (Linux's /proc), or None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def graded_apart(tasks, jobs):
