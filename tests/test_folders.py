@@ -122,17 +122,32 @@ def test_a_folder_with_bad_files_is_graded_with_flags_and_the_class_goes_on(tmp_
     (subs / "b" / "huge.bin").write_bytes(b"\0" * (9 * 2 ** 20))
     (subs / "c" / name(2)).mkdir()
     (subs / "c" / checker.SEED_FILE).write_text('{"name": "-2+3", "seed": 5}', "utf-8")
+    (subs / "d").mkdir()
+    (subs / "d" / checker.SEED_FILE).write_text('{"name": "\\u001b[2Jd", "seed": 6}', "utf-8")
+    capsys.readouterr()
     assert main(["grade", str(subs), "--csv", str(tmp_path / "g.csv"), "--feedback",
                  str(tmp_path / "fb")]) == 0
+    assert "\x1b" not in capsys.readouterr().out                   # a terminal's escape: '?'
     with open(tmp_path / "g.csv", encoding="utf-8", newline="") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert list(rows) == ["'=HYPERLINK(x)", "a", "b", "c"]      # written as text
+    assert list(rows) == ["'=HYPERLINK(x)", "a", "b", "c", "d"]      # written as text
     assert "seed inf is not a whole number" in rows["a"]["flags"]
     assert rows["b"]["ex01_status"] == "failing" and "ex01 not read: " in rows["b"]["flags"]
     assert "a link" in rows["b"]["flags"] and rows["c"]["name"] == "'-2+3"
     assert "not a regular file" in rows["c"]["flags"]
     assert all(r["total_points"] == "0" for r in rows.values())
     assert (tmp_path / "fb" / "b.md").is_file() and (tmp_path / "g-review.md").is_file()
+
+
+def test_a_notebook_that_is_not_json_and_files_in_another_encoding_are_import_errors(tmp_path):
+    # One child for the three: the session of one folder.
+    (tmp_path / name(1)).write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    (tmp_path / name(2)).write_bytes("x = 'caf\xe9'\n".encode("utf-16"))
+    (tmp_path / name(3, ".ipynb")).write_bytes(b"not JSON {")
+    results = checker.check_job(([1, 2, 3], tmp_path, 10, None, 1))
+    assert [r.rows[0].check for r in results] == ["import the file"] * 3
+    assert all(r.rows[0].verdict == "ERROR" and len(r.rows) == 1 for r in results), \
+        [r.rows for r in results]
 
 
 # ----- a child that ends its parent ---------------------------------------------------------
