@@ -597,7 +597,7 @@ def graded_file(number, exercise, folder, files=None):
     taken now) holds it, else exNN_slug.py; (None, "") when it holds neither. A file the
     snapshot could not read (files.faults) counts as there: its row says why. Decided from the
     snapshot alone, never from the folder as it is later; file times never decide."""
-    files = sandbox.submission_snapshot(folder) if files is None else files
+    files = own_snapshot(number, exercise, folder) if files is None else files
     there = lambda p: p.name in files or p.name in getattr(files, "faults", {})   # noqa: E731
     path = Path(folder).resolve() / file_name(number, exercise)
     notebook = path.with_suffix(".ipynb")
@@ -606,6 +606,15 @@ def graded_file(number, exercise, folder, files=None):
             if there(path) else ""
         return notebook, f"graded {notebook.name}, its code cells joined{also}"
     return (path, f"graded {path.name}") if there(path) else (None, "")
+
+
+def own_snapshot(number, exercise, folder):
+    """The folder's snapshot (sandbox.submission_snapshot), `exercise`'s files among them
+    even where it is not the course's (a test's)."""
+    bounds = sandbox.SUBMISSION_BOUNDS
+    own = {file_name(number, exercise): bounds[".py"],
+           file_name(number, exercise)[:-3] + ".ipynb": bounds[".ipynb"]}
+    return sandbox.submission_snapshot(folder, sandbox.graded_names() | own)
 
 
 SEED_RANGE = (1, 2 ** 63)                         # a seed: a whole number in it (start's are)
@@ -658,7 +667,7 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     if os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
-    files = sandbox.submission_snapshot(folder) if files is None else files
+    files = own_snapshot(number, exercise, folder) if files is None else files
     path, note = graded_file(number, exercise, folder, files)
     if path is None:
         return Result(number, exercise, None, "missing",

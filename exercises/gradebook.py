@@ -190,7 +190,12 @@ def text_cell(value):
     """A CSV cell a spreadsheet reads as text: a leading = + - @ tab or CR (a formula)
     quoted with ' (OWASP's advice on CSV injection)."""
     text = str(value)
-    return "'" + text if text.startswith(FORMULA) else text
+    return "'" + text if text.lstrip("'").startswith(FORMULA) else text    # and '= as ''=
+
+
+def untext(text):
+    """A cell as it was before text_cell: the ' before a formula's sign taken off."""
+    return text[1:] if text.startswith("'") and text.lstrip("'").startswith(FORMULA) else text
 
 
 def csv_text(rows, delimiter=",", end="\r\n"):
@@ -598,7 +603,7 @@ def previous_gradebook(path):
                          f"capstone_reasoning columns): name another --csv or move it away")
     kept = {}
     for _, cells, raw in rows:
-        row = dict(zip(header, cells))
+        row = {key: untext(value) for key, value in zip(header, cells)}
         kept.setdefault(row.get("student_id", "").strip(), (row, raw))
     return header, kept, form
 
@@ -618,7 +623,7 @@ def canvas_text(rows, roster, fresh):
     totals of the rows graded now (ids in `fresh`) as written, of the others recounted."""
     by_id = {r["student_id"]: r for r in roster or []}
     lines = [CANVAS]
-    for row in rows:
+    for row in ({key: untext(value) for key, value in row.items()} for row in rows):
         sid = row["student_id"]
         r = by_id.get(sid, {})
         lines.append([row["name"], r.get("id", ""), sid, r.get("sis login id", sid),

@@ -263,6 +263,8 @@ def test_a_cell_a_spreadsheet_reads_as_a_formula_is_written_as_text(value):
     cells = next(csv.reader(io.StringIO(text, newline="")))
     assert cells == ["'" + value, "ok", "5"]
     assert gradebook.text_cell("Ann") == "Ann" and gradebook.text_cell(3.5) == "3.5"
+    for text in (value, "'" + value, "''" + value, "'Ann", "'"):       # read back: as it was
+        assert gradebook.untext(gradebook.text_cell(text)) == text
 
 
 def test_the_codes_and_canvas_files_write_names_as_text(tmp_path):
