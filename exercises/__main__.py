@@ -173,6 +173,8 @@ def build_parser():
     sub["grade"].add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv")
     sub["grade"].add_argument("--unsafe", action="store_true", help="grade where the students' "
                               "code cannot be isolated (no bubblewrap, not root): rows flagged")
+    sub["grade"].add_argument("--only", metavar="ID", help="re-grade this student alone into "
+                              "the existing CSV (the other rows kept as they are)")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
     for name in ("grade", "roster"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
@@ -239,7 +241,7 @@ def main(argv=None, python_call=False):
         if refusal:
             print(f"warning: {refusal}", file=sys.stderr)
         return gradebook.grade(Path(args.target), args.csv, args.time_limit, args.jobs,
-                               args.roster, args.secret, args.feedback, args.format,
+                               args.roster, args.secret, args.feedback, args.format, args.only,
                                unisolated=bool(refusal))
     if not args.folder.is_dir():
         return usage_error(f"folder {shown(args.folder)} does not exist")

@@ -614,27 +614,67 @@ class Checks:
 # ----- One exercise: its child there, its checks here ----------------------------------------
 
 
-def graded_file(number, exercise, folder):
-    """(the file graded, a note): exNN_slug.ipynb when it exists, else exNN_slug.py; (None, "")
-    when neither does. File times never decide."""
+def graded_file(number, exercise, folder, files=None):
+    """(the file graded, a note): exNN_slug.ipynb when the folder's snapshot `files` (default:
+    taken now) holds it, else exNN_slug.py; (None, "") when it holds neither. A file the
+    snapshot could not read (files.faults) counts as there: its row says why. Decided from the
+    snapshot alone, never from the folder as it is later; file times never decide."""
+    files = own_snapshot(number, exercise, folder) if files is None else files
+    there = lambda p: p.name in files or p.name in getattr(files, "faults", {})   # noqa: E731
     path = Path(folder).resolve() / file_name(number, exercise)
     notebook = path.with_suffix(".ipynb")
-    if notebook.is_file():
+    if there(notebook):
         also = f"; {path.name} is not graded (a notebook, when there is one, is)" \
-            if path.is_file() else ""
+            if there(path) else ""
         return notebook, f"graded {notebook.name}, its code cells joined{also}"
-    return (path, f"graded {path.name}") if path.is_file() else (None, "")
+    return (path, f"graded {path.name}") if there(path) else (None, "")
+
+
+def own_snapshot(number, exercise, folder):
+    """The folder's snapshot (sandbox.submission_snapshot), `exercise`'s files among them
+    even where it is not the course's (a test's)."""
+    bounds = sandbox.SUBMISSION_BOUNDS
+    own = {file_name(number, exercise): bounds[".py"],
+           file_name(number, exercise)[:-3] + ".ipynb": bounds[".ipynb"]}
+    return sandbox.submission_snapshot(folder, sandbox.graded_names() | own)
+
+
+SEED_RANGE = (1, 2 ** 63)                         # a seed: a whole number in it (start's are)
+
+
+def student_file(files):
+    """(name, seed, fault) from the snapshot's student.json: ("", 0, "") when there is none,
+    ("", 0, why) when it is not {"name": text, "seed": a whole number in SEED_RANGE}."""
+    if SEED_FILE in getattr(files, "faults", {}):
+        return "", 0, f"{SEED_FILE} not read: {files.faults[SEED_FILE]}"
+    if SEED_FILE not in files:
+        return "", 0, ""
+    try:
+        data = json.loads(files[SEED_FILE].decode("utf-8-sig"))
+    except (ValueError, RecursionError) as error:      # not UTF-8, not JSON, too deep
+        return "", 0, f"{SEED_FILE} is not JSON in UTF-8 ({str(error)[:80]})"
+    name, seed = (data.get(key) if isinstance(data, dict) else None for key in ("name", "seed"))
+    if not isinstance(name, str) or not 0 < len(name.strip()) <= 200:
+        return "", 0, f"{SEED_FILE}: its name is not a text of 1 to 200 signs"
+    if type(seed) is not int or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:   # True, 1e400, "7"
+        return "", 0, (f"{SEED_FILE}: its seed {describe(seed, 40)} is not a whole number from "
+                       f"{SEED_RANGE[0]} to 2**63")
+    return name.strip(), seed, ""
 
 
 def read_seed(folder=None, files=None):
     """(name, seed) from the folder's student.json (or the snapshot `files`' one); ("", 0)
-    when there is none or it is bad."""
-    try:
-        text = files[SEED_FILE] if files is not None else (Path(folder) / SEED_FILE).read_bytes()
-        data = json.loads(text.decode("utf-8-sig"))
-        return str(data["name"]), int(data["seed"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return "", 0
+    when there is none or it is bad (student_file says why)."""
+    if files is None:
+        files = sandbox.submission_snapshot(folder, {SEED_FILE: sandbox.SUBMISSION_BOUNDS[".json"]})
+    return student_file(files)[:2]
+
+
+def unread_result(number, exercise, path, note, fault):
+    """The Result of an exercise whose file the snapshot could not read: one ERROR row."""
+    row = Row("read the file", "general", "a file that can be read", "not read", None, None,
+              "ERROR", f"{path.name} is not graded: {fault}")
+    return Result(number, exercise, path, "failing", [row], f"{note}; not read: {fault}")
 
 
 class Nested(RuntimeError):
@@ -649,11 +689,13 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
     if os.environ.get(CHILD_MARK):
         raise Nested("a file being checked asked for a check: nothing done")
     began = time.monotonic()
-    path, note = graded_file(number, exercise, folder)
+    files = own_snapshot(number, exercise, folder) if files is None else files
+    path, note = graded_file(number, exercise, folder, files)
     if path is None:
         return Result(number, exercise, None, "missing",
                       note=f"neither {file_name(number, exercise)} nor its .ipynb is in the folder")
-    files = sandbox.submission_snapshot(folder) if files is None else files
+    if path.name in getattr(files, "faults", {}):
+        return unread_result(number, exercise, path, note, files.faults[path.name])
     seed = read_seed(files=files)[1] if seed is None else seed
     own, session = session is None, session or Session(files, seconds)
     session.use(exercise, path)

@@ -27,6 +27,7 @@ import shlex
 import shutil
 import signal
 import site
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent     # the repository (or the handout)
 COURSE_GLOBS = ("*.py", "exercises/*.py", "exercises/checks/*.py", "experiments/*.py")
-SUBMISSION_LIMIT = 8 * 2 ** 20                     # bytes of a submission's files copied
+SUBMISSION_BOUNDS = {".py": 2 ** 20, ".ipynb": 4 * 2 ** 20, ".json": 64 * 2 ** 10}   # bytes a file
 SNAPSHOT = None                                    # course_snapshot(), once read
 SUBREAPER = False                                  # set by the command line (__main__.py)
 LOCK = threading.Lock()                            # a child's start, and the sweep, one at a time
@@ -110,14 +111,66 @@ def course_snapshot():
     return SNAPSHOT
 
 
-def submission_snapshot(folder):
-    """{name: bytes} of the files directly in a student's folder, SUBMISSION_LIMIT in all."""
-    files, total = {}, 0
-    for path in sorted(Path(folder).iterdir()):
-        if path.is_file() and not path.is_symlink() and total < SUBMISSION_LIMIT:
-            files[path.name] = path.read_bytes()[:SUBMISSION_LIMIT - total]
-            total += len(files[path.name])
-    return files
+class Snapshot(dict):
+    """{name: bytes} of the files read from a student's folder, and `faults`: {name: why that
+    file was not read} (a link, not a regular file, over its bound, unreadable)."""
+
+    def __init__(self, files=(), faults=None):
+        super().__init__(files)
+        self.faults = dict(faults or {})
+
+
+def graded_names():
+    """{name: bound in bytes} of every file a grade reads from a folder: exNN_slug.py and .ipynb
+    of each exercise of the course, and student.json."""
+    from exercises.course import TABLE                # here: course imports the checker
+    names = {f"ex{n:02d}_{slug}{suffix}": SUBMISSION_BOUNDS[suffix]
+             for n, (slug, _) in enumerate(TABLE, start=1) for suffix in (".py", ".ipynb")}
+    return names | {"student.json": SUBMISSION_BOUNDS[".json"]}
+
+
+def read_bounded(path, bound, links=False):
+    """The bytes of the regular file `path`, at most `bound` of them, never through a link
+    (links: through one, for the instructor's files); None when there is none; a ValueError
+    saying why it is not read (a link, a folder, a pipe, larger than `bound`, unreadable)."""
+    try:
+        if Path(path).is_symlink() and not links:      # also where O_NOFOLLOW is missing
+            raise ValueError(f"a link ({os.readlink(path)[:100]!r}): a link is never followed")
+        fd = os.open(path, os.O_RDONLY | (0 if links else getattr(os, "O_NOFOLLOW", 0))
+                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as error:                           # ELOOP: a link made since
+        raise ValueError(f"cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file (a folder, a pipe or a device)")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(bound + 1)                       # +1: one that grows is seen too
+    if len(data) > bound:
+        size = f"{bound // 2 ** 20} MiB" if bound >= 2 ** 20 else f"{bound // 2 ** 10} KiB"
+        raise ValueError(f"larger than {size}, the bound of a file graded")
+    return data
+
+
+def submission_snapshot(folder, names=None):
+    """Snapshot of a student's folder: the files graded_names() lists (or `names`: {name:
+    bound}) that are there, each read once within its bound; a link, a folder, a pipe or a
+    file over its bound is a fault (its exercise's ERROR row), never read. Nothing else of the
+    folder is read: other files, subfolders and links are left alone."""
+    snapshot = Snapshot()
+    if Path(folder).is_symlink() or not Path(folder).is_dir():
+        snapshot.faults["."] = "the folder is a link or no folder: nothing in it is read"
+        return snapshot
+    for name, bound in (graded_names() if names is None else names).items():
+        try:
+            data = read_bounded(Path(folder) / name, bound)
+        except ValueError as error:
+            snapshot.faults[name] = str(error)
+            continue
+        if data is not None:
+            snapshot[name] = data
+    return snapshot
 
 
 def write_files(folder, files):

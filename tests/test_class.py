@@ -93,7 +93,7 @@ def test_roster_writes_a_code_each_keeps_the_secret_and_start_uses_the_code(tmp_
     renamed = tmp_path / "renamed.csv"
     renamed.write_bytes(roster.read_bytes())
     capsys.readouterr()
-    assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--roster",
+    assert main(["grade", "--unsafe", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--roster",
                  str(renamed), "--unsafe"]) == 2
     assert "no course secret" in capsys.readouterr().err
     assert not renamed.with_suffix(".secret").exists() and not (tmp_path / "g.csv").exists()
@@ -211,7 +211,8 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
         "student_id", "name", "total_points", "max_points"] and table[0][-2:] == [
         "flags", "capstone_reasoning"]
     grades = {row[0]: dict(zip(table[0], row)) for row in table[1:]}
-    assert list(grades) == ids and {g["max_points"] for g in grades.values()} == {"200"}
+    assert list(grades) == ids and {g["max_points"] for g in grades.values()} == {
+        str(MAX_POINTS + gradebook.REASONING_POINTS)}
     for g in grades.values():                                      # the total: 1 to 19
         assert float(g["total_points"]) == pytest.approx(sum(
             float(g[f"ex{n:02d}_points"]) for n, e in NUMBERED if not e.optional), abs=0.1)
@@ -241,7 +242,7 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
 
     for sid in ids:                                                 # nothing of another's
         text = (tmp_path / "feedback" / f"{sid}.md").read_text(encoding="utf-8")
-        assert f"({sid})" in text and f"{grades[sid]['total_points']} of 200 points" in text
+        assert f"({sid})" in text and f"{grades[sid]['total_points']} of 210 points" in text
         assert not any(f"Name of {other}" in text for other in ids if other != sid)
     s2_text = (tmp_path / "feedback" / f"{second}.md").read_text(encoding="utf-8")
     assert "Hint: " in s2_text and "| WRONG |" in s2_text and "own_rank_for_exact" in s2_text
@@ -272,7 +273,7 @@ def test_grade_and_handout_print_their_own_help_and_one_student_is_singular(tmp_
         text = capsys.readouterr().out
         assert stop.value.code == 0 and own in text and other not in text, text
     (tmp_path / "subs" / "only").mkdir(parents=True)
-    assert main(["grade", str(tmp_path / "subs"), "--csv", str(tmp_path / "g.csv"),
+    assert main(["grade", "--unsafe", str(tmp_path / "subs"), "--csv", str(tmp_path / "g.csv"),
                  "--unsafe"]) == 0
     assert "\n1 student graded in " in capsys.readouterr().out
 
@@ -304,3 +305,96 @@ def test_the_course_page_states_the_points_rows_and_columns():
     for column in ("student_id", "name", "total_points", "max_points", "ex01_points",
                    "exNN_status", "exNN_file", "exNN_seconds", "flags", "capstone_reasoning"):
         assert f"`{column}`" in page, column
+
+
+def read_csv(path):
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_a_regrade_keeps_the_capstone_scores_counts_them_and_only_regrades_one_row(tmp_path,
+                                                                                  capsys):
+    # No child runs: the folders hold no file that can be run (empty, or a link), so the
+    # round trip costs no process start. Exercise 1's points come from rows a test can set.
+    secret = tmp_path / "class.secret"
+    secret.write_bytes(SECRET)
+    ids = ["s1", "s2", "s3", "s4"]
+    roster = write_roster(tmp_path / "class.csv", ids)
+    subs = tmp_path / "subs"
+    for sid in ids[:3]:
+        (subs / sid).mkdir(parents=True)
+    out = tmp_path / "grades.csv"
+    grade = ["grade", "--unsafe", str(subs), "--csv", str(out), "--roster", str(roster), "--format",
+             "canvas", "--feedback", str(tmp_path / "fb")]
+    assert main(grade) == 0
+    table = read_csv(out)
+    at = table[0].index("capstone_reasoning")
+    # The instructor scores the reasoning in a spreadsheet that saves with a BOM and ";"
+    # (a decimal comma too), one score not a number.
+    for row, score in zip(table[1:], ["8", "7,5", "", "8/10"]):
+        row[at] = score
+    with open(out, "w", encoding="utf-8-sig", newline="") as f:
+        csv.writer(f, delimiter=";").writerows(table)
+    assert main(grade) == 0                                         # a re-grade
+    regraded = {row[0]: dict(zip(table[0], row)) for row in read_csv(out)[1:]}
+    assert [regraded[s]["capstone_reasoning"] for s in ids] == ["8", "7,5", "", "8/10"]
+    assert [regraded[s]["total_points"] for s in ids] == ["8", "7.5", "0", "0"]
+    assert "capstone_reasoning '8/10' is not a number from 0 to 10" in regraded["s4"]["flags"]
+    canvas = {row[2]: row[5] for row in read_csv(tmp_path / "grades-canvas.csv")[1:]}
+    assert canvas == {"s1": "8", "s2": "7.5", "s3": "0", "s4": "0"}
+    assert "8 of 210 points" in (tmp_path / "fb" / "s1.md").read_text(encoding="utf-8")
+
+    # --only: one student's row re-graded into the CSV, every other record byte for byte;
+    # a score entered since in another row reaches the Canvas file.
+    before = out.read_bytes()
+    rows = before.decode("utf-8").split("\r\n")
+    s3 = next(k for k, r in enumerate(rows) if r.startswith("s3,"))
+    rows[s3] = rows[s3][:rows[s3].rindex(",") + 1] + "9"           # s3's reasoning, by hand
+    out.write_bytes("\r\n".join(rows).encode("utf-8"))
+    before = out.read_bytes()
+    (subs / "s2" / name(1)).symlink_to("/etc/passwd")              # s2 hands in a new file
+    (tmp_path / "fb" / "s1.md").unlink()
+    assert main(grade + ["--only", "s2"]) == 0
+    after = out.read_bytes()
+    old_lines, new_lines = before.split(b"\r\n"), after.split(b"\r\n")
+    assert len(old_lines) == len(new_lines)
+    changed = [k for k, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b]
+    assert [new_lines[k][:3] for k in changed] == [b"s2,"]          # that row alone
+    s2 = dict(zip(table[0], next(csv.reader([new_lines[changed[0]].decode("utf-8")]))))
+    assert "ex01 not read: " in s2["flags"] and s2["capstone_reasoning"] == "7,5"
+    assert s2["total_points"] == "7.5"
+    canvas = {row[2]: row[5] for row in read_csv(tmp_path / "grades-canvas.csv")[1:]}
+    assert canvas == {"s1": "8", "s2": "7.5", "s3": "9", "s4": "0"}
+    assert not (tmp_path / "fb" / "s1.md").exists()                 # feedback: s2's alone
+    sheet = (tmp_path / "grades-review.md").read_text(encoding="utf-8")
+    assert all(sheet.count(f"## {sid}: ") == 1 for sid in ids)
+    capsys.readouterr()
+    assert main(grade + ["--only", "nobody"]) == 2
+    assert "--only nobody: no such student" in capsys.readouterr().err
+    assert out.read_bytes() == after
+    assert main(["grade", "--unsafe", str(subs), "--csv", str(tmp_path / "none.csv"), "--roster",
+                 str(roster), "--only", "s1"]) == 2                  # nothing to re-grade into
+    assert main(["grade", "--unsafe", str(subs), "--csv", str(roster), "--roster", str(roster)]) == 2
+    assert read_csv(roster)[0] == ["student_id", "name"]             # a roster never overwritten
+
+
+def test_two_grades_on_one_repository_run_one_after_the_other(tmp_path):
+    # The second waits for the first (its lock): it snapshots the course files the first
+    # put back, and the two put-backs never fight. No child: an empty folder.
+    import subprocess
+    (tmp_path / "subs" / "s1").mkdir(parents=True)
+    with gradebook.grade_lock():
+        second = subprocess.Popen([sys.executable, "-m", "exercises", "grade", "--unsafe",
+                                   str(tmp_path / "subs"), "--csv", str(tmp_path / "g.csv")],
+                                  cwd=checker.ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            lines = iter(second.stderr.readline, "")            # until it says it waits
+            assert any("waiting: another grade runs" in line for line in lines)
+            assert not (tmp_path / "g.csv").exists()
+        except BaseException:
+            second.kill()
+            raise
+    out, _ = second.communicate(timeout=300)
+    assert second.returncode == 0 and "1 student graded" in out
+    assert (tmp_path / "g.csv").is_file()

@@ -434,11 +434,11 @@ def test_bad_usage_exits_2_and_a_missing_file_says_so(tmp_path):
     assert main(["--folder", str(tmp_path / "nowhere")]) == 2
     assert main(["check", "999"]) == 2 and main(["check"]) == 2 and main(["check", "ex01"]) == 2
     assert main(["--time-limit", "-1"]) == 2 and main(["--time-limit", "nan"]) == 2
-    assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv")]) == 2   # no student
-    assert main(["grade", str(tmp_path / "nowhere"), "--csv", str(tmp_path / "g.csv")]) == 2
+    assert main(["grade", "--unsafe", str(tmp_path), "--csv", str(tmp_path / "g.csv")]) == 2   # no student
+    assert main(["grade", "--unsafe", str(tmp_path / "nowhere"), "--csv", str(tmp_path / "g.csv")]) == 2
     (tmp_path / "alice").mkdir()
     for jobs in ("0", "-3"):                      # refused before any grading
-        assert main(["grade", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--jobs", jobs]) == 2
+        assert main(["grade", "--unsafe", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--jobs", jobs]) == 2
     assert not (tmp_path / "g.csv").exists()
     result = checker.run_exercise(1, COURSE[0], tmp_path)
     assert result.status == "missing" and "ex01_key_value_memory.py" in result.note
@@ -983,7 +983,7 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys, monkeypatch):
     (subs / "carol" / name(3).replace(".py", ".ipynb")).write_text('{"cells": null}',
                                                                    encoding="utf-8")
     capsys.readouterr()
-    assert main(["grade", str(subs), "--csv", str(tmp_path / "g.csv"), "--time-limit", "1",
+    assert main(["grade", "--unsafe", str(subs), "--csv", str(tmp_path / "g.csv"), "--time-limit", "1",
                  "--unsafe"]) == 0                 # the live repository: see test_isolation
     table = capsys.readouterr().out
     assert "4 students graded" in table, table
