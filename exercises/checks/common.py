@@ -110,6 +110,7 @@ COST_SHAPES = dict(x="N D", Q="M D", K="M D", V="M D_OUT", c="M", e="M", f="D_OU
 GROWTH_LIMIT = 6.0            # solutions grow x0.8-1.6 under load, colour-differences x13+
 CEILING = 3000                # forwards at the first width: past it the call is stopped
 CALLS = 5                     # problems a width: the fastest call counts (a busy machine)
+BATCH = 0.5                   # seconds: the longest batch of forwards timed beside a call
 
 
 def held(value):
@@ -154,18 +155,31 @@ def fastest(fn, times=7):
     return best
 
 
-def timed_in_forwards(c, timed, unit, problems, dys, limit, enough=lambda forwards: False):
-    """The student's backward, timed(dy, handles), in forwards of unit(**problem) (timed here,
-    the fastest): one call per problem, each problem's inputs kept in the child before its
-    call (while the clock runs only their handles and dy, small and new to the child, cross),
-    until enough(the fastest so far). Returns (the fastest, what its last call kept, that
-    call's index), or (its cost so far, None, index) when a call passed `limit` forwards: the
-    child is ended there."""
-    forward = fastest(lambda: unit(**problems[0]))
-    best, session, before = np.inf, c.session, c.session.seconds
+def per_forward(unit, problem, seconds, single):
+    """The time of one forward unit(**problem), from a batch of them lasting about `seconds`
+    (at most BATCH; single: one forward's time). A busy machine slows a long call more than a
+    short one (a short one may run between two pauses): timed alike, a backward and the
+    forwards beside it are slowed alike."""
+    count = max(1, int(min(seconds, BATCH) / single))
+    began = time.perf_counter()
+    for _ in range(count):
+        unit(**problem)
+    return (time.perf_counter() - began) / count
+
+
+def timed_in_forwards(c, timed, unit, problems, dys, limit, expected, enough=lambda f: False):
+    """The student's backward, timed(dy, handles), in forwards of unit(**problem) timed here:
+    one call per problem, each problem's inputs kept in the child before its call (while the
+    clock runs only their handles and dy, small and new to the child, cross), each call
+    followed by forwards lasting as long, until enough(the cost so far). The cost: the
+    fastest call over the fastest of those forwards. Returns (the cost, what the last call
+    kept, its index), or (its cost so far, None, index) when a call passed `limit` forwards
+    (the child is ended there; `expected`: about what an honest call costs, in forwards)."""
+    single = fastest(lambda: unit(**problems[0]))
+    forward = per_forward(unit, problems[0], expected * single, single)   # the load of now
+    calls, forwards, session, before = [], [], c.session, c.session.seconds
     for index, (problem, dy) in enumerate(zip(problems, dys)):
         handles = {name: c.run(held, value, keep=True) for name, value in problem.items()}
-        forward = min(forward, fastest(lambda: unit(**problem), 2))
         session.seconds = min(limit * forward, before) if before > 0 else limit * forward
         began = time.perf_counter()
         try:
@@ -174,10 +188,12 @@ def timed_in_forwards(c, timed, unit, problems, dys, limit, enough=lambda forwar
             return (time.perf_counter() - began) / forward, None, index
         finally:
             session.seconds = before            # the session's own time limit, back
-        best = min(best, (time.perf_counter() - began) / forward)
-        if enough(best):
+        calls.append(time.perf_counter() - began)
+        forward = per_forward(unit, problem, calls[-1], single)
+        forwards.append(forward)
+        if enough(min(calls) / min(forwards)):
             break
-    return best, kept, index
+    return min(calls) / min(forwards), kept, index
 
 
 def forwards_text(forwards, stopped=False):
@@ -198,16 +214,17 @@ def cost_row(c, topic, inputs, unit, timed, loss=None, forward_rows=()):
 
     def cost():                                # inside the row: the unit may ask the student
         dys = {w: [rng.standard_normal(np.shape(unit(**p))) for p in big[w]] for w in big}
-        first, kept, last = timed_in_forwards(c, timed, unit, big[small], dys[small], CEILING)
+        first, kept, last = timed_in_forwards(c, timed, unit, big[small], dys[small], CEILING,
+                                              10)
         if kept is None:
             return first, None, None
         error = directional_error(loss or unit, big[small][last], dys[small][last],
                                   c.fetch(kept), rng)
-        # At 16 d: stopped past twice the limit; called again only while over the limit and
-        # within twice it (a busy machine's pause?), at most once per problem.
+        # At 16 d: a call is stopped past twice the limit; called again (a new problem) only
+        # while over the limit (a busy machine's pause?), at most once per problem.
         limit = GROWTH_LIMIT * first
         second, kept, last = timed_in_forwards(c, timed, unit, big[large], dys[large],
-                                               2 * limit, lambda f: not limit < f < 2 * limit)
+                                               2 * limit, first, lambda f: f <= limit)
         if kept is not None:                   # its gradients too: not zeros, not a guess
             error = max(error, directional_error(loss or unit, big[large][last],
                                                  dys[large][last], c.fetch(kept), rng))
