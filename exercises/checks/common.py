@@ -111,6 +111,7 @@ GROWTH_LIMIT = 6.0            # measured at load 4-10: solutions x0.1-2.4, diffe
 CEILING = 3000                # forwards at the first width: past it the call is stopped
 CALLS = 7                     # problems a width: the fastest call counts (a busy machine)
 BATCH = 0.5                   # seconds: the longest batch of forwards timed beside a call
+SPEND = 1.0                   # seconds of calls a width, past which 3 calls are enough
 
 
 def held(value):
@@ -171,7 +172,8 @@ def timed_in_forwards(c, timed, unit, problems, dys, limit, expected, enough=lam
     """The student's backward, timed(dy, handles), in forwards of unit(**problem) timed here:
     one call per problem, each problem's inputs kept in the child before its call (while the
     clock runs only their handles and dy, small and new to the child, cross), each call
-    followed by forwards lasting as long, until enough(the cost so far). The cost: the
+    followed by forwards lasting as long, until enough(the cost so far) (or 3 calls took
+    SPEND seconds: a backward that differences). The cost: the
     fastest call over the fastest of those forwards. Returns (the cost, what the last call
     kept, its index), or (its cost so far, None, index) when a call passed `limit` forwards
     (the child is ended there; `expected`: about what an honest call costs, in forwards)."""
@@ -191,7 +193,7 @@ def timed_in_forwards(c, timed, unit, problems, dys, limit, expected, enough=lam
         calls.append(time.perf_counter() - began)
         forward = per_forward(unit, problem, calls[-1], single)
         forwards.append(forward)
-        if enough(min(calls) / min(forwards)):
+        if enough(min(calls) / min(forwards)) or (len(calls) >= 3 and sum(calls) > SPEND):
             break
     return min(calls) / min(forwards), kept, index
 
@@ -245,8 +247,10 @@ def cost_row(c, topic, inputs, unit, timed, loss=None, forward_rows=(), growth=G
             return ("WRONG", text, None, None,
                     f"your backward cost {forwards_text(first)} forwards at d = {small} and "
                     f"{forwards_text(second, stopped)} at d = {large} "
-                    f"({'over ' if stopped else ''}×{grew:.0f}): it grows with the width, as "
-                    f"differences do; reverse mode's cost does not")
+                    + (f"({'over ' if stopped else ''}×{grew:.0f})" if grew > growth
+                       else "(stopped at the time limit)")
+                    + ": it grows with the width, as differences do; reverse mode's cost does "
+                    "not")
         if not error <= 1e-4:               # a difference's own error: about 1e-6 here
             wrong = [r.verdict for r in c.rows if r.topic == topic and " vs " in r.check]
             return ("WRONG", text, None, error, f"at N = {COST_SIZES['N']}, m = "
