@@ -100,14 +100,15 @@ def dict_of(keys, predicate):
 # complex steps, forward mode) needs at least one forward per column of x, so its cost in
 # forwards grows in proportion to d. The row times the student's backward in forwards (of the
 # unit, timed here) at two widths and requires the cost not to grow by more than GROWTH_LIMIT.
-# N and m are small and d large, so that the forward's matrix products, not its activations nor
-# Python, take its time: then a backward that does its products by broadcasting or einsum grows
-# little (measured: docs/course.md, "A backward pass is judged by how its cost grows").
+# N and m are small and d large, so that the forward's matrix products, not its activations,
+# take its time: then a backward that does its products with einsum grows about x2, and one
+# that broadcasts (N, m, d) arrays about x5 (measured in one process, no load); see
+# docs/course.md, "A backward pass is judged by how its cost grows".
 
 COST_WIDTHS = (64, 1024)      # d, then 16 d: differences cost 16 times as many forwards
 COST_SIZES = {"N": 64, "M": 64, "D_OUT": 4}
 COST_SHAPES = dict(x="N D", Q="M D", K="M D", V="M D_OUT", c="M", e="M", f="D_OUT", beta="M")
-GROWTH_LIMIT = 6.0            # measured at load 4-10: solutions x0.1-2.4, differences x13-17
+GROWTH_LIMIT = 6.0            # at load 4-10: solutions x0.1-2.4, differences x13-17 (ex 10: 12)
 CEILING = 3000                # forwards at the first width: past it the call is stopped
 CALLS = 7                     # problems a width: the fastest call counts (a busy machine)
 BATCH = 0.5                   # seconds: the longest batch of forwards timed beside a call
@@ -172,9 +173,9 @@ def timed_in_forwards(c, timed, unit, problems, dys, limit, expected, enough=lam
     """The student's backward, timed(dy, handles), in forwards of unit(**problem) timed here:
     one call per problem, each problem's inputs kept in the child before its call (while the
     clock runs only their handles and dy, small and new to the child, cross), each call
-    followed by forwards lasting as long, until enough(the cost so far) (or 3 calls took
-    SPEND seconds: a backward that differences). The cost: the
-    fastest call over the fastest of those forwards. Returns (the cost, what the last call
+    followed by forwards lasting as long, until enough(the cost so far) or 3 calls took
+    SPEND seconds (a backward that differences). The cost: the fastest call over the fastest
+    of those forwards. Returns (the cost, what the last call
     kept, its index), or (its cost so far, None, index) when a call passed `limit` forwards
     (the child is ended there; `expected`: about what an honest call costs, in forwards)."""
     single = fastest(lambda: unit(**problems[0]))
