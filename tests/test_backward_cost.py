@@ -8,8 +8,8 @@ The hostile backwards are written here, appended to a copy of the solution in a 
 folder (the solution's own backward redefined); nothing reads the files a student edits, and
 without exercises/solutions/ (a handout) the tests that need it skip. The verdicts do not
 depend on the machine's load: the cost row's limit (common.GROWTH_LIMIT) sits between the
-solutions' growth and the differences' with a wide margin on each side, measured at load 4 to 6
-on 2 cores (docs/course.md, "A backward pass is judged by how its cost grows")."""
+solutions' growth and the differences' with a margin of about 2 on each side, measured at
+load 4 to 10 on 2 cores (docs/course.md, "A backward pass is judged by how its cost grows")."""
 import re
 from pathlib import Path
 
