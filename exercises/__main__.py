@@ -7,7 +7,12 @@ import secrets
 import sys
 from pathlib import Path
 
-from exercises import checker, gradebook, release, sandbox
+if __name__ == "__main__":       # one BLAS thread, set before NumPy loads, as in the child:
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "VECLIB_MAXIMUM_THREADS"):        # the cost rows time the forward here and
+        os.environ[_name] = "1"                     # the backward there alike
+
+from exercises import checker, gradebook, release, sandbox  # noqa: E402
 from exercises.course import COURSE
 
 PYTHON_CALL = False          # True while exercises.check() runs: it suggests that call

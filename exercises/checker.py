@@ -32,6 +32,9 @@ SOLUTIONS_FOLDER = PACKAGE / "solutions"
 SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
 CHILD_MARK = "EXERCISES_CHECKER_CHILD"             # set in the environment of every child
 TIME_LIMIT = 10.0                                  # seconds per call of the student's code
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "VECLIB_MAXIMUM_THREADS")       # 1 in the child: threads that spin on a busy
+                                                # machine made a backward's time 5-10x noisier
 GRACE = 1.0                                        # past the limit, for the child's trace
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
 WHEN_GRADED = "when graded"                        # a reading answer's row in a handout
@@ -361,7 +364,8 @@ class Session:
         env = {k: v for k, v in os.environ.items()          # not where the checker runs
                if not k.startswith("PYTHON") and k not in ("PWD", "OLDPWD")}
         env.update(PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(work),
-                   TEMP=str(work), TMP=str(work), **{CHILD_MARK: "1"})
+                   TEMP=str(work), TMP=str(work), **{CHILD_MARK: "1"},
+                   **dict.fromkeys(BLAS_THREADS, "1"))
         code = (f"import sys; sys.path[0:1] = [{str(self.scratch / 'course')!r}, "
                 f"{str(self.scratch / 'submission')!r}]; "
                 f"from exercises.child import main; main(sys.argv[1:])")

@@ -95,13 +95,41 @@ def dict_of(keys, predicate):
 
 
 # ----- What a backward pass costs: the row of every backward exercise ----------------------
-# Reverse mode gives every gradient for about twice the forward's work (derivations.md 3.9),
-# finite differences two forwards per entry. The student's backward is timed on numbers it has
-# not seen, by this process's clock (the pipe included), in forwards of the unit timed here.
+# Reverse mode gives every gradient for a few forwards whatever the width d (derivations.md
+# 3.9); every way of differencing the forward (entry by entry, a column for all tokens at once,
+# complex steps, forward mode) needs at least one forward per column of x, so its cost in
+# forwards grows in proportion to d. The row times the student's backward in forwards (of the
+# unit, timed here) at two widths and requires the cost not to grow by more than GROWTH_LIMIT.
+# N and m are small and d large, so that the forward's matrix products, not its activations,
+# take its time: then a backward that does its products with einsum grows about x2, and one
+# that broadcasts (N, m, d) arrays about x5 (measured in one process, no load); see
+# docs/course.md, "A backward pass is judged by how its cost grows".
 
-COST_SIZES = {"N": 256, "D": 16, "M": 64, "D_OUT": 4}      # a forward of a few ms
+COST_WIDTHS = (64, 1024)      # d, then 16 d: differences cost 16 times as many forwards
+COST_SIZES = {"N": 64, "M": 64, "D_OUT": 4}
 COST_SHAPES = dict(x="N D", Q="M D", K="M D", V="M D_OUT", c="M", e="M", f="D_OUT", beta="M")
-COST_LIMIT = 300        # forwards; a loaded machine has slowed an honest backward to 100
+GROWTH_LIMIT = 6.0            # at load 4-10: solutions x0.1-2.4, differences x13-17 (ex 10: 12)
+CEILING = 3000                # forwards at the first width: past it the call is stopped
+CALLS = 7                     # problems a width: the fastest call counts (a busy machine)
+BATCH = 0.5                   # seconds: the longest batch of forwards timed beside a call
+SPEND = 1.0                   # seconds of calls a width, past which 3 calls are enough
+
+
+def held(value):
+    """In the child: `value` itself, which the child keeps (request keep=True): the inputs of
+    a timed call are sent before it, and only their handles cross while the clock runs."""
+    return value
+
+
+def cost_problem(c, inputs, rng, width):
+    """CALLS random problems {name: array} at `width` of the shapes of `inputs` (Q, K of
+    shape (m, d, r) keep their r): x, V normal, Q, K normal / sqrt(d), beta in [0.5, 2]."""
+    sizes = COST_SIZES | {"D": width}
+    shapes = {name: tuple(sizes[a] for a in COST_SHAPES[name].split()) + np.shape(small)[2:]
+              for name, small in inputs.items()}
+    return [{name: rng.uniform(0.5, 2.0, shape) if name == "beta" else
+             rng.standard_normal(shape) / (np.sqrt(width) if name in "QK" else 1.0)
+             for name, shape in shapes.items()} for _ in range(CALLS)]
 
 
 def directional_error(forward, big, dy, grads, rng, step=1e-5):
@@ -119,55 +147,132 @@ def directional_error(forward, big, dy, grads, rng, step=1e-5):
     return worst
 
 
-def cost_row(c, topic, inputs, unit, timed, loss=None):
+def fastest(fn, times=7):
+    """The fastest of `times` calls of fn(), in seconds."""
+    best = np.inf
+    for _ in range(times):
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def per_forward(unit, problem, seconds, single):
+    """The time of one forward unit(**problem), from a batch of them lasting about `seconds`
+    (at most BATCH; single: one forward's time). A busy machine slows a long call more than a
+    short one (a short one may run between two pauses): timed alike, a backward and the
+    forwards beside it are slowed alike."""
+    count = max(1, int(min(seconds, BATCH) / single))
+    began = time.perf_counter()
+    for _ in range(count):
+        unit(**problem)
+    return (time.perf_counter() - began) / count
+
+
+def timed_in_forwards(c, timed, unit, problems, dys, limit, expected, enough=lambda f: False):
+    """The student's backward, timed(dy, handles), in forwards of unit(**problem) timed here:
+    one call per problem, each problem's inputs kept in the child before its call (while the
+    clock runs only their handles and dy, small and new to the child, cross), each call
+    followed by forwards lasting as long, until enough(the cost so far) or 3 calls took
+    SPEND seconds (a backward that differences). The cost: the fastest call over the fastest
+    of those forwards. Returns (the cost, what the last call
+    kept, its index), or (its cost so far, None, index) when a call passed `limit` forwards
+    (the child is ended there; `expected`: about what an honest call costs, in forwards)."""
+    single = fastest(lambda: unit(**problems[0]))
+    forward = per_forward(unit, problems[0], expected * single, single)   # the load of now
+    calls, forwards, session, before = [], [], c.session, c.session.seconds
+    for index, (problem, dy) in enumerate(zip(problems, dys)):
+        handles = {name: c.run(held, value, keep=True) for name, value in problem.items()}
+        session.seconds = min(limit * forward, before) if before > 0 else limit * forward
+        began = time.perf_counter()
+        try:
+            kept = timed(dy, handles)
+        except TimedOut:                        # ended: what it cost until then, at least
+            return (time.perf_counter() - began) / forward, None, index
+        finally:
+            session.seconds = before            # the session's own time limit, back
+        calls.append(time.perf_counter() - began)
+        forward = per_forward(unit, problem, calls[-1], single)
+        forwards.append(forward)
+        if enough(min(calls) / min(forwards)) or (len(calls) >= 3 and sum(calls) > SPEND):
+            break
+    return min(calls) / min(forwards), kept, index
+
+
+def forwards_text(forwards, stopped=False):
+    return f"{'more than ' if stopped else ''}{forwards:,.{1 if forwards < 10 else 0}f}"
+
+
+def cost_row(c, topic, inputs, unit, timed, loss=None, forward_rows=(), growth=GROWTH_LIMIT):
     """Row: the student's backward, timed(dy, big) (a request with keep=True), costs at most
-    COST_LIMIT forwards (unit(**big), timed here) at the cost size, and its gradients there
-    pass directional_error (1e-4) against loss(**big) (default: unit)."""
-    shapes = {name: tuple(COST_SIZES[a] for a in COST_SHAPES[name].split()) + np.shape(small)[2:]
-              for name, small in inputs.items()}                  # Q, K (m, d, r): r kept
+    CEILING forwards (unit(**big), timed here) at the first of COST_WIDTHS, its cost grows by
+    at most `growth` from there to the second, and its gradients at the first width pass
+    directional_error (1e-4) against loss(**big) (default: unit). When its cost fails, the
+    backward's earlier rows of `topic` (its gradients; but forward_rows, checks of a forward)
+    that were ok turn WRONG: values from differences are not a derivation."""
     rng = c.rng(9)
-    draws = [{name: rng.uniform(0.5, 2.0, shape) if name == "beta" else
-              rng.standard_normal(shape) / (np.sqrt(COST_SIZES["D"]) if name in "QK" else 1.0)
-              for name, shape in shapes.items()} for _ in range(3)]   # the fastest counts
-    entries = sum(a.size for a in draws[0].values())
+    small, large = COST_WIDTHS
+    big = {width: cost_problem(c, inputs, rng, width) for width in COST_WIDTHS}
+    entries = sum(a.size for a in big[small][0].values())
 
     def cost():                                # inside the row: the unit may ask the student
-        dys = [rng.standard_normal(unit(**big).shape) for big in draws]
-        forward_time = np.inf
-        for _ in range(5):                     # the fastest of five forwards
-            began = time.perf_counter()
-            unit(**draws[0])
-            forward_time = min(forward_time, time.perf_counter() - began)
-        times = []
-        for big, dy in zip(draws, dys):
-            began = time.perf_counter()
-            try:
-                kept = timed(dy, big)
-            except TimedOut:                   # far past the limit: what it cost so far
-                return (time.perf_counter() - began) / forward_time, None
-            times.append(time.perf_counter() - began)
-        error = directional_error(loss or unit, draws[-1], dys[-1], c.fetch(kept), rng)
-        return min(times) / forward_time, error
+        dys = {w: [rng.standard_normal(np.shape(unit(**p))) for p in big[w]] for w in big}
+        first, kept, last = timed_in_forwards(c, timed, unit, big[small], dys[small], CEILING,
+                                              10)
+        if kept is None:
+            return first, None, None
+        error = directional_error(loss or unit, big[small][last], dys[small][last],
+                                  c.fetch(kept), rng)
+        # At 16 d: a call is stopped past 1.5 times the limit; called again (a new problem)
+        # only while over the limit (a busy machine's pause?), at most once per problem.
+        limit = growth * first
+        second, kept, last = timed_in_forwards(c, timed, unit, big[large], dys[large],
+                                               1.5 * limit, first, lambda f: f <= limit)
+        if kept is not None:                   # its gradients too: not zeros, not a guess
+            error = max(error, directional_error(loss or unit, big[large][last],
+                                                 dys[large][last], c.fetch(kept), rng))
+        return first, (second, kept is None), error
 
     def compare(got):
-        spent, error = got
-        more = "more than " if error is None else ""     # None: stopped at the time limit
-        text = f"{'> ' if more else ''}{spent:,.{1 if spent < 10 else 0}f} forwards"
-        if spent > COST_LIMIT or error is None:
+        first, second, error = got
+        if second is None:                     # stopped at the first width
+            return ("WRONG", f"> {first:,.0f} forwards", None, None,
+                    f"your backward cost more than {first:,.0f} forwards at d = {small}: "
+                    f"reverse mode costs a few whatever the width (differences of every entry: "
+                    f"{2 * entries:,}); derive each gradient, do not difference the forward")
+        second, stopped = second
+        grew = second / first
+        text = (f"{forwards_text(first)} → {'> ' if stopped else ''}{forwards_text(second)} "
+                f"forwards")
+        if stopped or grew > growth:
             return ("WRONG", text, None, None,
-                    f"your backward cost {more}{spent:,.0f} forwards; reverse mode costs about "
-                    f"2 (finite differences: {2 * entries:,}): derive each gradient, do not "
-                    f"difference the forward")
+                    f"your backward cost {forwards_text(first)} forwards at d = {small} and "
+                    f"{forwards_text(second, stopped)} at d = {large} "
+                    + (f"({'over ' if stopped else ''}×{grew:.0f})" if grew > growth
+                       else "(stopped at the time limit)")
+                    + ": it grows with the width, as differences do; reverse mode's cost does "
+                    "not")
         if not error <= 1e-4:               # a difference's own error: about 1e-6 here
-            small = [r.verdict for r in c.rows if r.topic == topic and " vs " in r.check]
+            wrong = [r.verdict for r in c.rows if r.topic == topic and " vs " in r.check]
             return ("WRONG", text, None, error, f"at N = {COST_SIZES['N']}, m = "
-                    f"{COST_SIZES['M']} your gradients disagree with differences of the "
-                    f"forward (rel error {error:.1e})" + (": right only at the small size?" if
-                    small and set(small) == {"ok"} else ", as in the rows above"))
+                    f"{COST_SIZES['M']} (d = {small} and {large}) your gradients disagree with "
+                    f"differences of the forward (rel error {error:.1e})"
+                    + (": right only at the small size?" if wrong and set(wrong) == {"ok"}
+                       else ", as in the rows above"))
         return "ok", text, None, error, ""
-    c.row(f"{topic}: cost in forwards", topic, f"<= {COST_LIMIT} forwards", cost, compare)
-    if c.rows[-1].verdict == "WRONG" and c.rows[-1].message.startswith("your backward cost"):
-        c.rows[-1].point, c.rows[-1].slip = (
-            "read derivations.md §3.9: reverse mode gets every gradient for about twice the "
-            "forward's work; finite differences need two forwards per entry",
+    before = len(c.rows)
+    c.row(f"{topic}: cost in forwards", topic, f"<= ×{growth:g} from d = {small} to "
+          f"{large}", cost, compare)
+    row = c.rows[-1]
+    if row.verdict == "WRONG" and row.message.startswith("your backward cost"):
+        row.point, row.slip = (
+            "read derivations.md §3.9: reverse mode gets every gradient for a few forwards "
+            "whatever the width; differences need forwards in proportion to it",
             "your backward differences the forward (or loops over entries): derive it")
+        for earlier in c.rows[:before]:
+            if earlier.topic == topic and earlier.check not in forward_rows and \
+                    earlier.verdict == "ok":
+                earlier.verdict, earlier.point, earlier.slip = "WRONG", "", ""
+                earlier.message = ("not counted: your backward costs what differencing the "
+                                   "forward costs (its cost row): values from differences are "
+                                   "not a derivation")

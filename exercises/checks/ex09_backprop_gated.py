@@ -9,7 +9,8 @@ import functools
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import D, M, D_OUT, N, cost_row, fd_truth, pick, sigma, unchanged
+from exercises.checks.common import (D, M, D_OUT, N, GROWTH_LIMIT, cost_row, fd_truth, pick,
+                                     sigma, unchanged)
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)
@@ -98,10 +99,10 @@ def gradient_rows(c, fn, args, truth, slips=()):
                 mistakes=mistakes)
 
 
-def backward_rows(c, fn, v, forward, inputs, dy, z0s):
+def backward_rows(c, fn, v, forward, inputs, dy, z0s, growth=GROWTH_LIMIT):
     """gradient_rows of the student's fn(dy, *inputs, v) against fd_truth of forward(acts,
     **inputs), acts {key: σ v[key]} for the keys of z0s, the slip σ for σ′ of each (slipped at
-    z0s[key]) recognised; then the cost row. Returns the truth."""
+    z0s[key]) recognised; then the cost row (its limit `growth`). Returns the truth."""
     def slipped(act, z0):
         """The slip σ for σ′ as a forward: near z0, the line through σ(z0) of slope σ(z0); its
         finite differences are the gradients of a backward that took σ for σ′."""
@@ -121,7 +122,7 @@ def backward_rows(c, fn, v, forward, inputs, dy, z0s):
     truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
     gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
     cost_row(c, fn, inputs, lambda **kw: forward(acts, **kw),
-             lambda dy, big: c.call(fn, dy, *big.values(), v, keep=True))
+             lambda dy, big: c.call(fn, dy, *big.values(), v, keep=True), growth=growth)
     return truth
 
 

@@ -151,7 +151,7 @@ def check(c):
         cost_row(c, "backward", dict.fromkeys("xQKV"),
                  lambda x, Q, K, V: bn.gated_mlp_forward(x, Q, K, V, reference)[0],
                  lambda dy, big: c.run(capstone_step, student, c.student("backward"),
-                                       *big.values(), act(), dy, keep=True),
+                                       *big.values(), reference, dy, keep=True),
                  lambda x, Q, K, V: student(x, Q, K, V, act())[0])
         c.holds("300 Adam steps: your variant", "training", "loss ratio < 0.5",
                 lambda: short_training(student, c.student("backward"), act()),
