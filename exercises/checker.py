@@ -105,8 +105,9 @@ def status_of(rows):
 # ----- Values shown and compared -------------------------------------------------------------
 
 
-def describe(value, width=18):
-    """Short text for a value: a number, an array's shape, or a cut repr."""
+def describe(value, width=60):
+    """Short text for a value: a number, an array's shape, or a repr cut at `width` (the table
+    shows a text longer than its column in full under the row)."""
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, np.integer)):

@@ -63,11 +63,12 @@ HINTS = {
     'RANK_OF_OUTER': [
         'What is the rank of an outer product of two non-zero vectors?',
         'Every column of qᵀ k is a multiple of qᵀ.',
-        'An int: 1.',
+        ('Count how many independent columns qᵀ k has (every one a multiple of one vector): '
+         'that count is the rank, an int.'),
     ],
     'A_OVER_QK': [
         'Count the parameters of A (m·d·d) and of Q and K together.',
         '(m d d) / (2 m d).',
-        'd / 2.',
+        'Cancel the factors the two counts share, then put in the d of the question.',
     ],
 }
