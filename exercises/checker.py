@@ -105,6 +105,21 @@ def status_of(rows):
 # ----- Values shown and compared -------------------------------------------------------------
 
 
+def scalar(value):
+    """A number as Python has it: a 0-d array and a NumPy scalar (np.int64, np.float32,
+    np.bool_) become the int, float or bool they hold; anything else is returned as it is.
+    Where a number is asked, 4, np.int64(4) and np.array(4) are one answer."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value[()]
+    return value.item() if isinstance(value, np.generic) and value.dtype.kind in "biuf" else value
+
+
+def type_name(value):
+    """What a value is, in a row's words: "an int", "a float", "a bool", "a str", ..."""
+    name = type(scalar(value)).__name__
+    return ("an " if name[0] in "aeiou" else "a ") + name
+
+
 def describe(value, width=60):
     """Short text for a value: a number, an array's shape, or a repr cut at `width` (the table
     shows a text longer than its column in full under the row)."""
@@ -192,7 +207,9 @@ def compare_close(expected, got, tol):
 
 def same_value(expected, got):
     """Equality with types: True is not 1, "1" is not 1, containers compared alike; an int
-    is accepted for a float, a list or tuple (without repeats) for a set."""
+    is accepted for a float, a list or tuple (without repeats) for a set; a number is judged
+    by its kind, whether Python's, a NumPy scalar or a 0-d array (scalar)."""
+    expected, got = scalar(expected), scalar(got)
     boolean, numbers = (bool, np.bool_), (int, float, np.integer, np.floating)
     if isinstance(expected, boolean) or isinstance(got, boolean):
         return isinstance(expected, boolean) and isinstance(got, boolean) and got == expected
@@ -223,9 +240,11 @@ def compare_equal(expected, got, hidden=False):
             return "ok", describe(got), None, None, ""
     except Exception:                                     # noqa: BLE001 -- e.g. unhashable
         pass
-    why = ""
-    if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
-        why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
+    why, same_text = "", describe(expected, 60) == describe(got, 60)
+    if isinstance(scalar(got), bool) and not isinstance(scalar(expected), bool):
+        why = f": a bool where {type_name(expected)} is due"
+    elif same_text or type_name(got) == "a str" != type_name(expected):
+        why = f": {type_name(got)} where {type_name(expected)} is due"    # "4" is not 4
     shown = f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}"
     message = ("not the answer" + why if hidden else "got None: is a `return` missing?"
                if got is None else shown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import D, M, D_OUT, draw, is_int
+from exercises.checks.common import D, M, D_OUT, draw, is_int, is_number
 
 TITLE = 'From full to rank-1: the outer product'
 WRITES = ("rank1_bilinear_forward", "rank_r_bilinear_forward")
@@ -15,10 +15,6 @@ ROWS = 6
 def all_acts(fn):
     """Stack fn(act) over every activation: one array to compare for all of them."""
     return np.stack([fn(act) for act in bn.ACTIVATIONS])
-
-
-def is_number(value):
-    return is_int(value) or isinstance(value, (float, np.floating))
 
 
 def check(c):
