@@ -718,17 +718,28 @@ def worker_start(subreaper, snapshot):
 
 # ----- What the rows tell the student: three hint levels --------------------------------------
 
+GRADIENT_ROW = re.compile(r"d(\w+) (?:vs|by) |bn\.gradcheck: d(\w+)$")   # "dQ vs ...", "dQ by ..."
+
+
+def gradient_name(row):
+    """"dQ" for a gradient row ("dQ vs finite differences", "dQ by autograd vs ...",
+    "bn.gradcheck: dQ"), else None."""
+    found = GRADIENT_ROW.match(row.check)
+    return "d" + (found.group(1) or found.group(2)) if found else None
+
 
 def gradient_diagnosis(rows):
-    """Where to look in a backward pass, from which gradients fail together (rows named
-    "dNAME vs ..."): [(point, "")], or [] when none is wrong or one did not run."""
+    """Where to look in a backward pass, from which gradients fail together (gradient_name's
+    rows): [(point, "")], or [] when none is wrong or one did not run. A parameter's gradient
+    wrong while dx is right: the gradient arriving at its step is right (dx takes it back
+    too), so the slip is in that step itself, not nearer y."""
     wrong, right = {}, {}
     for row in rows:
-        found = re.match(r"d(\w+) vs ", row.check)
-        if found and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+        name = gradient_name(row)
+        if name and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
             return []
-        if found:
-            (wrong if row.verdict == "WRONG" else right)["d" + found.group(1)] = True
+        if name:
+            (wrong if row.verdict == "WRONG" else right)[name] = True
     wrong, right = list(wrong), [name for name in right if name not in wrong]
     if not wrong:
         return []
@@ -739,11 +750,45 @@ def gradient_diagnosis(rows):
         point = "only dx is wrong: look at every path from x to the output"
     elif len(wrong) == 1:
         point = (f"only {wrong[0]} is wrong: look at the step of your forward where "
-                 f"{wrong[0][1:]} enters (the rest of the backward pass is right)")
+                 f"{wrong[0][1:]} enters (the rest of the backward pass is right"
+                 + (", dx too, which takes back the same gradient: the slip is in that step "
+                    "itself, not nearer y)" if "dx" in right else ")"))
+    elif len(wrong) == 2 and "dx" in wrong:
+        other = next(name for name in wrong if name != "dx")
+        point = (f"{other} and dx are wrong, {', '.join(right)} right: the gradient arriving "
+                 f"at the step where {other[1:]} enters is wrong (dx takes it back too): look "
+                 f"at the steps after that one, on its way to y, that {', '.join(right)} do "
+                 f"not go through")
     else:
         point = (f"{', '.join(wrong)} are wrong and {', '.join(right)} right: look at the "
                  f"steps that lead to the first and not to the second")
     return [(point, "")]
+
+
+PRODUCT_ERROR = re.compile(r"matmul: .*\(size (\d+) is different from (\d+)\)|shapes \((\d+), ?"
+                           r"(\d+)\) and \((\d+), ?(\d+)\) not aligned|could not be broadcast "
+                           r"together with (?:remapped )?shapes")
+LINE = re.compile(r"\((\S+\.(?:py|ipynb)), line (\d+)\)$")
+
+
+def raised_diagnosis(row):
+    """(point, slip, rule) for a row whose code raised in a product of two arrays whose sizes
+    do not meet (NumPy's matmul, dot and broadcasting errors), a transposed factor most often;
+    else None."""
+    if row.verdict != "ERROR" or not PRODUCT_ERROR.search(row.message):
+        return None
+    where = LINE.search(row.message)
+    at = f"line {where.group(2)} of {where.group(1)}" if where else "the line the row names"
+    sizes = [s for s in PRODUCT_ERROR.search(row.message).groups() if s]
+    kind = "an elementwise product" if "broadcast" in row.message else "a matrix product"
+    meet = f" ({' and '.join(sizes[:2])})" if len(sizes) == 2 else ""
+    return (f"look at {at}: {kind} there gets two arrays whose sizes do not meet{meet}",
+            f"{kind} of two arrays whose sizes do not meet, a factor transposed (or the wrong "
+            f"tensor) most often: write each array's shape beside that line and compare them "
+            f"with the shapes the step needs",
+            f"at {at}, apply the rule of that step from the four rules: each gradient has the "
+            f"shape of its own tensor, and in a product of matrices the last size of the first "
+            f"factor meets the first size of the second")
 
 
 def joined(texts):
@@ -753,27 +798,35 @@ def joined(texts):
 
 
 def advice(result):
-    """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok). 1, where to look:
-    the points of the slips recognised in the rows, else which gradients fail together, or the
-    exercise's diagnose, else the failing topic's HINTS; 2: those slips named, else the
-    topic's idea; 3: the rule ("formulas") of the step a slip's point names, else of the first
-    failing gradient (a parameter's before dx's), else the topic's rule."""
+    """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok), about the topic of
+    the first failing row (a forward that fails before its backward's rows: the forward, at
+    every level). 1, where to look: the points of the slips recognised in that topic's rows
+    (a value a slip gives, or what raised), else which gradients fail together, or the
+    exercise's diagnose, else the topic's HINTS; 2: those slips named, else the topic's idea;
+    3: the rule of the step a slip names, else ("formulas") of the first failing gradient (a
+    parameter's before dx's), else the topic's rule."""
     row = result.first_failure
     if row is None:
         return []
     table = result.exercise.hints
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
-    found = [(r.point, r.slip) for r in result.rows if r.point]
+    mine = [r for r in result.rows if r.topic == row.topic]         # the first failing topic's
+    found, rule = [(r.point, r.slip) for r in mine if r.point], None
     if not found and result.status == "failing":
-        found = gradient_diagnosis(result.rows) or list(
-            result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
+        raised = raised_diagnosis(row)
+        found, rule = ([raised[:2]], raised[2]) if raised else (gradient_diagnosis(mine) or list(
+            result.exercise.diagnose(result.rows) if result.exercise.diagnose else []), None)
     points, slips = joined([p for p, _ in found]), joined([s for _, s in found])
+    later = [r for r in result.rows if r.topic != row.topic and gradient_name(r)
+             and r.verdict != "ok"]
+    if later and not gradient_name(row):                 # a forward that fails before them
+        points = (f"fix {row.topic} first: its row is {row.verdict}, and every gradient row "
+                  f"after it is judged against the right forward; " + (points or own[0]))
     formulas = table.get("formulas", {})
-    failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
-               and r.topic == topic and r.check.split(" ")[0] in formulas]
+    failing = [gradient_name(r) for r in mine if r.verdict != "ok" and gradient_name(r) in formulas]
     failing.sort(key=lambda name: name == "dx")
     step = next((text for key, text in formulas.items() if not key.startswith("d")
-                 and any(key in r.point for r in result.rows if r.point)), None)  # a slip's step
+                 and any(key in p for p, _ in found)), None)       # a slip's step
     return [points or own[0], slips or own[1],
-            step or (formulas[failing[0]] if failing else own[2])]
+            rule or step or (formulas[failing[0]] if failing else own[2])]
