@@ -821,8 +821,8 @@ def advice(result):
     later = [r for r in result.rows if r.topic != row.topic and gradient_name(r)
              and r.verdict != "ok"]
     if later and not gradient_name(row):                 # a forward that fails before them
-        points = (f"fix {row.topic} first: its row is {row.verdict}, and every gradient row "
-                  f"after it is judged against the right forward; " + (points or own[0]))
+        points = (f"fix {row.topic} first: its row is {row.verdict}, and the gradient rows "
+                  f"after it are judged against the right forward. " + (points or own[0]))
     formulas = table.get("formulas", {})
     failing = [gradient_name(r) for r in mine if r.verdict != "ok" and gradient_name(r) in formulas]
     failing.sort(key=lambda name: name == "dx")

@@ -99,21 +99,23 @@ def gradient_rows(c, fn, args, truth, slips=()):
 
 
 def token_slips(forward, inputs, dy):
-    """The slips of a sum over the tokens, for each parameter (every input but x, shared by
-    every token): [((point, slip), {name: the value it gives})]. Each token's part is the
-    gradient of its own row of the loss (finite differences on that token alone); the slips
-    keep one part (each part overwriting the one before), all but one, the first k, or the
-    mean of the parts."""
-    n_tokens = len(inputs["x"])
-    parts = [fd_truth(forward, inputs | {"x": inputs["x"][n:n + 1]}, dy[n:n + 1])
-             for n in range(n_tokens)]                  # parts[n][name]: token n's part
-    slips = []
-    for name in inputs:
+    """The slips of a sum over the tokens (sum_slips) of forward's gradients: each token's
+    part is the gradient of its own row of the loss, finite differences on that token alone."""
+    return sum_slips([fd_truth(forward, inputs | {"x": inputs["x"][n:n + 1]}, dy[n:n + 1])
+                      for n in range(len(inputs["x"]))])
+
+
+def sum_slips(parts):
+    """[((point, slip), {name: the value it gives})] for each parameter (every name of the
+    parts but x: shared by every token), parts[n][name] the part of token n. The slips keep
+    one part (each part overwriting the one before), all but one, the first k, or the mean."""
+    slips, n_tokens = [], len(parts)
+    for name in parts[0]:
         if name == "x":
             continue
         point = (f"look at how d{name} collects over the tokens: {name} is shared by every "
                  f"token, and every token sends back a part of its gradient")
-        each = [part[name] for part in parts]
+        each = [np.asarray(part[name], dtype=float) for part in parts]
         total = sum(each)
         kinds = [(f"d{name} is the part of token {n} alone: the parts of the tokens were not "
                   f"added up (each one overwriting the one before, or one token's index "
