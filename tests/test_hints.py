@@ -326,7 +326,8 @@ def test_a_sum_over_tokens_slip_is_named_and_its_step_given(slip, slip_runs):
     assert len(wrong) == 1 and result.first_failure is wrong[0], rows_of(result)
     gradient = checker.gradient_name(wrong[0])
     assert levels[0].startswith(f"look at how {gradient} collects over the tokens"), levels
-    named = {"alone": "not added up", "overwritten": "not added up", "mean": "not their mean", "first three": "first 3 tokens"}
+    named = {"alone": "not added up", "overwritten": "not added up", "mean": "not their mean",
+             "first three": "first 3 tokens"}
     assert any(k in slip and v in levels[1] for k, v in named.items()), (slip, levels)
     assert "token" in levels[1] and "slope" not in " ".join(levels), levels
     formulas = result.exercise.hints.get("formulas")
@@ -480,3 +481,31 @@ def test_the_scaled_projection_of_exercise_15_is_not_exercise_9s_u():
     assert any("a_β" in t for t in texts)
     if SOLVED:
         assert "a_β = β ⊙ a" in solution_text(15)
+
+
+@pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout)")
+def test_exercise_20_names_a_sum_over_tokens_slip_from_the_numpy_unit():
+    # HandBackward's dQ of the last token alone, against the parts the student's NumPy unit
+    # (exercise 19's solution, called in this process as the child would) gives token by token;
+    # the true sum matches no slip. (Exercise 20's rows need PyTorch; this is their slip part.)
+    import importlib.util
+    from exercises.checks.ex20_port_to_pytorch import token_parts_slips
+    spec = importlib.util.spec_from_file_location("capstone", checker.SOLUTIONS_FOLDER / name(19))
+    capstone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capstone)
+    functions = {"numpy_forward": lambda **p: capstone.forward(*p.values(), capstone.ACT),
+                 "numpy_backward": capstone.backward}
+    c = SimpleNamespace(call=lambda fn, *args, **kwargs: functions[fn](*args, **kwargs))
+    rng = np.random.default_rng(20)
+    p = {"x": rng.standard_normal((6, 5)), "Q": rng.standard_normal((4, 5)) / 2,
+         "K": rng.standard_normal((4, 5)) / 2, "V": rng.standard_normal((4, 3))}
+    dy = rng.standard_normal((6, 3))
+    slips = token_parts_slips(c, p, dy)
+    dQ = capstone.backward(dy, capstone.forward(*p.values(), capstone.ACT)[1])["Q"]
+    last = capstone.backward(dy[-1:], capstone.forward(p["x"][-1:], *list(p.values())[1:],
+                                                       capstone.ACT)[1])["Q"]
+    mistakes = {key: wrong["Q"] for key, wrong in slips if "Q" in wrong}
+    assert "token 5 alone" in checker.which_mistake(last, mistakes)[1]
+    assert checker.which_mistake(dQ, mistakes) == ("", "")
+    broken = SimpleNamespace(call=lambda fn, *args, **kwargs: 1 / 0)      # no parts: no slips
+    assert token_parts_slips(broken, p, dy) == []
