@@ -97,7 +97,8 @@ def capstone_step(forward, backward, x, Q, K, V, act, dy):
 def sum_slip_named(c, rows, student, act):
     """A sum over the tokens missing or overwritten (ex09's sum_slips), recognised in the
     student's gradients of their own forward, named on its failing gradcheck row (point and
-    slip): each token's part is a finite difference of the forward on that token alone."""
+    slip): each token's part is a finite difference of the forward on that token alone.
+    act: a function that gives the answer ACT (asked only when a row is WRONG)."""
     wrong = [row for row in rows if row.verdict == "WRONG"]
     if not wrong:
         return
@@ -106,6 +107,7 @@ def sum_slip_named(c, rows, student, act):
     p = {"Q": rng.standard_normal((3, 4)) / 2, "K": rng.standard_normal((3, 4)) / 2,
          "V": rng.standard_normal((3, 2))}
     try:
+        act = act()
         grads = c.run(capstone_step, student, c.student("backward"), x, *p.values(), act, dy)
         parts = [fd_truth(lambda Q, K, V, n=n: np.asarray(student(x[n:n + 1], Q, K, V, act)[0]),
                           p, dy[n:n + 1]) for n in range(len(x))]
@@ -159,7 +161,7 @@ def check(c):
                     lambda t=tensor: next(r.rel_error for r in report().rows if r.tensor == t),
                     lambda e: e <= 1e-7,
                     "your backward disagrees with finite differences of your forward")
-        sum_slip_named(c, c.rows[-4:], student, act())
+        sum_slip_named(c, c.rows[-4:], student, act)
         agrees = {}
         for symmetry in CAPSTONE_SYMMETRIES:
             def claim_and_measure(symmetry=symmetry):
