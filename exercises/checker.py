@@ -791,6 +791,14 @@ def raised_diagnosis(row):
             f"factor meets the first size of the second")
 
 
+def is_forward(rows, topic):
+    """True when `topic`'s rows are a forward's: no gradient among them, and a gradient row
+    right after the last of them (the forward, then its backward's rows)."""
+    own = [k for k, r in enumerate(rows) if r.topic == topic]
+    return bool(own) and not any(gradient_name(rows[k]) for k in own) and \
+        own[-1] + 1 < len(rows) and gradient_name(rows[own[-1] + 1]) is not None
+
+
 def joined(texts):
     """The texts, each once, "; "-joined, but one that another goes on from ("A" of "A: B")."""
     return "; ".join(t for t in dict.fromkeys(texts)
@@ -818,11 +826,10 @@ def advice(result):
         found, rule = ([raised[:2]], raised[2]) if raised else (gradient_diagnosis(mine) or list(
             result.exercise.diagnose(result.rows) if result.exercise.diagnose else []), None)
     points, slips = joined([p for p, _ in found]), joined([s for _, s in found])
-    later = [r for r in result.rows if r.topic != row.topic and gradient_name(r)
-             and r.verdict != "ok"]
-    if later and not gradient_name(row):                 # a forward that fails before them
-        points = (f"fix {row.topic} first: its row is {row.verdict}, and the gradient rows "
-                  f"after it are judged against the right forward. " + (points or own[0]))
+    if is_forward(result.rows, row.topic) and any(
+            gradient_name(r) and r.verdict != "ok" for r in result.rows):
+        points = (f"fix {row.topic} first: its row is {row.verdict}, and a backward written "
+                  f"from it fails the gradient rows after it too. " + (points or own[0]))
     formulas = table.get("formulas", {})
     failing = [gradient_name(r) for r in mine if r.verdict != "ok" and gradient_name(r) in formulas]
     failing.sort(key=lambda name: name == "dx")

@@ -509,3 +509,13 @@ def test_exercise_20_names_a_sum_over_tokens_slip_from_the_numpy_unit():
     assert checker.which_mistake(dQ, mistakes) == ("", "")
     broken = SimpleNamespace(call=lambda fn, *args, **kwargs: 1 / 0)      # no parts: no slips
     assert token_parts_slips(broken, p, dy) == []
+
+
+def test_only_a_forward_right_before_the_gradient_rows_is_put_first():
+    # Exercise 9's numerical_gradient fails before the forward: its own hints, no lead.
+    exercise = COURSE[8]
+    rows = [row("numerical_gradient vs dx by differences", "WRONG", topic="numerical_gradient"),
+            row("unit_forward, your variant", "ok", topic="unit_forward")]
+    rows += [row(f"d{t} vs finite differences", "WRONG") for t in "xQKV"]
+    levels = checker.advice(checker.Result(9, exercise, None, "failing", rows))
+    assert levels == exercise.hints["numerical_gradient"], levels
