@@ -443,10 +443,10 @@ def test_no_column_is_cut_a_long_text_is_shown_under_its_row():
     rows = [checker.Row("NAME: a new name, a str", "NAME", "a str not in FORMULATIONS",
                         "'symmetric-gate-unit-of-mine'", None, None, "ok"),
             checker.Row("KEEPS[exchange] = measured", "KEEPS", "claim = (dev <= 1e-10)",
-                        "False, dev 1.2e-17", None, None, "WRONG", "your claim ...")]
+                        "False, dev 1.234e-17", None, None, "WRONG", "your claim ...")]
     text = format_rows(rows)
     for whole in ("expected: a str not in FORMULATIONS", "expected: claim = (dev <= 1e-10)",
-                  "got: False, dev 1.2e-17"):
+                  "got: False, dev 1.234e-17"):
         assert whole in text, text
     assert "got: 'symmetric-gate-unit-of-mine'" not in text           # an ok row's: its own
 
