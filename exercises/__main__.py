@@ -33,22 +33,59 @@ def again(folder, *words):
 
 
 def who(folder):
+    """"Student: NAME (seed S)", and under it a warning when the seed is not the one of the
+    code kept beside it (student.json edited: grading uses the code's seed, not this one)."""
     name, seed = checker.read_seed(folder)
-    return (f"Student: {name} (seed {seed})" if name else "No seed yet: run `python -m exercises"
-            " start --code CODE` once (the code from your instructor; alone: `start --name YOU`)")
+    if not name:
+        return ("No seed yet: run `python -m exercises start --code CODE` once (the code from "
+                "your instructor; alone: `start --name YOU`)")
+    code = code_in(folder)
+    due = gradebook.seed_of(code) if code else seed
+    return f"Student: {name} (seed {seed})" + (
+        f"\nWarning: seed {seed} in {checker.SEED_FILE} is not the seed of its code {code} "
+        f"({due}): an edited seed gives other variants than the ones graded; put {due} back"
+        if due != seed else "")
+
+
+def code_in(folder):
+    """The course code kept in the folder's student.json, normalised, or None (none, bad)."""
+    try:
+        data = json.loads((Path(folder) / checker.SEED_FILE).read_text(encoding="utf-8-sig"))
+        return gradebook.normal_code(data["code"]) if isinstance(data, dict) and "code" in data \
+            else None
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+
+
+def cell(text, width=18):
+    """A column of the table: the text, or its start and "…" where it does not fit (the whole
+    text is then shown under the row)."""
+    return f"{text:<{width}}" if len(text) <= width else text[:width - 1] + "…"
 
 
 def format_rows(rows):
-    """The table of rows, the message of each row not ok under it (once)."""
+    """The table of rows; under a row, its expected text where the column cuts it (and what
+    it got, when the row is not ok), then its message when not ok (once)."""
     lines = [f"  {'check':<48} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}  "
              "verdict", "  " + "-" * 114]
     for k, row in enumerate(rows):
         diffs = [f"{'-':>9}" if v is None else f"{v:9.1e}" for v in (row.max_diff, row.rel_err)]
-        lines.append(f"  {row.check:<48} {row.expected[:18]:<18} {row.got[:18]:<18} "
+        lines.append(f"  {row.check:<48} {cell(row.expected)} {cell(row.got)} "
                      f"{' '.join(diffs)}  {row.verdict}")
+        shown = [("expected", row.expected)] + [("got", row.got)] * (row.verdict != "ok")
+        lines += [f"      {label}: {text}" for label, text in shown if len(text) > 18]
         if row.message and row.message not in (r.message for r in rows[:k]):
             lines.append(f"      -> {row.message}")
     return "\n".join(lines)
+
+
+def done_line(result):
+    """The last line of a done exercise: "Well done." when every row was judged in full; in a
+    handout, where reading answers are checked for their form only, "done (N answers checked
+    when graded)"."""
+    later = sum(row.expected == checker.WHEN_GRADED for row in result.rows)
+    return f"done ({later} answer{'s' * (later != 1)} checked when graded)" if later \
+        else "Well done."
 
 
 def show_check(number, folder, seconds, level):
@@ -63,7 +100,8 @@ def show_check(number, folder, seconds, level):
           f"{result.status} ({result.passed} of {len(result.rows)} checks ok, "
           f"{result.seconds:.1f} s)")
     if result.status in ("done", "skipped"):             # skipped: an optional exercise
-        print("Well done." if result.status == "done" else f"Skipped: {result.rows[0].message}")
+        print(done_line(result) if result.status == "done" else
+              f"Skipped: {result.rows[0].message}")
         return 0
     if result.status == "not started":
         print(f"Open {shown(result.path)} and complete what is marked TODO.")
@@ -223,6 +261,11 @@ def main(argv=None, python_call=False):
         if stop.code:
             return stop.code
         raise
+    # A graded file's own call (a notebook's last cell) does nothing, before it reads a folder
+    # that its child, a user of its own, may not be allowed to read.
+    if os.environ.get(checker.CHILD_MARK):
+        print("(exercises: no check here: this file is being run by the checker)")
+        return 0
     if args.command == "handout":
         return release.handout(Path(args.target))
     if args.command == "roster":
@@ -255,13 +298,9 @@ def main(argv=None, python_call=False):
         return start(folder, args.name, args.code)
     if args.command == "check" and args.target not in map(str, range(1, len(COURSE) + 1)):
         return usage_error(f"no exercise {args.target!r}: expected 1 to {len(COURSE)}")
-    try:
-        if args.command is None:
-            return show_progress(folder, args.time_limit)
-        return show_check(int(args.target), folder, args.time_limit, args.hint)
-    except checker.Nested:
-        print("(exercises: no check here: this file is being run by the checker)")
-        return 0
+    if args.command is None:
+        return show_progress(folder, args.time_limit)
+    return show_check(int(args.target), folder, args.time_limit, args.hint)
 
 
 def run():

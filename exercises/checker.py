@@ -110,8 +110,24 @@ def status_of(rows):
 # ----- Values shown and compared -------------------------------------------------------------
 
 
-def describe(value, width=18):
-    """Short text for a value: a number, an array's shape, or a cut repr."""
+def scalar(value):
+    """A number as Python has it: a 0-d array and a NumPy scalar (np.int64, np.float32,
+    np.bool_) become the int, float or bool they hold; anything else is returned as it is.
+    Where a number is asked, 4, np.int64(4) and np.array(4) are one answer."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value[()]
+    return value.item() if isinstance(value, np.generic) and value.dtype.kind in "biuf" else value
+
+
+def type_name(value):
+    """What a value is, in a row's words: "an int", "a float", "a bool", "a str", ..."""
+    name = type(scalar(value)).__name__
+    return ("an " if name[0] in "aeiou" else "a ") + name
+
+
+def describe(value, width=60):
+    """Short text for a value: a number, an array's shape, or a repr cut at `width` (the table
+    shows a text longer than its column in full under the row)."""
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, np.integer)):
@@ -196,7 +212,9 @@ def compare_close(expected, got, tol):
 
 def same_value(expected, got):
     """Equality with types: True is not 1, "1" is not 1, containers compared alike; an int
-    is accepted for a float, a list or tuple (without repeats) for a set."""
+    is accepted for a float, a list or tuple (without repeats) for a set; a number is judged
+    by its kind, whether Python's, a NumPy scalar or a 0-d array (scalar)."""
+    expected, got = scalar(expected), scalar(got)
     boolean, numbers = (bool, np.bool_), (int, float, np.integer, np.floating)
     if isinstance(expected, boolean) or isinstance(got, boolean):
         return isinstance(expected, boolean) and isinstance(got, boolean) and got == expected
@@ -227,9 +245,11 @@ def compare_equal(expected, got, hidden=False):
             return "ok", describe(got), None, None, ""
     except Exception:                                     # noqa: BLE001 -- e.g. unhashable
         pass
-    why = ""
-    if isinstance(got, (bool, np.bool_)) and not isinstance(expected, (bool, np.bool_)):
-        why = f": a bool where {'an int' if isinstance(expected, int) else 'another type'} is due"
+    why, same_text = "", describe(expected, 60) == describe(got, 60)
+    if isinstance(scalar(got), bool) and not isinstance(scalar(expected), bool):
+        why = f": a bool where {type_name(expected)} is due"
+    elif same_text or type_name(got) == "a str" != type_name(expected):
+        why = f": {type_name(got)} where {type_name(expected)} is due"    # "4" is not 4
     shown = f"expected {describe(expected, 60)}, got {describe(got, 60)}{why}"
     message = ("not the answer" + why if hidden else "got None: is a `return` missing?"
                if got is None else shown)
@@ -768,17 +788,28 @@ def worker_start(subreaper, snapshot, limits):
 
 # ----- What the rows tell the student: three hint levels --------------------------------------
 
+GRADIENT_ROW = re.compile(r"d(\w+) (?:vs|by) |bn\.gradcheck: d(\w+)$")   # "dQ vs ...", "dQ by ..."
+
+
+def gradient_name(row):
+    """"dQ" for a gradient row ("dQ vs finite differences", "dQ by autograd vs ...",
+    "bn.gradcheck: dQ"), else None."""
+    found = GRADIENT_ROW.match(row.check)
+    return "d" + (found.group(1) or found.group(2)) if found else None
+
 
 def gradient_diagnosis(rows):
-    """Where to look in a backward pass, from which gradients fail together (rows named
-    "dNAME vs ..."): [(point, "")], or [] when none is wrong or one did not run."""
+    """Where to look in a backward pass, from which gradients fail together (gradient_name's
+    rows): [(point, "")], or [] when none is wrong or one did not run. A parameter's gradient
+    wrong while dx is right: the gradient arriving at its step is right (dx takes it back
+    too), so the slip is in that step itself, not nearer y."""
     wrong, right = {}, {}
     for row in rows:
-        found = re.match(r"d(\w+) vs ", row.check)
-        if found and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
+        name = gradient_name(row)
+        if name and row.verdict in ("ERROR", "TODO", "TIMEOUT"):
             return []
-        if found:
-            (wrong if row.verdict == "WRONG" else right)["d" + found.group(1)] = True
+        if name:
+            (wrong if row.verdict == "WRONG" else right)[name] = True
     wrong, right = list(wrong), [name for name in right if name not in wrong]
     if not wrong:
         return []
@@ -789,11 +820,53 @@ def gradient_diagnosis(rows):
         point = "only dx is wrong: look at every path from x to the output"
     elif len(wrong) == 1:
         point = (f"only {wrong[0]} is wrong: look at the step of your forward where "
-                 f"{wrong[0][1:]} enters (the rest of the backward pass is right)")
+                 f"{wrong[0][1:]} enters (the rest of the backward pass is right"
+                 + (", dx too, which takes back the same gradient: the slip is in that step "
+                    "itself, not nearer y)" if "dx" in right else ")"))
+    elif len(wrong) == 2 and "dx" in wrong:
+        other = next(name for name in wrong if name != "dx")
+        point = (f"{other} and dx are wrong, {', '.join(right)} right: the gradient arriving "
+                 f"at the step where {other[1:]} enters is wrong (dx takes it back too): look "
+                 f"at the steps after that one, on its way to y, that {', '.join(right)} do "
+                 f"not go through")
     else:
         point = (f"{', '.join(wrong)} are wrong and {', '.join(right)} right: look at the "
                  f"steps that lead to the first and not to the second")
     return [(point, "")]
+
+
+PRODUCT_ERROR = re.compile(r"matmul: .*\(size (\d+) is different from (\d+)\)|shapes \((\d+), ?"
+                           r"(\d+)\) and \((\d+), ?(\d+)\) not aligned|could not be broadcast "
+                           r"together with (?:remapped )?shapes")
+LINE = re.compile(r"\((\S+\.(?:py|ipynb)), line (\d+)\)$")
+
+
+def raised_diagnosis(row):
+    """(point, slip, rule) for a row whose code raised in a product of two arrays whose sizes
+    do not meet (NumPy's matmul, dot and broadcasting errors), a transposed factor most often;
+    else None."""
+    if row.verdict != "ERROR" or not PRODUCT_ERROR.search(row.message):
+        return None
+    where = LINE.search(row.message)
+    at = f"line {where.group(2)} of {where.group(1)}" if where else "the line the row names"
+    sizes = [s for s in PRODUCT_ERROR.search(row.message).groups() if s]
+    kind = "an elementwise product" if "broadcast" in row.message else "a matrix product"
+    meet = f" ({' and '.join(sizes[:2])})" if len(sizes) == 2 else ""
+    return (f"look at {at}: {kind} there gets two arrays whose sizes do not meet{meet}",
+            f"{kind} of two arrays whose sizes do not meet, a factor transposed (or the wrong "
+            f"tensor) most often: write each array's shape beside that line and compare them "
+            f"with the shapes the step needs",
+            f"at {at}, apply the rule of that step from the four rules: each gradient has the "
+            f"shape of its own tensor, and in a product of matrices the last size of the first "
+            f"factor meets the first size of the second")
+
+
+def is_forward(rows, topic):
+    """True when `topic`'s rows are a forward's: no gradient among them, and a gradient row
+    right after the last of them (the forward, then its backward's rows)."""
+    own = [k for k, r in enumerate(rows) if r.topic == topic]
+    return bool(own) and not any(gradient_name(rows[k]) for k in own) and \
+        own[-1] + 1 < len(rows) and gradient_name(rows[own[-1] + 1]) is not None
 
 
 def joined(texts):
@@ -803,27 +876,34 @@ def joined(texts):
 
 
 def advice(result):
-    """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok). 1, where to look:
-    the points of the slips recognised in the rows, else which gradients fail together, or the
-    exercise's diagnose, else the failing topic's HINTS; 2: those slips named, else the
-    topic's idea; 3: the rule ("formulas") of the step a slip's point names, else of the first
-    failing gradient (a parameter's before dx's), else the topic's rule."""
+    """Hint levels 1, 2, 3 for the failing rows ([] when every row is ok), about the topic of
+    the first failing row (a forward that fails before its backward's rows: the forward, at
+    every level). 1, where to look: the points of the slips recognised in that topic's rows
+    (a value a slip gives, or what raised), else which gradients fail together, or the
+    exercise's diagnose, else the topic's HINTS; 2: those slips named, else the topic's idea;
+    3: the rule of the step a slip names, else ("formulas") of the first failing gradient (a
+    parameter's before dx's), else the topic's rule."""
     row = result.first_failure
     if row is None:
         return []
     table = result.exercise.hints
     topic = "general" if result.status == "not started" else row.topic
     own = table.get(topic) or table.get("general") or ["", "", ""]
-    found = [(r.point, r.slip) for r in result.rows if r.point]
+    mine = [r for r in result.rows if r.topic == row.topic]         # the first failing topic's
+    found, rule = [(r.point, r.slip) for r in mine if r.point], None
     if not found and result.status == "failing":
-        found = gradient_diagnosis(result.rows) or list(
-            result.exercise.diagnose(result.rows) if result.exercise.diagnose else [])
+        raised = raised_diagnosis(row)
+        found, rule = ([raised[:2]], raised[2]) if raised else (gradient_diagnosis(mine) or list(
+            result.exercise.diagnose(result.rows) if result.exercise.diagnose else []), None)
     points, slips = joined([p for p, _ in found]), joined([s for _, s in found])
+    if is_forward(result.rows, row.topic) and any(
+            gradient_name(r) and r.verdict != "ok" for r in result.rows):
+        points = (f"fix {row.topic} first: its row is {row.verdict}, and a backward written "
+                  f"from it fails the gradient rows after it too. " + (points or own[0]))
     formulas = table.get("formulas", {})
-    failing = [r.check.split(" ")[0] for r in result.rows if r.verdict != "ok"
-               and r.topic == topic and r.check.split(" ")[0] in formulas]
+    failing = [gradient_name(r) for r in mine if r.verdict != "ok" and gradient_name(r) in formulas]
     failing.sort(key=lambda name: name == "dx")
     step = next((text for key, text in formulas.items() if not key.startswith("d")
-                 and any(key in r.point for r in result.rows if r.point)), None)  # a slip's step
+                 and any(key in p for p, _ in found)), None)       # a slip's step
     return [points or own[0], slips or own[1],
-            step or (formulas[failing[0]] if failing else own[2])]
+            rule or step or (formulas[failing[0]] if failing else own[2])]

@@ -74,7 +74,7 @@ def exchange_deviation(forward, x, Q, K, V, act):
 # ## 2. Why σ(z)/z must be constant
 #
 # Return `σ(z)/z` elementwise for an array `z` without zeros. Plot it or print it for a few
-# activations: it is constant only for a linear σ.
+# activations: for which of them is it one number for every z?
 
 
 # %%

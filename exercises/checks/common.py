@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checker import TimedOut
+from exercises.checker import TimedOut, scalar
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
 
@@ -73,11 +73,19 @@ def fd_truth(forward, inputs, dy):
 
 
 def is_int(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    """An int, np.int64 or 0-d integer array (checker.scalar): not a bool, not a float."""
+    value = scalar(value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_bool(value):
-    return isinstance(value, (bool, np.bool_))
+    """A bool, np.bool_ or 0-d bool array."""
+    return isinstance(scalar(value), bool)
+
+
+def is_number(value):
+    """An int or a float, Python's or NumPy's, or a 0-d array of one: not a bool."""
+    return is_int(value) or isinstance(scalar(value), float)
 
 
 def set_of_acts(value):

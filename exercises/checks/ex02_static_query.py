@@ -48,6 +48,7 @@ HINTS = {
     'MORE_EXPRESSIVE': [
         "You just built new keys K' from K and Q.",
         "Every static-query MLP is a key-value memory with keys K'.",
-        'No: it is the same family of functions.',
+        ("Is the converse true as well (a key-value memory as a static-query MLP, with some Q)? "
+         'Then ask whether either family holds a function the other does not.'),
     ],
 }

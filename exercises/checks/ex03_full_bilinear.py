@@ -51,6 +51,6 @@ HINTS = {
     'ANTISYMMETRIC_SCORE': [
         'A number equals its own transpose.',
         'For Bᵀ = −B: x B xᵀ = (x B xᵀ)ᵀ = x Bᵀ xᵀ.',
-        'x B xᵀ = −x B xᵀ, so it is 0.',
+        'Put Bᵀ = −B into the last form: the score equals minus itself; which number does that?',
     ],
 }

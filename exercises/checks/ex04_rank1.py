@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checks.common import D, M, D_OUT, draw, is_int
+from exercises.checks.common import D, M, D_OUT, draw, is_int, is_number
 
 TITLE = 'From full to rank-1: the outer product'
 WRITES = ("rank1_bilinear_forward", "rank_r_bilinear_forward")
@@ -15,10 +15,6 @@ ROWS = 6
 def all_acts(fn):
     """Stack fn(act) over every activation: one array to compare for all of them."""
     return np.stack([fn(act) for act in bn.ACTIVATIONS])
-
-
-def is_number(value):
-    return is_int(value) or isinstance(value, (float, np.floating))
 
 
 def check(c):
@@ -63,11 +59,12 @@ HINTS = {
     'RANK_OF_OUTER': [
         'What is the rank of an outer product of two non-zero vectors?',
         'Every column of qᵀ k is a multiple of qᵀ.',
-        'An int: 1.',
+        ('Count how many independent columns qᵀ k has (every one a multiple of one vector): '
+         'that count is the rank, an int.'),
     ],
     'A_OVER_QK': [
         'Count the parameters of A (m·d·d) and of Q and K together.',
         '(m d d) / (2 m d).',
-        'd / 2.',
+        'Cancel the factors the two counts share, then put in the d of the question.',
     ],
 }

@@ -56,15 +56,17 @@ HINTS = {
     ],
     'GLU_ACTIVATION': [
         '§2.6 lists the family; the names are keys of the activation registry (the API list).',
-        'GLU uses the sigmoid, Bilinear none, Swish₁ is SiLU, GEGLU the exact GELU.',
-        ("The prefix before GLU names each variant's σ (Re, GE, Swi); plain GLU gates with "
-         "the sigmoid, Bilinear with none: write each as the registry names it."),
+        ("The text at the top of this file names each variant's σ; the question's own words "
+         'say which GELU GEGLU takes.'),
+        ("Read the letters before GLU in each name (Re, GE, Swi) as its σ, and §2.6's list for "
+         'plain GLU and Bilinear (a σ that leaves its input as it is has a name too); then '
+         'print the keys of the registry and write each σ as its key.'),
     ],
     'ROLE': [
         '§2.6: the common names of the three projections.',
         'Q sits under σ; K is the other factor; V maps m units back to d.',
-        ('The projection inside σ gates, the other factor of the product goes up to m, the '
-         'last comes down to d: match each name to where Q, K and V sit.'),
+        ('Read each projection name as what it does to a token (its width before and after, '
+         'and whether σ acts on it), then find the matrix of the gated forward that does that.'),
     ],
     'from_common_code': [
         'How nn.Linear applies its weight matrix to x (its orientation).',
@@ -74,6 +76,7 @@ HINTS = {
     'M_GATED': [
         "Shazeer's 2/3 rule (§2.6, parameter counts).",
         "Match 3 m' d to 2 m d.",
-        "m' = 2m/3.",
+        ("A gated unit holds three vectors of length d, a plain unit two: solve for the m' that "
+         'gives the same total, then put in the m of the question (an int).'),
     ],
 }

@@ -146,7 +146,8 @@ HINTS = {
         ('Measure first (exchange_deviation); then ask which σ satisfy σ(a) b = σ(b) a for '
          'all a, b: σ(z)/z, elementwise, must be one number for every z (print sigma_ratio '
          'per activation).'),
-        'With b = 1: σ(a) = σ(1) a, so only a linear σ keeps it.',
+        ('With b = 1: σ(a) = σ(1) a for every a; check each activation of the registry '
+         'against that (sigma_ratio, printed per activation, shows it).'),
     ],
     'exchange_deviation': [
         '§4.1: a deviation is a rel_error of two outputs.',
@@ -161,7 +162,8 @@ HINTS = {
     'RANK1_KEEPS_FOR_EVERY_SIGMA': [
         '§4.2: where does σ act in the rank-1 layer?',
         'σ sees only the product (x·q)(x·k).',
-        'The product does not change when q and k swap: True.',
+        ('Swap q and k in that product and compare: what σ is applied to after the swap '
+         'decides it, whatever σ is.'),
     ],
     'own_keeps_exchange': [
         ('The argument at the top of the file, with your two functions where σ and the '

@@ -83,7 +83,8 @@ HINTS = {
     'RELU_NEGATIVE': [
         'Try α of −2 on z of 1 and on z of −1.',
         'Compare relu(α z) with α relu(z).',
-        'They differ: relu is not homogeneous for α < 0.',
+        ('Evaluate each of the four options at α = −2 for z = 1 and for z = −1, and keep the '
+         'one that equals relu(α z) at both.'),
     ],
     'own_scaling_exponent': [
         'Section 4.3 of derivations.md, with a power of α on the keys where 1/α was.',

@@ -84,10 +84,10 @@ def unit_problem(c, extra=(), r=None):
 
 def gradient_rows(c, fn, args, truth, slips=()):
     """Rows "dNAME vs finite differences": the student's fn(*args) against truth {name: array};
-    slips: [((point, slip), the gradients that slip gives)], recognised in a wrong one."""
+    slips: [((point, slip), {name: the gradient that slip gives})], recognised in a wrong one."""
     for name, expected in truth.items():
         mistakes = {key: wrong[name] for key, wrong in slips
-                    if bn.rel_error(wrong[name], expected) > 1e-8}
+                    if name in wrong and bn.rel_error(wrong[name], expected) > 1e-8}
 
         def got(name=name):
             grads = c.call(fn, *args)
@@ -97,6 +97,39 @@ def gradient_rows(c, fn, args, truth, slips=()):
             return grads[name]
         c.close(f"d{name} vs finite differences", fn, expected, got, tol=1e-7,
                 mistakes=mistakes)
+
+
+def token_slips(forward, inputs, dy):
+    """The slips of a sum over the tokens (sum_slips) of forward's gradients: each token's
+    part is the gradient of its own row of the loss, finite differences on that token alone."""
+    return sum_slips([fd_truth(forward, inputs | {"x": inputs["x"][n:n + 1]}, dy[n:n + 1])
+                      for n in range(len(inputs["x"]))])
+
+
+def sum_slips(parts):
+    """[((point, slip), {name: the value it gives})] for each parameter (every name of the
+    parts but x: shared by every token), parts[n][name] the part of token n. The slips keep
+    one part (each part overwriting the one before), all but one, the first k, or the mean."""
+    slips, n_tokens = [], len(parts)
+    for name in parts[0]:
+        if name == "x":
+            continue
+        point = (f"look at how d{name} collects over the tokens: {name} is shared by every "
+                 f"token, and every token sends back a part of its gradient")
+        each = [np.asarray(part[name], dtype=float) for part in parts]
+        total = sum(each)
+        kinds = [(f"d{name} is the part of token {n} alone: the parts of the tokens were not "
+                  f"added up (each one overwriting the one before, or one token's index "
+                  f"kept)", each[n]) for n in range(n_tokens)]
+        kinds += [(f"d{name} misses the part of token {n}: the sum over the tokens leaves it "
+                   f"out", total - each[n]) for n in range(n_tokens)]
+        kinds += [(f"d{name} adds the parts of the first {k} tokens only: the sum over the "
+                   f"tokens stops early", sum(each[:k])) for k in range(2, n_tokens - 1)]
+        kinds.append((f"d{name} is the mean of the tokens' parts: the loss adds the tokens, so "
+                      f"its gradient is the sum of their parts, not their mean",
+                      total / n_tokens))
+        slips += [((point, slip), {name: value}) for slip, value in kinds]
+    return slips
 
 
 def backward_rows(c, fn, v, forward, inputs, dy, z0s, growth=GROWTH_LIMIT):
@@ -120,6 +153,7 @@ def backward_rows(c, fn, v, forward, inputs, dy, z0s, growth=GROWTH_LIMIT):
                           fd_truth(lambda **kw: forward(acts | {key: slipped(act, z0)}, **kw),
                                    inputs, dy)))
     truth = fd_truth(lambda **kw: forward(acts, **kw), inputs, dy)
+    slips += token_slips(lambda **kw: forward(acts, **kw), inputs, dy)
     gradient_rows(c, fn, (dy, *inputs.values(), v), truth, slips)
     cost_row(c, fn, inputs, lambda **kw: forward(acts, **kw),
              lambda dy, big: c.call(fn, dy, *big.values(), v, keep=True), growth=growth)
@@ -155,10 +189,9 @@ UNIT_FORMULAS = {      # hint level 3 of a gradient of a gated unit of one's own
            'comes back'),
     **{f'd{P}': (f"{P} enters one step of your forward, its projection of x (the gate's input "
                  f"or the other factor's, as your variant places {P}): apply the rule for p W "
-                 'to that step alone, to the gradient arriving at that projection; if that '
-                 "gradient is wrong, the slip is nearer y: in a step your forward takes after "
-                 "this projection (the gate's σ and its slope, a power, the other factor's "
-                 'activation), which the backward pass goes through first') for P in "QK"},
+                 'to that step alone, with x in the place of p, to the gradient arriving at '
+                 'that projection; a parameter every token shares collects the sum over the '
+                 'tokens of what each token sends back') for P in "QK"},
     'dV': ("V enters only the last step of your forward, where your unit's (N, m) product meets "
            'V: apply the rule for p W to that step alone, with that product, exactly as your '
            'forward computes it, in the place of p; a parameter every token shares collects '

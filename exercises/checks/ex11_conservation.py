@@ -107,12 +107,14 @@ HINTS = {
     'DRIFT_SLOPE': [
         '§5.3: the drift per step.',
         'Run the file: it prints a slope per formulation.',
-        'A drift of order lr² per step gives 2; of order lr gives 1.',
+        ('The slope is the power of lr in the drift: read each formulation\'s fitted slope as '
+         'the file prints it, rounded to the nearest int; §5.3 says why the two differ.'),
     ],
     'CONSERVED_GATED': [
         '§5.2 and exercise 7.',
         'Conserved where the gated form keeps inverse scaling for α > 0.',
-        'The positively homogeneous σ.',
+        ('For each activation of the registry, ask whether σ(α a) = α σ(a) for every α > 0 '
+         "and every a; exercise 7's table of deviations measured it."),
     ],
     'own_conserved': [
         "Exercise 7's rescaling for your unit, then section 1 of this file.",

@@ -74,7 +74,8 @@ HINTS = {
     ],
     'STAYS_TIED': [
         '§5.5.',
-        'Rank-1: every σ. Gated: when does dQ = dK at Q = K?',
+        ('For each form, write dQ and dK at Q = K: in the rank-1 form σ sees the product of '
+         'the two projections, in the gated form one of them; when are the two equal?'),
         'Gated stays tied when a σ′(a) = σ(a) for every a.',
     ],
     'own_stays_tied': [

@@ -44,9 +44,11 @@ def check(c):
 HINTS = {
     'general': [
         'derivations.md §3.6 (the model) and §3.0 (the rules); §5.1 for the identity.',
-        ('Name the scaled projection u (β times it, or it over β, as your variant says); the '
-         'chain rule goes through u to the projection and to β.'),
-        'One step at a time from y; the step through u has two inputs, the projection and β.',
+        ('Name the scaled projection a_β (or b_β when β sits on the other factor: β times '
+         'the projection, or it over β, as your variant says); the chain rule goes through it '
+         'to the projection and to β.'),
+        ('One step at a time from y; the step into a_β (or b_β) has two inputs, the projection '
+         'and β.'),
     ],
     'temperature_forward': [
         "Your variant's line, printed by `check 15`.",

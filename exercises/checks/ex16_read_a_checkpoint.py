@@ -173,7 +173,8 @@ HINTS = {
         'derivations.md §9.2: the penalty along an orbit of a symmetry.',
         ('Along an orbit the loss does not change but λ‖θ‖² does; its minimum on the orbit is '
          'where the two norms are equal.'),
-        ('λ(α²‖k‖² + ‖v‖²/α²) is least where ‖α k‖ = ‖v/α‖; the gate breaks the (q, k) '
-         'rescaling, so no orbit there.'),
+        ('Find the α at which λ(α²‖k‖² + ‖v‖²/α²) is least and what it says of the two '
+         'norms; then ask which pairs of a SwiGLU unit can be rescaled without changing its '
+         'output, and say that in your sentence.'),
     ],
 }

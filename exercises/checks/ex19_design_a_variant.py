@@ -7,7 +7,9 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checks.common import D_OUT, M, cost_row, draw, is_bool
+from exercises.checker import which_mistake
+from exercises.checks.common import D_OUT, M, cost_row, draw, fd_truth, is_bool
+from exercises.checks.ex09_backprop_gated import sum_slips
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 ROWS = 24
@@ -92,6 +94,33 @@ def capstone_step(forward, backward, x, Q, K, V, act, dy):
     return backward(dy, forward(x, Q, K, V, act)[1])
 
 
+def sum_slip_named(c, rows, student, act):
+    """A sum over the tokens missing or overwritten (ex09's sum_slips), recognised in the
+    student's gradients of their own forward, named on its failing gradcheck row (point and
+    slip): each token's part is a finite difference of the forward on that token alone.
+    act: a function that gives the answer ACT (asked only when a row is WRONG)."""
+    wrong = [row for row in rows if row.verdict == "WRONG"]
+    if not wrong:
+        return
+    rng = np.random.default_rng([c.seed, 19, 7])
+    x, dy = rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    p = {"Q": rng.standard_normal((3, 4)) / 2, "K": rng.standard_normal((3, 4)) / 2,
+         "V": rng.standard_normal((3, 2))}
+    try:
+        act = act()
+        grads = c.run(capstone_step, student, c.student("backward"), x, *p.values(), act, dy)
+        parts = [fd_truth(lambda Q, K, V, n=n: np.asarray(student(x[n:n + 1], Q, K, V, act)[0]),
+                          p, dy[n:n + 1]) for n in range(len(x))]
+    except Exception:                            # noqa: BLE001 -- the rows say what failed
+        return
+    slips = sum_slips(parts)
+    for row in wrong:
+        name = row.check.rsplit("d", 1)[1]                       # "bn.gradcheck: dQ"
+        if name in grads:
+            row.point, row.slip = which_mistake(grads[name], {key: value[name] for key, value in
+                                                              slips if name in value})
+
+
 def check(c):
     names_before = set(bn.FORMULATIONS)
     name, act = (functools.partial(c.answer, key) for key in ("NAME", "ACT"))
@@ -132,6 +161,7 @@ def check(c):
                     lambda t=tensor: next(r.rel_error for r in report().rows if r.tensor == t),
                     lambda e: e <= 1e-7,
                     "your backward disagrees with finite differences of your forward")
+        sum_slip_named(c, c.rows[-4:], student, act)
         agrees = {}
         for symmetry in CAPSTONE_SYMMETRIES:
             def claim_and_measure(symmetry=symmetry):

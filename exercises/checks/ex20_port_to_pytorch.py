@@ -6,6 +6,7 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.checks.common import D, M, D_OUT, N, cost_row, fd_truth
+from exercises.checks.ex09_backprop_gated import sum_slips
 
 TITLE = 'Beyond NumPy: your capstone unit in PyTorch'
 WRITES = ()
@@ -36,6 +37,21 @@ def torch_gradients(fn, x, Q, K, V, dy):
     return {k: v.grad.numpy() for k, v in t.items()}
 
 
+def token_parts_slips(c, p, dy):
+    """The slips of a sum over the tokens (ex09's sum_slips), each token's part given by the
+    student's NumPy unit of exercise 19 on that token alone (checked right above); [] when
+    that unit cannot give them."""
+    parts = []
+    try:
+        for n in range(len(p["x"])):
+            y, cache = c.call("numpy_forward", **(p | {"x": p["x"][n:n + 1]}))
+            grads = c.call("numpy_backward", dy[n:n + 1], cache)
+            parts.append({k: np.asarray(grads[k], dtype=float) for k in "QKV"})
+    except Exception:                            # noqa: BLE001 -- no slips then, rows as ever
+        return []
+    return sum_slips(parts)
+
+
 def check(c):
     """The student's torch_forward (autograd) and HandBackward (their derivation in torch)
     against their own NumPy unit of exercise 19, whose backward is first checked against
@@ -63,13 +79,16 @@ def check(c):
             "finish exercise 19 first: its backward must agree with finite differences")
     if not unit:
         return
+    slips = token_parts_slips(c, p, dy)
     for fn, way, tol in (("torch_forward", "autograd", 1e-10),
                          ("hand_backward", "HandBackward", 1e-12)):
         c.close(f"{fn}: y vs your NumPy y", fn, unit["y"],
                 lambda fn=fn: c.run(through_torch, c.student(fn), p, dy, "y"), tol=1e-12)
         for k in "xQKV":
             c.close(f"d{k} by {way} vs your NumPy d{k}", fn, unit[k],
-                    lambda fn=fn, k=k: c.run(through_torch, c.student(fn), p, dy, k), tol=tol)
+                    lambda fn=fn, k=k: c.run(through_torch, c.student(fn), p, dy, k), tol=tol,
+                    mistakes={key: wrong[k] for key, wrong in slips if k in wrong
+                              and bn.rel_error(wrong[k], unit[k]) > 1e-8})
     hand = c.student("hand_backward")
     fd = lambda: fd_truth(lambda **kw: c.run(through_torch, hand, kw, dy, "y"), p, dy)  # noqa
     c.holds("HandBackward vs differences of its own forward", "hand_backward",

@@ -70,7 +70,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
 #
 # Fill `GLU_ACTIVATION` with the activation name (a key of `bn.ACTIVATIONS`) of each
 # variant, e.g. `{"GLU": "...", "Bilinear": "...", ...}` for GLU, Bilinear, ReGLU, GEGLU
-# and SwiGLU (use the exact GELU, `"gelu"`).
+# and SwiGLU (for GEGLU, the exact GELU, not its tanh approximation).
 
 # %%
 GLU_ACTIVATION = {"GLU": "sigmoid", "Bilinear": "identity",  # ANSWER: variant -> activation

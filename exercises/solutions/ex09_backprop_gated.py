@@ -5,8 +5,9 @@
 # exercise poses it on **your own unit**, drawn from your seed: a gated MLP changed in
 # where the gate sits (on `x Qᵀ` or on `x Kᵀ`), the gate's σ, a power of the gate, and a
 # second activation τ on the other factor. Set your seed once with
-# `python -m exercises start --name YOU`; `python -m exercises check 9` prints your unit at
-# the top, and in this file `variant(9)` returns it. For example, the variant
+# `python -m exercises start --code CODE` (the code from your instructor; studying alone,
+# `start --name YOU`); `python -m exercises check 9` prints your unit at the top, and in this
+# file `variant(9)` returns it. For example, the variant
 #
 #     {"gate": "K", "sigma": "silu", "power": 2, "branch": "sigmoid"}
 #

@@ -10,7 +10,8 @@
 # "beta_on": "gate", "beta_as": "times"}` is Shazeer's Swish_β gate:
 #
 #     a = x Qᵀ           (N, m)
-#     g = σ(β ⊙ a)       (N, m)    β (m,): one temperature per unit, broadcast over tokens
+#     a_β = β ⊙ a        (N, m)    β (m,): one temperature per unit, broadcast over tokens
+#     g = σ(a_β)         (N, m)    (β on the other factor: b_β from b = x Kᵀ, the same way)
 #     h = g ⊙ (x Kᵀ)     (N, m)
 #     y = h V            (N, d_out)
 #
