@@ -7,7 +7,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from exercises import checker, gradebook, release, sandbox
+from exercises import checker, gradebook, gradescope, release, sandbox
 from exercises.course import COURSE
 
 PYTHON_CALL = False          # True while exercises.check() runs: it suggests that call
@@ -136,7 +136,9 @@ COMMANDS = {"check": ("exercise N's rows, and hints", [FOLDER, LIMIT]),
             "start": ("once: your seed, from your instructor's code (or drawn: --name)", [FOLDER]),
             "grade": ("instructors: a class, a folder per student", [LIMIT, JOBS]),
             "handout": ("instructors: the repository for students: stubs, no solutions", []),
-            "roster": ("instructors: a code per student of a class list (student_id, name)", [])}
+            "roster": ("instructors: a code per student of a class list (student_id, name)", []),
+            "gradescope": ("instructors: the autograder zip for Gradescope (docs/course.md)",
+                           [LIMIT])}
 
 
 def build_parser():
@@ -149,7 +151,8 @@ def build_parser():
     for name, target, text in (("check", "N", "the exercise's number, 1 to 20"),
                                ("grade", "SUBMISSIONS", "the folder of the students' folders"),
                                ("handout", "DIR", "a new folder"),
-                               ("roster", "ROSTER", "the class list, a CSV")):
+                               ("roster", "ROSTER", "the class list, a CSV"),
+                               ("gradescope", "OUT.zip", "the autograder zip written")):
         sub[name].add_argument("target", metavar=target, help=text)
     sub["check"].add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
                               help="hints 1 to this level")
@@ -160,7 +163,12 @@ def build_parser():
     sub["grade"].add_argument("--feedback", type=Path, metavar="DIR", help="DIR/<id>.md each")
     sub["grade"].add_argument("--format", choices=("canvas",), help="also CSV-canvas.csv")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
-    for name in ("grade", "roster"):
+    sub["gradescope"].add_argument("--roster", type=Path, required=True, help="the class list")
+    sub["gradescope"].add_argument("--visibility", default="visible", help="of the results "
+                                   "(default: visible)", choices=gradescope.VISIBILITY)
+    sub["gradescope"].add_argument("--torch", action="store_true", help="install PyTorch "
+                                   "(CPU) for the optional exercise 20")
+    for name in ("grade", "roster", "gradescope"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
     return parser
 
@@ -192,6 +200,9 @@ def main(argv=None, python_call=False):
         return usage_error(f"--time-limit: expected 0 (none) to 1e6 seconds: {args.time_limit}")
     if args.jobs is not None and args.jobs < 1:
         return usage_error(f"--jobs: expected 1 or more children at a time: {args.jobs}")
+    if args.command == "gradescope":
+        return gradescope.make_zip(args.target, args.roster, args.secret, args.time_limit,
+                                   args.visibility, args.torch)
     if args.command == "grade":
         if not Path(args.target).is_dir():
             return usage_error(f"grade: expected a folder of the students' folders, got "
