@@ -186,14 +186,17 @@ def lock(root):
         folder.chmod(0o700)
 
 
-def test_output(number, exercise, result, points):
+def test_output(number, exercise, result, points, others=()):
     """The text a student reads under exercise `number`: its status and points, the file
-    graded, the variant, the rows, the rows that did not run, the first hint."""
+    graded, the variant, the rows, the rows that did not run, the first hint. others: the
+    upload's files not recognised (one named like this exercise's is pointed out)."""
     from exercises.__main__ import format_rows
     of = f"{gradebook.shown(points)} of {POINTS[number - 1]} points"
     if result.status == "missing":
-        return (f"missing: no {checker.file_name(number, exercise)} (or its .ipynb) in your "
-                f"upload: 0 of {POINTS[number - 1]} points")
+        own = checker.file_name(number, exercise)
+        near = [o for o in others if Path(o).name.startswith(f"ex{number:02d}")]
+        return (f"missing: no {own} (or its .ipynb) in your upload: 0 of {POINTS[number - 1]} "
+                f"points" + (f". Your {near[0]} is not graded: rename it {own}" if near else ""))
     lines = [f"{result.status}: {result.passed} of {ROWS[number - 1]} checks ok, {of}"
              + (" (optional: not counted in the total)" if exercise.optional else ""),
              f"File: {result.note}"]
@@ -208,16 +211,16 @@ def test_output(number, exercise, result, points):
     return "\n".join(lines)
 
 
-def test_of(number, exercise, result, graded, visibility):
+def test_of(number, exercise, result, graded, visibility, others=()):
     """One test of results.json: an exercise, its points of POINTS (an optional exercise: apart,
-    0 of 0, its points in its output)."""
+    0 of 0, its points in its output); others: as test_output's."""
     points = graded.points(number)
     test = {"name": f"Exercise {number}: {exercise.title}"
                     + (" (optional, not counted)" if exercise.optional else ""),
             "number": str(number),
             "score": 0.0 if exercise.optional else round(points, 2),
             "max_score": 0.0 if exercise.optional else float(POINTS[number - 1]),
-            "output": test_output(number, exercise, result, points),
+            "output": test_output(number, exercise, result, points, others),
             "visibility": visibility}
     return test if exercise.optional else test | {
         "status": "passed" if result.status == "done" else "failed"}
@@ -231,8 +234,9 @@ def results_json(output, config, tests=(), score=0.0, extra=None):
             "extra_data": extra or {}, "tests": list(tests)}
 
 
-def graded_report(student_id, how, seed, results, upload_notes, config):
-    """results.json of a graded submission, and its lines for the instructor's log."""
+def graded_report(student_id, how, seed, results, upload_notes, config, others=()):
+    """results.json of a graded submission, and its lines for the instructor's log (others:
+    the upload's files not recognised)."""
     graded = gradebook.Graded(student_id, "", None, seed, results)
     optional = [n for n, e in NUMBERED if e.optional]
     output = [f"bilinear-numpy exercises: {gradebook.shown(graded.total)} of {MAX_POINTS} "
@@ -243,7 +247,7 @@ def graded_report(student_id, how, seed, results, upload_notes, config):
         f"Exercise {gradebook.CAPSTONE}'s reasons (its WHY) are read and graded by hand, in a "
         f"question of their own."]
     flags = gradebook.flags_of(results)
-    tests = [test_of(n, e, r, graded, config.get("visibility", "visible"))
+    tests = [test_of(n, e, r, graded, config.get("visibility", "visible"), others)
              for (n, e), r in zip(NUMBERED, results)]
     extra = {"student_id": student_id, "seed": seed, "flags": flags,
              "optional_points": {str(n): round(graded.points(n), 2) for n in optional}}
@@ -281,7 +285,7 @@ def grade_upload(root, config):
         print(f"{student_id} ({how}), seed {seed}; {len(found)} files; {sandbox.isolation()}")
         results = checker.check_job((list(range(1, len(COURSE) + 1)), Path(folder),
                                      config.get("time_limit", checker.TIME_LIMIT), None, seed))
-    return graded_report(student_id, how, seed, results, notes, config)
+    return graded_report(student_id, how, seed, results, notes, config, others)
 
 
 def write_results(root, report):

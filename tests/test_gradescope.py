@@ -215,7 +215,7 @@ def test_the_zip_has_the_scripts_at_its_root_the_course_the_answers_and_no_solut
 @needs_solutions
 def test_a_solved_upload_in_a_folder_gets_every_point_with_the_rosters_variant(graded):
     upload = {f"my work/exercises/{name(n)}": (checker.SOLUTIONS_FOLDER / name(n)).read_text(
-        "utf-8") for n in range(1, len(COURSE) + 1) if (checker.SOLUTIONS_FOLDER / name(n)).is_file()}
+        "utf-8") for n in range(1, len(COURSE) + 1)}
     upload[f"my work/exercises/{checker.SEED_FILE}"] = json.dumps({"name": "Bob",
                                                                    "seed": seed("s02")})
     results = graded(upload, [{"sid": "s01", "email": "ann@uni.example", "id": 1, "name": "A"}])
@@ -260,10 +260,14 @@ def test_the_variant_is_the_rosters_for_the_submitter_not_the_uploaded_student_j
 
 @needs_solutions
 def test_an_empty_upload_gets_zero_and_says_each_file_is_missing(graded):
-    results = graded({}, [{"sid": "s03", "email": "", "id": 3, "name": "C"}])
+    renamed = name(6).replace(".py", " (1).py")                  # as a browser saves a copy
+    results = graded({renamed: "x = 1\n"}, [{"sid": "s03", "email": "", "id": 3, "name": "C"}])
     assert_specification(results, len(COURSE))
     assert results["score"] == 0 and "No file of the course was found" in results["output"]
+    assert "Not graded (not a name of the course's files" in results["output"]
     assert all(t["output"].startswith("missing: no ex") for t in results["tests"])
+    assert results["tests"][5]["output"].endswith(f"Your {renamed} is not graded: rename it "
+                                                  f"{name(6)}")
 
 
 @needs_solutions
