@@ -71,7 +71,9 @@ def run_autograder(archive, upload, users, root=None):
     (root / "submission").mkdir(exist_ok=True)
     (root / "results").mkdir()
     (root / "submission_metadata.json").write_text(json.dumps({"id": 1, "users": users}))
-    env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    (root / "tmp").mkdir()             # the run's temporary folders: removed with the root
+    env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
+                        "TMPDIR": str(root / "tmp")}
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
