@@ -221,7 +221,10 @@ def test_of(number, exercise, result, graded, visibility, others=()):
             "score": 0.0 if exercise.optional else round(points, 2),
             "max_score": 0.0 if exercise.optional else float(POINTS[number - 1]),
             "output": test_output(number, exercise, result, points, others),
-            "visibility": visibility}
+            "visibility": visibility,
+            "extra_data": {"status": result.status, "checks_ok": result.passed,
+                           "rows": ROWS[number - 1], "points": round(points, 2),
+                           "file": result.path.name if result.path else None}}
     return test if exercise.optional else test | {
         "status": "passed" if result.status == "done" else "failed"}
 

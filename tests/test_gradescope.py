@@ -108,6 +108,7 @@ def assert_specification(results, tests):
         assert isinstance(test["score"], number) and isinstance(test["max_score"], number)
         assert isinstance(test["output"], str) and test["visibility"] in gradescope.VISIBILITY
         assert test.get("status", "passed") in ("passed", "failed")
+        assert isinstance(test["extra_data"], dict) and test["extra_data"]["points"] >= 0
         assert 0 <= test["score"] <= test["max_score"]
     if tests:                             # the total: the tests' scores (20's is 0 of 0)
         assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]),
@@ -227,7 +228,10 @@ def test_a_solved_upload_in_a_folder_gets_every_point_with_the_rosters_variant(g
     assert results["extra_data"]["seed"] == seed("s01") and results["extra_data"]["flags"] == []
     assert f"names seed {seed('s02')}; the roster's seed for s01 is {seed('s01')}" in \
         results["output"]
-    assert "(optional, not counted)" in results["tests"][-1]["name"]
+    optional = results["tests"][-1]                 # 20: apart, its points in its extra_data
+    assert "(optional, not counted)" in optional["name"] and optional["max_score"] == 0
+    assert optional["extra_data"]["status"] in ("done", "skipped")
+    assert results["extra_data"]["optional_points"] == {"20": optional["extra_data"]["points"]}
 
 
 def frozen_on(number, student_id):
