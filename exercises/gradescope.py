@@ -149,7 +149,8 @@ def head(path):
 def find_files(upload):
     """({name: path} of the course's files anywhere in the upload, [the .py and .ipynb files
     not recognised]); folders and files whose name starts with "." and macOS's __MACOSX are
-    skipped, links never followed. Refusal when one name is there twice with two contents."""
+    skipped, links never followed. Refusal when an exercise's name is there twice with two
+    contents (student.json aside: the first is kept, and no grade depends on it)."""
     wanted, found, others, seen = wanted_names(), {}, [], 0
     for folder, folders, files in os.walk(upload):
         folders[:] = sorted(f for f in folders if not f.startswith((".", "__MACOSX")))
@@ -163,7 +164,7 @@ def find_files(upload):
                 continue
             if name not in wanted:
                 others += [path.relative_to(upload)] if path.suffix in (".py", ".ipynb") else []
-            elif name in found and head(found[name]) != head(path):
+            elif name in found and name != checker.SEED_FILE and head(found[name]) != head(path):
                 raise Refusal(f"Your upload has two different {name}: "
                               f"{found[name].relative_to(upload)} and {path.relative_to(upload)}."
                               f" The autograder cannot tell which one to grade: upload one copy "
@@ -186,7 +187,7 @@ def lock(root):
         folder.chmod(0o700)
 
 
-def test_output(number, exercise, result, points, others=()):
+def exercise_text(number, exercise, result, points, others=()):
     """The text a student reads under exercise `number`: its status and points, the file
     graded, the variant, the rows, the rows that did not run, the first hint. others: the
     upload's files not recognised (one named like this exercise's is pointed out)."""
@@ -211,16 +212,16 @@ def test_output(number, exercise, result, points, others=()):
     return "\n".join(lines)
 
 
-def test_of(number, exercise, result, graded, visibility, others=()):
+def exercise_test(number, exercise, result, graded, visibility, others=()):
     """One test of results.json: an exercise, its points of POINTS (an optional exercise: apart,
-    0 of 0, its points in its output); others: as test_output's."""
+    0 of 0, its points in its output); others: as exercise_text's."""
     points = graded.points(number)
     test = {"name": f"Exercise {number}: {exercise.title}"
                     + (" (optional, not counted)" if exercise.optional else ""),
             "number": str(number),
             "score": 0.0 if exercise.optional else round(points, 2),
             "max_score": 0.0 if exercise.optional else float(POINTS[number - 1]),
-            "output": test_output(number, exercise, result, points, others),
+            "output": exercise_text(number, exercise, result, points, others),
             "visibility": visibility,
             "extra_data": {"status": result.status, "checks_ok": result.passed,
                            "rows": ROWS[number - 1], "points": round(points, 2),
@@ -250,7 +251,7 @@ def graded_report(student_id, how, seed, results, upload_notes, config, others=(
         f"Exercise {gradebook.CAPSTONE}'s reasons (its WHY) are read and graded by hand, in a "
         f"question of their own."]
     flags = gradebook.flags_of(results)
-    tests = [test_of(n, e, r, graded, config.get("visibility", "visible"), others)
+    tests = [exercise_test(n, e, r, graded, config.get("visibility", "visible"), others)
              for (n, e), r in zip(NUMBERED, results)]
     extra = {"student_id": student_id, "seed": seed, "flags": flags,
              "optional_points": {str(n): round(graded.points(n), 2) for n in optional}}

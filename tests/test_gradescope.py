@@ -144,9 +144,10 @@ def test_an_uploads_files_are_found_at_any_depth_and_two_different_copies_are_re
     (tmp_path / "upload" / "__MACOSX").mkdir()
     (tmp_path / "upload" / "__MACOSX" / name(1)).write_text("other = 2\n")   # not looked at
     (tmp_path / "upload" / "hw3" / name(1)).write_text("one = 1\n")          # the same: fine
+    (tmp_path / "upload" / checker.SEED_FILE).write_text('{"seed": 2}')     # no grade reads it
     found, others = gradescope.find_files(tmp_path / "upload")
     assert found == {name(1): tmp_path / "upload" / "hw3" / name(1),
-                     checker.SEED_FILE: deep / checker.SEED_FILE,
+                     checker.SEED_FILE: tmp_path / "upload" / checker.SEED_FILE,
                      name(2).replace(".py", ".ipynb"): tmp_path / "upload" /
                      name(2).replace(".py", ".ipynb")}
     assert others == ["notes.py"]
