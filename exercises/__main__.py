@@ -12,7 +12,7 @@ if __name__ == "__main__":       # one BLAS thread, set before NumPy loads, as i
                   "VECLIB_MAXIMUM_THREADS"):        # the cost rows time the forward here and
         os.environ[_name] = "1"                     # the backward there alike
 
-from exercises import checker, gradebook, release, sandbox  # noqa: E402
+from exercises import checker, gradebook, gradescope, release, sandbox  # noqa: E402
 from exercises.course import COURSE
 
 PYTHON_CALL = False          # True while exercises.check() runs: it suggests that call
@@ -190,7 +190,9 @@ COMMANDS = {"check": ("exercise N's rows, and hints", [FOLDER, LIMIT, *TAKE]),
             "start": ("once: your seed, from your instructor's code (or drawn: --name)", [FOLDER]),
             "grade": ("instructors: a class, a folder per student", [LIMIT, JOBS, *TAKE]),
             "handout": ("instructors: the repository for students: stubs, no solutions", []),
-            "roster": ("instructors: a code per student of a class list (student_id, name)", [])}
+            "roster": ("instructors: a code per student of a class list (student_id, name)", []),
+            "gradescope": ("instructors: the autograder zip for Gradescope (docs/course.md)",
+                           [LIMIT])}
 
 
 def build_parser():
@@ -204,7 +206,8 @@ def build_parser():
     for name, target, text in (("check", "N", "the exercise's number, 1 to 20"),
                                ("grade", "SUBMISSIONS", "the folder of the students' folders"),
                                ("handout", "DIR", "a new folder"),
-                               ("roster", "ROSTER", "the class list, a CSV")):
+                               ("roster", "ROSTER", "the class list, a CSV"),
+                               ("gradescope", "OUT.zip", "the autograder zip written")):
         sub[name].add_argument("target", metavar=target, help=text)
     sub["check"].add_argument("--hint", type=int, choices=(1, 2, 3), default=1,
                               help="hints 1 to this level")
@@ -219,7 +222,12 @@ def build_parser():
     sub["grade"].add_argument("--only", metavar="ID", help="re-grade this student alone into "
                               "the existing CSV (the other rows kept as they are)")
     sub["roster"].add_argument("--codes", type=Path, help="default: ROSTER-codes.csv")
-    for name in ("grade", "roster"):
+    sub["gradescope"].add_argument("--roster", type=Path, required=True, help="the class list")
+    sub["gradescope"].add_argument("--visibility", default="visible", help="of the results "
+                                   "(default: visible)", choices=gradescope.VISIBILITY)
+    sub["gradescope"].add_argument("--torch", action="store_true", help="install PyTorch "
+                                   "(CPU) for the optional exercise 20")
+    for name in ("grade", "roster", "gradescope"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
     return parser
 
@@ -278,6 +286,9 @@ def main(argv=None, python_call=False):
         sandbox.LIMITS = limits(args)
     except ValueError as error:
         return usage_error(str(error))
+    if args.command == "gradescope":
+        return gradescope.make_zip(args.target, args.roster, args.secret, args.time_limit,
+                                   args.visibility, args.torch)
     if args.command == "grade":
         if not Path(args.target).is_dir():
             return usage_error(f"grade: expected a folder of the students' folders, got "
