@@ -24,7 +24,8 @@ import pytest
 
 from exercises import checker, sandbox
 from exercises.course import COURSE
-from exercises.release import make_stub
+from test_grading_trust import name, stub                  # (tests/ is on the path)
+from test_grading_trust import untouched_student as honest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
@@ -33,9 +34,6 @@ ROOT_USER = LINUX and os.geteuid() == 0
 SLEEP = "300.4567"                    # finds a hostile file's sleeper among the processes
 MARK = "isolation-test-left"          # the name of the files a hostile file leaves in /tmp
 
-
-def name(number):
-    return checker.file_name(number, COURSE[number - 1])
 
 
 def course_copy(where, mode=0o700):
@@ -111,23 +109,6 @@ def shared_tmpdir():
     return folder
 
 
-def stub(number, functions):
-    """Exercise `number`'s stub, made from its solution where there is one (never from the files
-    a student edits), else a file of its functions, each still to write."""
-    if SOLVED:
-        return make_stub((checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8"))
-    return "".join(f"def {f}(*args, **kwargs):\n    raise NotImplementedError\n\n"
-                   for f in functions)
-
-
-def honest(folder):
-    """Exercise 1 solved where the solutions are (else its stub), exercise 2's stub, a seed."""
-    folder.mkdir(parents=True)
-    one = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8") if SOLVED \
-        else stub(1, ("mlp_forward",))
-    (folder / name(1)).write_text(one, encoding="utf-8")
-    (folder / name(2)).write_text(stub(2, ("static_query_forward",)), encoding="utf-8")
-    (folder / checker.SEED_FILE).write_text('{"name": "Alice", "seed": 4242}\n', encoding="utf-8")
 
 
 HOSTILE = '''
