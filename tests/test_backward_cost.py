@@ -214,6 +214,6 @@ def test_the_solutions_pass_the_cost_row(case, results):
     result = results[case]
     cost = cost_row(result)
     assert cost.verdict == "ok" and result.status == "done", (case, cost)
-    grew = re.fullmatch(r"([\d.,]+) → ([\d.,]+) forwards", cost.got)
-    assert grew, cost.got
+    grew = re.fullmatch(r"([\d.,]+) → ([\d.,]+) forwards \(×([\d.]+)\)", cost.got)
+    assert grew and float(grew[3]) <= common.GROWTH_LIMIT, cost.got   # the growth shown
     assert points(result) == POINTS[result.number - 1]

@@ -251,7 +251,7 @@ def cost_row(c, topic, inputs, unit, timed, loss=None, forward_rows=(), growth=G
         second, stopped = second
         grew = second / first
         text = (f"{forwards_text(first)} → {'> ' if stopped else ''}{forwards_text(second)} "
-                f"forwards")
+                f"forwards ({'over ' if stopped else ''}×{grew:.1f})")   # the growth judged
         if stopped or grew > growth:
             return ("WRONG", text, None, None,
                     f"your backward cost {forwards_text(first)} forwards at d = {small} and "
@@ -269,8 +269,8 @@ def cost_row(c, topic, inputs, unit, timed, loss=None, forward_rows=(), growth=G
                        else ", as in the rows above"))
         return "ok", text, None, error, ""
     before = len(c.rows)
-    c.row(f"{topic}: cost in forwards", topic, f"<= ×{growth:g} from d = {small} to "
-          f"{large}", cost, compare)
+    c.row(f"{topic}: cost in forwards", topic, f"a growth <= ×{growth:g} from d = {small} "
+          f"to d = {large}", cost, compare)
     row = c.rows[-1]
     if row.verdict == "WRONG" and row.message.startswith("your backward cost"):
         row.point, row.slip = (
