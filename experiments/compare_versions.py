@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+from experiments import runtime
 from experiments.bench import FULL, floor_operands, load_average, run_products, sizes_of
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -118,6 +119,7 @@ def compare(old, name, act, dtype, pairs, seed=0, sizes=None, tokens=None, clock
 def main(argv=None):
     """The command line (see the module docstring); returns the exit status 0."""
     from experiments import cli               # one line for a bad option, no abbreviations
+    runtime.keep_freed_memory()               # as `python bilinear_numpy.py bench` does
     parser = cli.Parser(prog="python -m experiments.compare_versions",
                         description=__doc__.splitlines()[0])
     parser.add_argument("old", help="path of the other bilinear_numpy.py")

@@ -117,10 +117,10 @@ def test_pair_gives_the_einsum_route_to_rounding(name, dtype):
             assert bn.rel_error(grads[key], grads_e[key]) < TOL[dtype], (act, key)
 
 
-# Sizes at which the helpers' blocks (section 2, after the pairs) cut the work in several
-# parts: N m (or N m r) above the 2^15 elements of an activation block, and for the full
-# bilinear form N d^2 above its outer-product block, 2^16 numbers, with d rows i of dA in
-# two blocks. Blocks change no number: the same equations as at one block.
+# Sizes at which the full bilinear helpers' blocks (section 2, after the pairs) cut the work in
+# several parts: N d^2 above the outer-product block, 2^16 numbers, with d rows i of dA in two
+# blocks. Blocks change no number: the same equations as at one block. The other forms have no
+# blocks; they run at a size of their own here, bit for bit the equations.
 SEVERAL_BLOCKS = {"bilinear": dict(N=1100, d=9, m=2, r=1, d_out=3),
                   "rank_r_bilinear": dict(N=300, d=5, m=40, r=3, d_out=4),
                   "gated_rank_r": dict(N=300, d=5, m=40, r=3, d_out=4)}
