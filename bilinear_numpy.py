@@ -236,8 +236,8 @@ def get_activation(act: str | Activation) -> Activation:
 #   x=x, ...)`: the cache is those tensors, read-only, with the forward's name and act;
 # - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
 #   that forward, dy has y's shape and dtype; dY is dy as (N, d_out) rows.
-# The cache also keeps sigma's arguments (z, s or a), which gradcheck (section 3) reads to
-# keep its probes away from a kink (relu at 0).
+# The cache also keeps sigma's arguments (z, s, a, or a and b: Formulation.sigma_args), which
+# gradcheck (section 3) reads to keep its probes away from a kink (relu at 0).
 # What speed or memory needs (the full bilinear form's outer products in blocks, the rank-r
 # layout) is a helper named for what it computes, after the pairs; docs/speed.md gives the
 # measured gain of each, and of the helpers that were dropped for gaining too little.
@@ -288,17 +288,17 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, xQ (N, d), z, h, sigma_prime
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, p (N, d), z, h, sigma_prime
         (N, m)}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     x, act, Q, K, V = _checked_inputs(x, act, _STATIC_QUERY_AXES, Q=Q, K=K, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    xQ = X @ Q                                    # (N, d)       the query p = x Q
-    z = xQ @ K.T                                  # (N, m)       z = p K^T
+    p = X @ Q                                     # (N, d)       the query p = x Q
+    z = p @ K.T                                   # (N, m)       z = p K^T
     h, sigma_prime = act.f_and_df(z)             # (N, m)       h = sigma(z); sigma'(z)
     y = h @ V                                     # (N, d_out)   y = h V
-    cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, xQ=xQ, z=z, h=h,
+    cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, p=p, z=z, h=h,
                           sigma_prime=sigma_prime)
     return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
@@ -308,15 +308,15 @@ def static_query_mlp_backward(dy, cache):
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY = _checked_dy(dy, cache, "static_query_mlp_forward")   # (N, d_out)
     x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
-    xQ, h, sigma_prime = cache["xQ"], cache["h"], cache["sigma_prime"]
+    p, h, sigma_prime = cache["p"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
     dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
-    dK = dz.T @ xQ                                # (m, d)       R1 on z = p K^T
-    dxQ = dz @ K                                  # (N, d)       dp: R1 on z = p K^T
-    dQ = X.T @ dxQ                                # (d, d)       R1 on p = x Q
-    dX = dxQ @ Q.T                                # (N, d)       R1 on p = x Q
+    dK = dz.T @ p                                 # (m, d)       R1 on z = p K^T
+    dp = dz @ K                                   # (N, d)       R1 on z = p K^T
+    dQ = X.T @ dp                                 # (d, d)       R1 on p = x Q
+    dX = dp @ Q.T                                 # (N, d)       R1 on p = x Q
     return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -585,7 +585,7 @@ def gated_rank_r_backward(dy, cache):
     N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R1; R4: every rho gets dh_j
-    # R3, then R2; laid out (N, r m) as X @ _as_columns(Q) is
+    # R3 and R2 (as in 3.6; b sigma'(a) first, then dh_j); laid out (N, r m) as X @ _as_columns(Q)
     da = (dh * (b * sigma_prime_a).transpose(0, 2, 1)).reshape(N, r * m)   # dh_j b_jrho sigma'(a_jrho)
     db = (dh * sigma_a.transpose(0, 2, 1)).reshape(N, r * m)               # dh_j sigma(a_jrho)
     dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j

@@ -4,8 +4,9 @@ section 2 of bilinear_numpy.py shows, and its numbers are those of the equations
 The equations are computed here a second way, from derivations.md's formulas with plain
 NumPy: bit for bit where the operations are the same (so that any change of a pair's
 arithmetic, even of its rounding, fails here), to rounding where the route differs
-(einsum sums in another order). The helpers' blocks (section 2's speed steps) change no
-number: the pairs give the same equations at sizes where they cut the work in parts."""
+(einsum sums in another order). The full bilinear helpers' blocks (section 2's one speed step
+with a loop) change no number: the pairs give the same equations at sizes where they cut the
+work in parts."""
 import numpy as np
 import pytest
 
