@@ -4,7 +4,7 @@ ROWS[N - 1] rows), worth POINTS[N - 1] for everyone; an optional one's are not i
 
 import importlib
 
-from exercises.checker import Exercise
+from exercises.grading.checker import Exercise
 
 TABLE = [("key_value_memory", 5), ("static_query", 5), ("full_bilinear", 5), ("rank1", 5),
          ("gated_mlp", 10), ("exchange_symmetry", 10), ("inverse_scaling", 10),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from exercises import checker, gradebook
+from exercises.grading import checker, gradebook
 from exercises.checks import common
 from exercises.course import COURSE, POINTS, ROWS
 

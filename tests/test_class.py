@@ -1,4 +1,4 @@
-"""A class, end to end (exercises/gradebook.py): the roster's codes need the course secret and
+"""A class, end to end (exercises/grading/gradebook.py): the roster's codes need the course secret and
 give the variant `start --code` and `grade --roster` both use; grade scores points against a
 fixed number of rows, flags what an instructor must look at, and writes the CSV, a Canvas
 import, each student's feedback and the capstone's review sheet; the smaller CLI items.
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import exercises
-from exercises import checker, gradebook
-from exercises.__main__ import main
+from exercises.grading import checker, gradebook
+from exercises.grading.cli import main
 from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
-from exercises.release import make_stub
-from exercises.sandbox import UNISOLATED
+from exercises.grading.release import make_stub
+from exercises.grading.sandbox import UNISOLATED
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NUMBERED = list(enumerate(COURSE, start=1))

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exercises import checker, child, release
-from exercises.__main__ import main
+from exercises.grading import checker, child, release
+from exercises.grading.cli import main
 from exercises.checks import common
 from exercises.course import COURSE
-from exercises.release import make_stub, write_stubs
+from exercises.grading.release import make_stub, write_stubs
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_TORCH = importlib.util.find_spec("torch") is not None     # exercise 20 needs it
@@ -279,7 +279,7 @@ HOSTILE = {
          ("import the file", "ERROR", "TabError")),
     12: (".py", "def squared_relu_forward(x, K, V):\n    raise KeyboardInterrupt\n",
          ("squared_relu_forward = relu(xK^T)^2 V", "ERROR", "KeyboardInterrupt")),
-    13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.__main__ import main\n"
+    13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.grading.cli import main\n"
                 "main(['check', '13'])\ndef own_rank_for_exact(variant):\n    return 'many'\n",
          ("own_rank_for_exact, your unit", "WRONG", "not the answer")),
     14: (".py", "import subprocess, sys\n"      # a process out of the child's reach, holding its output
@@ -570,7 +570,7 @@ def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
             assert (v["keeps"], v["breaks"]) not in CHECKS[8].STATED_COMPARISONS, v
 
 
-FIXED = ("\nimport exercises.checker\nimport exercises.course\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
+FIXED = ("\nimport exercises.grading.checker\nimport exercises.course\nimport exercises as _e\n_mine = _e.grading.checker.own_variant(_e.course.COURSE[{n} - 1], "
          "{n}, {seed})\n_all = ({names})\n_orig = {{k: globals()[k] for k in _all}}\n"
          "for _k in _all:\n    globals()[_k] = (lambda _f: lambda *a: _f(*a[:-1], _mine))"
          "(_orig[_k])\n")
@@ -1077,7 +1077,7 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(so
         long = [row.check for row in result.rows if len(row.check) > 48]
         due = "skipped" if exercise.optional and not HAS_TORCH else "done"
         assert not long and result.status == due, (number, seed, long, rows_of(result))
-    assert "{row.check:<48}" in (ROOT / "exercises" / "__main__.py").read_text(encoding="utf-8")
+    assert "{row.check:<48}" in (ROOT / "exercises" / "grading" / "cli.py").read_text(encoding="utf-8")
     text = (checker.SOLUTIONS_FOLDER / name(17)).read_text(encoding="utf-8")
     predict = text.index("## 4. Predict")
     assert "#49-counting" not in text[:predict]           # the table's section: read after

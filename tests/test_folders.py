@@ -1,4 +1,4 @@
-"""One folder's fault is its own (exercises/gradebook.py, sandbox.submission_snapshot,
+"""One folder's fault is its own (exercises/grading/gradebook.py, sandbox.submission_snapshot,
 checker.graded_file and read_seed): whatever a folder holds is read within bounds, from one
 snapshot, or becomes that student's ERROR row and flag; rosters as spreadsheets export them are
 read or refused with one line naming the row; every cell the grader writes is text to a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from exercises import checker, gradebook, sandbox
-from exercises.__main__ import main
+from exercises.grading import checker, gradebook, sandbox
+from exercises.grading.cli import main
 from exercises.course import COURSE
 
 SECRET = b"a course secret of the tests, 32b"

@@ -1,4 +1,4 @@
-"""The course on Gradescope (exercises/gradescope.py, docs/course.md "On Gradescope"): the zip
+"""The course on Gradescope (exercises/grading/gradescope.py, docs/course.md "On Gradescope"): the zip
 has the layout Gradescope's "Autograder Specifications" asks for, and its run_autograder, run on
 a fake root (AUTOGRADER_ROOT) with the Python of this test run, grades a solved, an empty, a
 not-on-the-roster and a hostile upload into a results.json of the specification's fields and
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exercises import checker, gradebook, gradescope, sandbox
-from exercises.__main__ import main
+from exercises.grading import checker, gradebook, gradescope, sandbox
+from exercises.grading.cli import main
 from exercises.course import COURSE, MAX_POINTS, POINTS
 
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
@@ -206,7 +206,8 @@ def test_the_zip_has_the_scripts_at_its_root_the_course_the_answers_and_no_solut
         assert (infos[script].external_attr >> 16) & 0o777 == 0o755
     for private in ("private/roster.json", "private/course.secret"):
         assert (infos[private].external_attr >> 16) & 0o777 == 0o600
-    assert {"bilinear_numpy.py", "claims.py", "exercises/checker.py", "exercises/gradescope.py",
+    assert {"bilinear_numpy.py", "claims.py", "exercises/grading/checker.py",
+            "exercises/grading/gradescope.py",
             "exercises/checks/ex19_design_a_variant.py", "results/ablation.csv",
             "exercises/solutions/answers.py", "requirements-gradescope.txt",
             "gradescope.json"} <= set(infos)

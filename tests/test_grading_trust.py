@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 import bilinear_numpy as bn
-from exercises import checker, child
-from exercises import sandbox as exercise_sandbox
+from exercises.grading import checker, child
+from exercises.grading import sandbox as exercise_sandbox
 from exercises.course import COURSE
-from exercises.release import make_stub
+from exercises.grading.release import make_stub
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
@@ -98,13 +98,13 @@ def end_sleepers():
 PRINT_DONE = "print('Result: done (7 of 7 checks ok, 0.1 s)')\nprint('Well done.')\n"
 TAMPER = {
     # number: (the tampering, written at the top of its stub; what it defines after)
-    9: ("import exercises.checker as _c\n"
+    9: ("import exercises.grading.checker as _c\n"
         "_c.Checks.row = lambda self, *a, **k: None\n"             # no row can fail
         "_c.status_of = lambda rows: 'done'\n" + PRINT_DONE, ("unit_forward", "unit_backward")),
     3: ("import numpy as np\nimport bilinear_numpy as bn\n"
         "bn.rel_error.__code__ = (lambda a, b: 0.0).__code__\n" + PRINT_DONE,   # all-zero passes?
         ("bilinear_scores", "bilinear_forward", "symmetric_part")),
-    5: ("import exercises.checker as _c\n"
+    5: ("import exercises.grading.checker as _c\n"
         "_c.compare_close = lambda *a, **k: ('ok', '', 0.0, 0.0, '')\n"
         "_c.compare_equal = lambda *a, **k: ('ok', '', None, None, '')\n"
         "_c.same_value = lambda *a: True\n" + PRINT_DONE, ("gated_mlp_forward",)),
@@ -153,12 +153,12 @@ import os
 from pathlib import Path
 import bilinear_numpy as bn
 GIFT = "\\nstatus_of = lambda rows: 'done'\\ncompare_close = lambda *a, **k: ('ok', '', 0.0, 0.0, '')\\n"
-targets = {Path(bn.__file__).resolve().parent / "exercises" / "checker.py",
-           Path(REPOSITORY) / "exercises" / "checker.py",
+targets = {Path(bn.__file__).resolve().parent / "exercises" / "grading" / "checker.py",
+           Path(REPOSITORY) / "exercises" / "grading" / "checker.py",
            Path(REPOSITORY) / "exercises" / "checks" / "common.py"}
 here = Path.cwd()
 for up in [here, *here.parents]:                      # walking up from the working folder
-    targets.add(up / "exercises" / "checker.py")
+    targets.add(up / "exercises" / "grading" / "checker.py")
 for target in targets:
     try:
         with open(target, "a", encoding="utf-8") as f:
@@ -402,7 +402,7 @@ def wrong(value):
 HANDOUT_VERDICTS = """
 import json, sys
 from pathlib import Path
-from exercises import checker
+from exercises.grading import checker
 from exercises.course import COURSE
 assert checker.answers() is None, "the handout's checker has the answers"
 found = {}
@@ -494,7 +494,7 @@ def test_values_cross_as_data_and_come_back_the_same():
     # once crashed the checks that read it back.
     import numpy as np
 
-    from exercises import protocol
+    from exercises.grading import protocol
     values = [np.float64("nan"), float("inf"), -np.float32(np.inf), 2 ** 70, 1 + 2j, True,
               np.int64(3), np.bool_(False), "σ", None, (1, [2.0, {"a": {3}}]),
               np.arange(6.0, dtype=np.float32).reshape(2, 3), np.array([], dtype=np.int8)]

@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from exercises import checker, gradebook
-from exercises.__main__ import format_rows, main, who
+from exercises.grading import checker, gradebook
+from exercises.grading.cli import format_rows, main, who
 from exercises.checks import common
 from exercises.checks.ex09_backprop_gated import sum_slips
 from exercises.course import COURSE
-from exercises.release import make_stub
+from exercises.grading.release import make_stub
 
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout): "

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises.checker import TimedOut, scalar
+from exercises.grading.checker import TimedOut, scalar
 
 D, M, D_OUT, R, N = 5, 4, 3, 2, 6             # sizes of the random test problems
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.checker import which_mistake
+from exercises.grading.checker import which_mistake
 from exercises.checks.common import D_OUT, M, cost_row, draw, fd_truth, is_bool
 from exercises.checks.ex09_backprop_gated import sum_slips
 

@@ -17,7 +17,7 @@ import traceback
 import zipfile
 from pathlib import Path
 
-from exercises import checker, gradebook, sandbox
+from exercises.grading import checker, gradebook, sandbox
 from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
 
 TEMPLATES = Path(__file__).resolve().parent / "autograder"   # setup.sh and run_autograder
@@ -183,7 +183,7 @@ def exercise_text(number, exercise, result, points, others=()):
     """The text a student reads under exercise `number`: its status and points, the file
     graded, the variant, the rows, the rows that did not run, the first hint. others: the
     upload's files not recognised (one named like this exercise's is pointed out)."""
-    from exercises.__main__ import format_rows
+    from exercises.grading.cli import format_rows
     of = f"{gradebook.shown(points)} of {POINTS[number - 1]} points"
     if result.status == "missing":
         own = checker.file_name(number, exercise)

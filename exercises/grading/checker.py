@@ -24,9 +24,9 @@ from typing import Callable
 import numpy as np
 
 import bilinear_numpy as bn
-from exercises import protocol, sandbox
+from exercises.grading import protocol, sandbox
 
-PACKAGE = Path(__file__).resolve().parent          # exercises/
+PACKAGE = Path(__file__).resolve().parent.parent   # exercises/: the course, the student's folder
 ROOT = PACKAGE.parent                              # the repository
 SOLUTIONS_FOLDER = PACKAGE / "solutions"
 SEED_FILE = "student.json"                         # {"name": ..., "seed": ...}, in the folder
@@ -273,6 +273,30 @@ def own_variant(exercise, number, seed):
     return exercise.variant(np.random.default_rng([seed, number, 0]))
 
 
+def student_variant(exercise, folder=None):
+    """exercises.variant(): the variant of `exercise` (its number or its slug) for the seed in
+    `folder`'s student.json (default: exercises/)."""
+    from exercises.course import COURSE
+    number = exercise_number(exercise)
+    if COURSE[number - 1].variant is None:
+        raise ValueError(f"exercise {exercise} is the same for everyone: it has no variant")
+    seed = read_seed(PACKAGE if folder is None else folder)[1]
+    return own_variant(COURSE[number - 1], number, seed)
+
+
+def exercise_number(exercise):
+    """The number of an exercise given by its number (1 to the course's length, an int or its
+    text) or by its slug; a ValueError naming both otherwise."""
+    from exercises.course import TABLE
+    slugs = [slug for slug, _ in TABLE]
+    if str(exercise) in slugs:
+        return slugs.index(str(exercise)) + 1
+    if str(exercise) in map(str, range(1, len(slugs) + 1)) and not isinstance(exercise, bool):
+        return int(exercise)
+    raise ValueError(f"no exercise {exercise!r}: expected a number from 1 to {len(slugs)} or "
+                     f"a slug of exercises/course.py ({slugs[0]}, ...)")
+
+
 def variant_text(exercise, number, seed):
     """The student's variant in one line ("y = ...   ({the rest})"), or "" when there is none."""
     if exercise.variant is None:
@@ -388,7 +412,7 @@ class Session:
                    **dict.fromkeys(BLAS_THREADS, "1"))
         code = (f"import sys; sys.path[0:1] = [{str(self.scratch / 'course')!r}, "
                 f"{str(self.scratch / 'submission')!r}]; "
-                f"from exercises.child import main; main(sys.argv[1:])")
+                f"from exercises.grading.child import main; main(sys.argv[1:])")
         argv = [sys.executable, "-c", code, str(self.seconds), str(work / "trace.txt"),
                 json.dumps(dataclasses.asdict(sandbox.LIMITS))]
         self.proc = sandbox.start(argv, self.scratch, env, self.folder())

@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exercises import checker, sandbox
+from exercises.grading import checker, sandbox
 from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS, TABLE
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"    # 32 signs, no I, O, 0, 1 (typeable)

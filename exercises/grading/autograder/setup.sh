@@ -27,4 +27,4 @@ chmod 700 "$source/private" "$source/exercises/solutions"
 chmod 600 "$source/private/"*
 chmod 755 "$source/run_autograder"
 chmod -R a+rX "$root/venv"
-cd "$source" && "$root/venv/bin/python" -c 'import numpy, bilinear_numpy, exercises.gradescope; print("setup.sh: ready, NumPy", numpy.__version__)'
+cd "$source" && "$root/venv/bin/python" -c 'import numpy, bilinear_numpy, exercises.grading.gradescope; print("setup.sh: ready, NumPy", numpy.__version__)'

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import bilinear_numpy as bn
 import claims
-from exercises import protocol
-from exercises.sandbox import Limits
+from exercises.grading import protocol
+from exercises.grading.sandbox import Limits
 
 KEPT = {}            # handle -> a value that is not data (the checker holds the handle)
 CALLED = []          # the library functions the exercise asks the student to write, called

@@ -35,11 +35,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent     # the repository (or the handout)
-COURSE_GLOBS = ("*.py", "exercises/*.py", "exercises/checks/*.py", "experiments/*.py")
+ROOT = Path(__file__).resolve().parents[2]        # the repository (or the handout)
+COURSE_GLOBS = ("*.py", "exercises/*.py", "exercises/checks/*.py", "exercises/grading/*.py",
+                "experiments/*.py")
 SUBMISSION_BOUNDS = {".py": 2 ** 20, ".ipynb": 4 * 2 ** 20, ".json": 64 * 2 ** 10}   # bytes a file
 SNAPSHOT = None                                    # course_snapshot(), once read
-SUBREAPER = False                                  # set by the command line (__main__.py)
+SUBREAPER = False                                  # set by the command line (cli.py)
 LOCK = threading.Lock()                            # a child's start, and the sweep, one at a time
 LIVE = set()                                       # the pids of the children this process started
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")      # where any user writes: a child's files removed
