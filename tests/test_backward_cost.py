@@ -18,6 +18,7 @@ import pytest
 from exercises.grading import checker, gradebook
 from exercises.checks import common
 from exercises.course import COURSE, POINTS, ROWS
+from exercises.grading.release import solution_file
 
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout)")
@@ -117,7 +118,7 @@ def analytic_seed(number):
 
 def hostile_text(kind, number):
     """The solution of exercise `number`, its backward then redefined by the kind's."""
-    text = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[number - 1]).read_text(encoding="utf-8")
     if kind == "solution":
         return text
     if kind == "coloured":

@@ -20,6 +20,7 @@ from exercises.grading.cli import main
 from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
 from exercises.grading.release import make_stub
 from exercises.grading.sandbox import UNISOLATED
+from exercises.grading.release import solution_file, write_solved
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NUMBERED = list(enumerate(COURSE, start=1))
@@ -33,7 +34,7 @@ def name(number):
 
 
 def solution(number):
-    return (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    return solution_file(COURSE[number - 1]).read_text(encoding="utf-8")
 
 
 def write_roster(path, ids):
@@ -169,7 +170,7 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
     # s1 solved (every exercise: each has exactly ROWS rows), s2 hands in s1's student.json
     # with a generic ex06 and an ex13 written for s1's variant, s3 empty, s4 hostile (a
     # loop, an os._exit), s5 on the roster without a folder, "stranger" on no roster row.
-    from exercises.checks.ex13_higher_rank import exact_rank_truth
+    from exercises.checks.higher_rank import exact_rank_truth
     import numpy as np
     secret = tmp_path / "class.secret"
     secret.write_bytes(SECRET)
@@ -255,9 +256,10 @@ def test_a_class_is_graded_against_the_roster_to_points_feedback_and_a_review(tm
 
 
 @needs_solutions
-def test_each_solution_has_its_rows_for_another_seed():
+def test_each_solution_has_its_rows_for_another_seed(tmp_path):
     # With test_a_class...'s s1, two seeds; exercises with a variant and no timed row.
-    folder = checker.SOLUTIONS_FOLDER
+    folder = tmp_path
+    write_solved(folder)
     numbers = [6, 7, 8, 11, 12, 13, 16, 17, 18]
     found = [r for results in checker.parallel(checker.check_job, [
         (numbers[k::2], folder, 10, None, 4242) for k in (0, 1)]) for r in results]

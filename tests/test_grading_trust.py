@@ -26,8 +26,9 @@ import pytest
 import bilinear_numpy as bn
 from exercises.grading import checker, child
 from exercises.grading import sandbox as exercise_sandbox
-from exercises.course import COURSE
+from exercises.course import COURSE, NUMBERS
 from exercises.grading.release import make_stub
+from exercises.grading.release import solution_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
@@ -43,7 +44,7 @@ def stub(number, functions):
     """Exercise `number`'s stub: made from the solution where there is one, else a file
     of its functions, each still to write."""
     if SOLVED:
-        return make_stub((checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8"))
+        return make_stub(solution_file(COURSE[number - 1]).read_text(encoding="utf-8"))
     return "".join(f"def {f}(*args, **kwargs):\n    raise NotImplementedError\n\n"
                    for f in functions)
 
@@ -187,7 +188,7 @@ def untouched_student(folder):
     """A student's honest folder: exercise 1 solved where the solutions are (else its stub),
     exercise 2's stub, a seed."""
     folder.mkdir(parents=True)
-    one = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8") if SOLVED \
+    one = solution_file(COURSE[0]).read_text(encoding="utf-8") if SOLVED \
         else stub(1, ("mlp_forward",))
     (folder / name(1)).write_text(one, encoding="utf-8")
     (folder / name(2)).write_text(stub(2, ("static_query_forward",)), encoding="utf-8")
@@ -301,7 +302,7 @@ def inline_forward(text):
 
 @needs_solutions
 def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_passes(tmp_path):
-    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[8]).read_text(encoding="utf-8")
     files = {"calls": text + FD_BACKWARD.format(forward="unit_forward"),
              "inline": text + inline_forward(text) + FD_BACKWARD.format(forward="_copied_forward"),
              "solution": text}
@@ -352,7 +353,7 @@ def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, librar
         pytest.importorskip("torch")
     if library == "tinygrad" and importlib.util.find_spec("tinygrad") is not None:
         pytest.skip("tinygrad is installed here")
-    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[8]).read_text(encoding="utf-8")
     text = text.replace("def unit_backward(", "def _derived_backward(", 1)
     (tmp_path / name(9)).write_text(text + AUTODIFF_BACKWARD.format(library=library), "utf-8")
     if library == "autograd":
@@ -375,7 +376,7 @@ def answers():
     path = checker.SOLUTIONS_FOLDER / "answers.py"
     if not path.is_file():
         pytest.skip("no exercises/solutions/answers.py (a handout)")
-    return checker.load_answers()
+    return {NUMBERS[slug]: table for slug, table in checker.load_answers().items()}   # by slug
 
 
 def wrong(value):
@@ -423,7 +424,7 @@ def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path)
     right.mkdir()
     bad.mkdir()
     for number in truths:
-        path = checker.SOLUTIONS_FOLDER / name(number)
+        path = solution_file(COURSE[number - 1])
         solved = path.read_text(encoding="utf-8")
         module = child.load_module(path)          # the solution's own answers, made wrong
         (right / name(number)).write_text(solved, encoding="utf-8")

@@ -118,7 +118,7 @@ REPOSITORY, OTHER, SLEEP, MARK = {repository!r}, {other!r}, {sleep!r}, {mark!r}
 parent = os.getppid()
 stolen = ""
 for where in (f"/proc/{{parent}}/cwd", REPOSITORY, f"/proc/{{parent}}/root" + REPOSITORY):
-    for part in ("exercises/solutions/ex01_key_value_memory.py", "exercises/solutions/answers.py"):
+    for part in ("exercises/solutions/key_value_memory.py", "exercises/solutions/answers.py"):
         try:
             stolen = stolen or Path(where, part).read_text()
         except OSError:

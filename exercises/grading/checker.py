@@ -1,5 +1,5 @@
 """The checker: rows, the session whose child answers, the checks that judge here, and what the
-rows tell the student (the design, step by step: the docstring of exercises/__init__.py)."""
+rows tell the student (the design: the docstring of exercises/grading/__init__.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from typing import Callable
 import numpy as np
 
 import bilinear_numpy as bn
+from exercises.checks.common import (Ended, Refused, StudentError, TimedOut, scalar,
+                                    which_mistake)
+from exercises.course import COURSE, TABLE, Exercise
 from exercises.grading import protocol, sandbox
 
 PACKAGE = Path(__file__).resolve().parent.parent   # exercises/: the course, the student's folder
@@ -38,24 +41,6 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 GRACE = 1.0                                        # past the limit, for the child's trace
 HIDDEN = "(hidden)"                                # shown in place of an expected answer
 WHEN_GRADED = "when graded"                        # a reading answer's row in a handout
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """One exercise, from its exercises/checks/exNN_slug.py: TITLE, check(c) (adds the rows),
-    WRITES (the bn names it asks the student to write), diagnose(rows) -> [(point, slip)],
-    variant(rng) -> the student's own problem (a dict; its "y" says it in one line), HINTS
-    ({topic: [level 1, 2, 3]}, and "formulas" for a backward pass), OPTIONAL, AUTODIFF (the
-    file may use a library that differentiates for it, child.AUTODIFF: exercise 20's torch)."""
-    slug: str
-    title: str
-    check: Callable
-    writes: tuple = ()
-    diagnose: Callable | None = None
-    variant: Callable | None = None
-    hints: dict = field(default_factory=dict)
-    optional: bool = False
-    autodiff: bool = False
 
 
 def file_name(number, exercise):
@@ -108,15 +93,6 @@ def status_of(rows):
 
 
 # ----- Values shown and compared -------------------------------------------------------------
-
-
-def scalar(value):
-    """A number as Python has it: a 0-d array and a NumPy scalar (np.int64, np.float32,
-    np.bool_) become the int, float or bool they hold; anything else is returned as it is.
-    Where a number is asked, 4, np.int64(4) and np.array(4) are one answer."""
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
-        value = value[()]
-    return value.item() if isinstance(value, np.generic) and value.dtype.kind in "biuf" else value
 
 
 def type_name(value):
@@ -256,18 +232,6 @@ def compare_equal(expected, got, hidden=False):
     return "WRONG", describe(got), None, None, message
 
 
-def which_mistake(got, mistakes):
-    """(point, slip) of the first known mistake whose value `got` matches, or ("", "")."""
-    for (point, slip), value in (mistakes or {}).items():
-        try:
-            got_array, value = (np.asarray(v, dtype=np.float64) for v in (got, value))
-            if got_array.shape == value.shape and bn.rel_error(value, got_array) <= 1e-8:
-                return point, slip
-        except (TypeError, ValueError):
-            continue
-    return "", ""
-
-
 def own_variant(exercise, number, seed):
     """The variant of exercise `number` for the student of `seed` (the same in every check)."""
     return exercise.variant(np.random.default_rng([seed, number, 0]))
@@ -276,7 +240,6 @@ def own_variant(exercise, number, seed):
 def student_variant(exercise, folder=None):
     """exercises.variant(): the variant of `exercise` (its number or its slug) for the seed in
     `folder`'s student.json (default: exercises/)."""
-    from exercises.course import COURSE
     number = exercise_number(exercise)
     if COURSE[number - 1].variant is None:
         raise ValueError(f"exercise {exercise} is the same for everyone: it has no variant")
@@ -287,7 +250,6 @@ def student_variant(exercise, folder=None):
 def exercise_number(exercise):
     """The number of an exercise given by its number (1 to the course's length, an int or its
     text) or by its slug; a ValueError naming both otherwise."""
-    from exercises.course import TABLE
     slugs = [slug for slug, _ in TABLE]
     if str(exercise) in slugs:
         return slugs.index(str(exercise)) + 1
@@ -306,23 +268,6 @@ def variant_text(exercise, number, seed):
 
 
 # ----- The session: the child of one submission, as the checker sees it ----------------------
-
-
-class StudentError(Exception):
-    """What the student's code raised (the child's report); `where`: the line of their file."""
-    where = ""
-
-
-class Refused(StudentError):
-    """The code called a function it is asked to write, or replaced a library name."""
-
-
-class TimedOut(StudentError):
-    """The code did not return within the time limit (the child was ended)."""
-
-
-class Ended(StudentError):
-    """The child's process ended (os._exit, a crash) before it replied."""
 
 
 MIMICKED = ("ValueError TypeError KeyError IndexError NameError AttributeError ZeroDivisionError "
@@ -525,7 +470,7 @@ class Session:
 
 @functools.lru_cache(maxsize=None)
 def answers():
-    """{exercise number: {name: truth}} of the reading questions, from beside the solutions
+    """{exercise slug: {name: truth}} of the reading questions, from beside the solutions
     (exercises/solutions/answers.py), or None in a handout. Read once, before any child."""
     path = SOLUTIONS_FOLDER / "answers.py"
     if not path.is_file():
@@ -647,7 +592,7 @@ class Checks:
         transform, not shown. In a handout: it has the form (`form` says it, predicate tests
         it), "checked when graded"."""
         if self.answers is not None:
-            return self.predicted(name, name, self.answers[self.number][name],
+            return self.predicted(name, name, self.answers[self.exercise.slug][name],
                                   lambda: (transform or (lambda v: v))(self.answer(name)))
         self.row(name, name, WHEN_GRADED, lambda: self.answer(name), lambda got: (
             ("ok", describe(got), None, None, "checked when graded (its form is right)")
@@ -773,7 +718,6 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
 def check_job(job):
     """run_exercise for each exercise of a job (numbers, folder, seconds, files, seed) of
     parallel(), in one session (one child, started again only after a time-out): [Result]."""
-    from exercises.course import COURSE
     numbers, folder, seconds, files, seed = job
     files = sandbox.submission_snapshot(folder) if files is None else files
     session = Session(files, seconds)

@@ -199,7 +199,7 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="none: your progress")
     sub = {name: commands.add_parser(name, help=text, description=text, parents=parents)
            for name, (text, parents) in COMMANDS.items()}
-    for name, target, text in (("check", "N", "the exercise's number, 1 to 20"),
+    for name, target, text in (("check", "N", f"the exercise's number, 1 to {len(COURSE)}, or its slug"),
                                ("grade", "SUBMISSIONS", "the folder of the students' folders"),
                                ("handout", "DIR", "a new folder"),
                                ("roster", "ROSTER", "the class list, a CSV"),
@@ -222,7 +222,8 @@ def build_parser():
     sub["gradescope"].add_argument("--visibility", default="visible", help="of the results "
                                    "(default: visible)", choices=gradescope.VISIBILITY)
     sub["gradescope"].add_argument("--torch", action="store_true", help="install PyTorch "
-                                   "(CPU) for the optional exercise 20")
+                                   "(CPU) for the exercises that may use it: " + ", ".join(
+                                       str(n) for n, e in enumerate(COURSE, 1) if e.autodiff))
     for name in ("grade", "roster", "gradescope"):
         sub[name].add_argument("--secret", type=Path, help="the course secret (ROSTER.secret)")
     return parser
@@ -303,11 +304,13 @@ def main(argv=None, python_call=False):
     folder = args.folder.resolve()
     if args.command == "start":
         return start(folder, args.name, args.code)
-    if args.command == "check" and args.target not in map(str, range(1, len(COURSE) + 1)):
-        return usage_error(f"no exercise {args.target!r}: expected 1 to {len(COURSE)}")
     if args.command is None:
         return show_progress(folder, args.time_limit)
-    return show_check(int(args.target), folder, args.time_limit, args.hint)
+    try:
+        number = checker.exercise_number(args.target)
+    except ValueError as error:
+        return usage_error(str(error))
+    return show_check(number, folder, args.time_limit, args.hint)
 
 
 def run():

@@ -7,7 +7,6 @@ import contextlib
 import csv
 import hashlib
 import hmac
-import importlib
 import io
 import multiprocessing
 import multiprocessing.connection
@@ -23,12 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exercises.grading import checker, sandbox
-from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS, TABLE
+from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"    # 32 signs, no I, O, 0, 1 (typeable)
 NUMBERED = list(enumerate(COURSE, start=1))
-CAPSTONE = 1 + [slug for slug, _ in TABLE].index("design_a_variant")   # its WHY: read by a person
-REASONING_POINTS = 10                             # the capstone's reasoning, scored by hand
+REASONED = [n for n, e in NUMBERED if e.reasoning]   # whose written reasons a person scores
+if len(REASONED) != 1:                            # the gradebook has one capstone_reasoning column
+    raise ImportError(f"exercises/checks/: one exercise declares REASONING (points for its written "
+                      f"reasons, scored by hand), not {len(REASONED)}")
+CAPSTONE = REASONED[0]                            # its number: its place in course.TABLE
+REASONING_POINTS = COURSE[CAPSTONE - 1].reasoning   # the capstone's reasoning, scored by hand
 GRADED_POINTS = MAX_POINTS + REASONING_POINTS     # max_points: 200 by the checker, 10 by hand
 TABLE_BOUND = 16 * 2 ** 20                        # bytes of a roster or gradebook read
 FORMULA = ("=", "+", "-", "@", "\t", "\r")        # a cell a spreadsheet runs (OWASP, CSV injection)
@@ -530,8 +533,7 @@ def feedback(g):
 
 def review(students):
     """The capstone's review sheet (docs/course.md, "The capstone's review sheet"), Markdown."""
-    from_checks = importlib.import_module(f"exercises.checks.ex{CAPSTONE:02d}_"
-                                          f"{TABLE[CAPSTONE - 1][0]}")
+    from_checks = COURSE[CAPSTONE - 1].checks
     head = [f"# Capstone review (exercise {CAPSTONE}): {len(students)} students",
             f"Read each student's reasons and score them by hand, 0 to {REASONING_POINTS} "
             f"points, in the CSV's capstone_reasoning column (a re-grade keeps it). A symmetry "
@@ -543,8 +545,7 @@ def review(students):
 def review_block(g):
     """One student's section of the review sheet: their design and claims against the
     measurements, their WHY sentences."""
-    from_checks = importlib.import_module(f"exercises.checks.ex{CAPSTONE:02d}_"
-                                          f"{TABLE[CAPSTONE - 1][0]}")
+    from_checks = COURSE[CAPSTONE - 1].checks
     tol = from_checks.CLAIM_TOL
     r, rows = g.results[CAPSTONE - 1], []
     blocks = [f"## {g.student_id}: {cell(g.name)}", f"Exercise {CAPSTONE}: {g.of(CAPSTONE)} "

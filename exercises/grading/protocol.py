@@ -1,8 +1,9 @@
-"""What crosses the pipe between the checker and its child (exercises/__init__.py, 2 and 3):
-a JSON object a line. Values go as data, never pickles: JSON's own (Python's json writes NaN,
-the infinities and ints of any size), complex numbers, NumPy arrays and scalars of a numeric or
-boolean dtype (dtype, shape and bytes exactly), tuples, lists, sets, dicts. The child resolves
-the checker's Named and Student; what it keeps, and a name it sends, is an Opaque: never run."""
+"""What crosses the pipe between the checker and its child (the trust boundary: the docstring of
+exercises/grading/__init__.py): a JSON object a line. Values go as data, never pickles: JSON's
+own (Python's json writes NaN, the infinities and ints of any size), complex numbers, NumPy
+arrays and scalars of a numeric or boolean dtype (dtype, shape and bytes exactly), tuples,
+lists, sets, dicts. The child resolves the checker's Named and Student; what it keeps, and a
+name it sends, is an Opaque: never run."""
 
 import base64
 import functools

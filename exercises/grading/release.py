@@ -1,4 +1,6 @@
-"""The stubs made from the solutions, and the handout (docs/course.md, "Release the exercises")."""
+"""The stubs made from the solutions, and the handout (docs/course.md, "Release the exercises").
+A solution is exercises/solutions/<slug>.py; its stub is exercises/exNN_<slug>.py, NN the
+exercise's place in exercises/course.py's table."""
 
 import codeop
 import re
@@ -41,14 +43,57 @@ def make_stub(solution_text):
     return "".join(out)
 
 
+def solution_file(exercise):
+    """exercises/solutions/<slug>.py: the solution of `exercise` (absent from a handout)."""
+    return checker.SOLUTIONS_FOLDER / f"{exercise.slug}.py"
+
+
+def stubs():
+    """{the student's file name, exNN_<slug>.py with NN the exercise's place in the course's
+    table: the stub made from its solution}, for every exercise."""
+    return {checker.file_name(n, e): make_stub(solution_file(e).read_text("utf-8"))
+            for n, e in enumerate(COURSE, start=1)}
+
+
 def write_stubs(folder):
     """Every exercise's stub, made afresh from its solution, into `folder`: the paths."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    paths = [Path(folder) / checker.file_name(n, e) for n, e in enumerate(COURSE, start=1)]
-    for path in paths:
-        solution = (checker.SOLUTIONS_FOLDER / path.name).read_text("utf-8")
-        path.write_text(make_stub(solution), "utf-8", newline="\n")
+    paths = []
+    for name, text in stubs().items():
+        paths.append(Path(folder) / name)
+        paths[-1].write_text(text, "utf-8", newline="\n")
     return paths
+
+
+def write_solved(folder):
+    """Every exercise's solution into `folder` under the student's file name: the folder of a
+    student who solved everything (to try `check` or `grade` on). The paths."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    paths = [Path(folder) / checker.file_name(n, e) for n, e in enumerate(COURSE, start=1)]
+    for path, exercise in zip(paths, COURSE):
+        path.write_bytes(solution_file(exercise).read_bytes())
+    return paths
+
+
+STUDENT_FILE = re.compile(r"ex(\d\d)_(\w+)\.py")
+
+
+def renumbered(folder):
+    """[(path, made)]: the files exMM_<slug>.py in `folder` whose slug is an exercise of the
+    course but whose MM is no longer its place in the table (an exercise was inserted or moved
+    before it). made: the file is exactly the stub release makes from that slug's solution, so
+    release made it and may remove it once it wrote it under its new name; any other file
+    (edited, or not made by release) is never removed."""
+    due, texts = {e.slug: checker.file_name(n, e) for n, e in enumerate(COURSE, start=1)}, {}
+    found = []
+    for path in sorted(Path(folder).glob("ex[0-9][0-9]_*.py")):
+        match = STUDENT_FILE.fullmatch(path.name)
+        if match and match[2] in due and path.name != due[match[2]]:
+            exercise = COURSE[[e.slug for e in COURSE].index(match[2])]
+            if exercise.slug not in texts:
+                texts[exercise.slug] = make_stub(solution_file(exercise).read_text("utf-8"))
+            found.append((path, path.read_text("utf-8") == texts[exercise.slug]))
+    return found
 
 
 def handout(out):
@@ -79,17 +124,27 @@ def handout(out):
 
 
 def main(argv=()):
-    """Exit 1 when a stub differs from its solution; with "--write" in argv, rewrite them."""
+    """Exit 1 when a stub differs from its solution or has an old number; with "--write" in
+    argv, write every stub afresh under its number and remove the old-numbered stubs release
+    made (renumbered: a file that is not exactly such a stub is left, and named)."""
     if not checker.SOLUTIONS_FOLDER.is_dir():
         print("no exercises/solutions/ here (a handout): nothing to release", file=sys.stderr)
         return 2
-    mine = [checker.PACKAGE / checker.file_name(n, e) for n, e in enumerate(COURSE, start=1)]
-    differ = [p.name for p in mine if not p.is_file() or p.read_text("utf-8")
-              != make_stub((checker.SOLUTIONS_FOLDER / p.name).read_text("utf-8"))]
+    due = stubs()
+    differ = [name for name, text in due.items() if not (checker.PACKAGE / name).is_file()
+              or (checker.PACKAGE / name).read_text("utf-8") != text]
+    old = renumbered(checker.PACKAGE)
     write = "--write" in argv
     if write:
         write_stubs(checker.PACKAGE)
+        for path, made in old:
+            if made:
+                path.unlink()
     print(f"stubs that differ from their solutions: {', '.join(differ) or 'none'}"
           + (" (every stub now written afresh)" if write else ""))
-    return 1 if differ and not write else 0
-
+    if old:
+        print("stubs under an old number: " + ", ".join(
+            path.name + (" (removed: it was written afresh under its number)" if write and made
+                         else "" if made else " (not a stub release made: left as it is)")
+            for path, made in old))
+    return 1 if (differ or old) and not write else 0

@@ -124,7 +124,7 @@ class Snapshot(dict):
 def graded_names():
     """{name: bound in bytes} of every file a grade reads from a folder: exNN_slug.py and .ipynb
     of each exercise of the course, and student.json."""
-    from exercises.course import TABLE                # here: course imports the checker
+    from exercises.course import TABLE                # here: a child imports sandbox alone
     names = {f"ex{n:02d}_{slug}{suffix}": SUBMISSION_BOUNDS[suffix]
              for n, (slug, _) in enumerate(TABLE, start=1) for suffix in (".py", ".ipynb")}
     return names | {"student.json": SUBMISSION_BOUNDS[".json"]}

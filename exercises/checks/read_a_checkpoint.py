@@ -10,7 +10,7 @@ import bilinear_numpy as bn
 import claims
 from exercises.tiny_checkpoint import tiny_weights, write_safetensors, write_tiny_checkpoint
 from exercises.checks.common import D, M, pick, raised, returned
-from exercises.checks.ex06_exchange_symmetry import predicted_rows, set_text
+from exercises.checks.exchange_symmetry import predicted_rows, set_text
 
 TITLE = "A trained model's file, read by hand: the balances"
 WRITES = ("symmetry_expected", "symmetry_deviation", "transform_params")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exercises.checks.common import pick
-from exercises.checks.ex09_backprop_gated import (BRANCH, OWN_LINE, UNIT_FORMULAS, draw_unit,
+from exercises.checks.backprop_gated import (BRANCH, OWN_LINE, UNIT_FORMULAS, draw_unit,
                                                   unit_rows, unit_text)
 
 TITLE = 'Backprop III: a gated unit with biases, your own'

@@ -6,7 +6,7 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.checks.common import draw, raised, set_of_acts, dict_of
-from exercises.checks.ex06_exchange_symmetry import pair_deviation, pair_rows, pair_variant
+from exercises.checks.exchange_symmetry import pair_deviation, pair_rows, pair_variant
 
 TITLE = 'Inverse-scaling symmetry'
 WRITES = ("symmetry_deviation", "transform_params")

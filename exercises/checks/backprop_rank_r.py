@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from exercises.checks.common import pick
-from exercises.checks.ex09_backprop_gated import (OWN_LINE, POWER, SMOOTH, UNIT_FORMULAS,
+from exercises.checks.backprop_gated import (OWN_LINE, POWER, SMOOTH, UNIT_FORMULAS,
                                                   backward_rows, unit_problem)
 
 TITLE = 'Backprop II: a rank-r bilinear unit of your own'

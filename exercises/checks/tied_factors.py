@@ -6,8 +6,8 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.checks.common import D, M, D_OUT, draw, fd_truth, sigma, set_of_acts, dict_of
-from exercises.checks.ex06_exchange_symmetry import pair_rows, pair_unit, pair_variant
-from exercises.checks.ex11_conservation import gd_reference
+from exercises.checks.exchange_symmetry import pair_rows, pair_unit, pair_variant
+from exercises.checks.conservation import gd_reference
 
 TITLE = 'Tied factors and squared ReLU'
 WRITES = ()

@@ -4,10 +4,10 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.checks.common import D, M, D_OUT, fd_truth, pick, unchanged
-from exercises.checks.ex06_exchange_symmetry import predicted_rows
-from exercises.checks.ex09_backprop_gated import gradient_rows
-from exercises.checks.ex11_conservation import gd_reference
-from exercises.checks.ex12_tied_factors import factor_gap
+from exercises.checks.exchange_symmetry import predicted_rows
+from exercises.checks.backprop_gated import gradient_rows
+from exercises.checks.conservation import gd_reference
+from exercises.checks.tied_factors import factor_gap
 
 TITLE = 'Optimizers, weight decay and tied factors of your own'
 ROWS = 18

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from exercises.checks.common import M, pick
-from exercises.checks.ex09_backprop_gated import (OWN_LINE, UNIT_FORMULAS, draw_unit, unit_rows,
+from exercises.checks.backprop_gated import (OWN_LINE, UNIT_FORMULAS, draw_unit, unit_rows,
                                                   unit_text)
 
 TITLE = 'Backprop IV: a learned temperature, your own'

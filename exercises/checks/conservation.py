@@ -8,7 +8,7 @@ import numpy as np
 import bilinear_numpy as bn
 from exercises.checks.common import (D, M, D_OUT, draw, fd_truth, unchanged, is_int, set_of_acts,
                                      dict_of)
-from exercises.checks.ex06_exchange_symmetry import pair_rows, pair_unit, pair_variant, set_text
+from exercises.checks.exchange_symmetry import pair_rows, pair_unit, pair_variant, set_text
 
 TITLE = 'Symmetry gives a conservation law'
 WRITES = ("conservation_residual",)

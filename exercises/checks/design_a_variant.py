@@ -7,12 +7,12 @@ import numpy as np
 
 import bilinear_numpy as bn
 import claims
-from exercises.grading.checker import which_mistake
-from exercises.checks.common import D_OUT, M, cost_row, draw, fd_truth, is_bool
-from exercises.checks.ex09_backprop_gated import sum_slips
+from exercises.checks.common import D_OUT, M, cost_row, draw, fd_truth, is_bool, which_mistake
+from exercises.checks.backprop_gated import sum_slips
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
 ROWS = 24
+REASONING = 10              # points for the WHY sentences, scored by hand (the review sheet)
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this
 # What a reason must be about: a word (or sign) of the change it explains. All a checker can
@@ -102,7 +102,7 @@ def sum_slip_named(c, rows, student, act):
     wrong = [row for row in rows if row.verdict == "WRONG"]
     if not wrong:
         return
-    rng = np.random.default_rng([c.seed, 19, 7])
+    rng = np.random.default_rng([c.seed, c.number, 7])
     x, dy = rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
     p = {"Q": rng.standard_normal((3, 4)) / 2, "K": rng.standard_normal((3, 4)) / 2,
          "V": rng.standard_normal((3, 2))}

@@ -6,7 +6,7 @@ import numpy as np
 
 import claims
 from exercises.checks.common import draw, pick
-from exercises.checks.ex06_exchange_symmetry import predicted_rows
+from exercises.checks.exchange_symmetry import predicted_rows
 
 TITLE = 'Higher rank: eigendecomposition and truncation'
 WRITES = ("eigen_factors",)

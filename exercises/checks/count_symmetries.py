@@ -6,7 +6,7 @@ import numpy as np
 
 import bilinear_numpy as bn
 from exercises.checks.common import D, D_OUT, pick, raised
-from exercises.checks.ex06_exchange_symmetry import SCALARS, predicted_rows
+from exercises.checks.exchange_symmetry import SCALARS, predicted_rows
 
 TITLE = "Count the continuous symmetries: the Jacobian's rank"
 WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected",
