@@ -60,4 +60,3 @@ POINTS = [points for _, points in TABLE]
 COURSE = [exercise_of(slug) for slug, _ in TABLE]
 NUMBERS = {exercise.slug: number for number, exercise in enumerate(COURSE, start=1)}
 MAX_POINTS = sum(p for p, e in zip(POINTS, COURSE) if not e.optional)   # 200
-ROWS = [exercise.checks.ROWS for exercise in COURSE]      # typed in each checks file, for now

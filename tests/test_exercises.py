@@ -140,6 +140,7 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
                               for n, _ in NUMBERED])
         due = ["skipped" if e.optional and not HAS_TORCH else "not started" for e in COURSE]
         assert [r.status for r in results] == due, [rows_of(r) for r in results]
+        assert [len(r.rows) for r in results] == [checker.row_count(n, e) for n, e in NUMBERED]
     assert release.handout(out) == 2                                # never over a folder
 
 
@@ -167,6 +168,10 @@ def test_every_solution_passes_every_check(solutions):
     assert [r.status for r in results] == due, \
         [(r.number, r.first_failure) for r in results if r.status != "done"]
     assert all(len(r.rows) >= 3 for r in results if r.status == "done")
+    # every check adds as many rows on its solution as counted without any answer (the
+    # denominator of its points), for every seed the solutions are checked with
+    assert all(len(r.rows) == checker.row_count(n, COURSE[n - 1]) for (n, _), r in
+               solutions.items()), [(k, len(r.rows)) for k, r in solutions.items()]
     hints = HINTS                           # hints name the topics checked
     assert set(hints) == {exercise.slug for exercise in COURSE}
     assert all(e.hints is CHECKS[n].HINTS for n, e in NUMBERED)      # from its file of checks
@@ -1116,7 +1121,8 @@ def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkey
     unsolved = tmp_path / name(number)                           # not the student's own file
     unsolved.write_text("def torch_forward(*args):\n    pass\n", encoding="utf-8")
     result = graded(number, unsolved)
-    assert result.status == "skipped" and [r.verdict for r in result.rows] == ["SKIPPED"]
+    assert result.status == "skipped" and {r.verdict for r in result.rows} == {"SKIPPED"}
+    assert len(result.rows) == checker.row_count(number, COURSE[number - 1])   # all, not run
     assert "PyTorch is not installed" in result.rows[0].message
     assert sum(not e.optional for e in COURSE) == 19            # the progress counts these
 

@@ -10,7 +10,6 @@ from exercises.checks.conservation import gd_reference
 from exercises.checks.tied_factors import factor_gap
 
 TITLE = 'Optimizers, weight decay and tied factors of your own'
-ROWS = 18
 TIE_FORMS = dict(ReGLU=("gated_mlp", "relu", "relu(z)²"), Bilinear=("gated_mlp", "identity", "z²"))
 TIE_FORMS |= {f"rank-1 {a}": ("rank1_bilinear", a, f"{a}(z²)")   # name: (formulation, σ, h(z))
               for a in ("silu", "gelu", "sigmoid", "gelu_tanh")}

@@ -14,7 +14,6 @@ from exercises.checks.common import (D, M, D_OUT, N, GROWTH_LIMIT, cost_row, fd_
 
 TITLE = 'Backprop I: a gated unit of your own by hand'
 WRITES = ("numerical_gradient",)
-ROWS = 8
 SMOOTH = ("silu", "gelu", "gelu_tanh", "sigmoid")     # σ of the gate
 BRANCH = ("identity", "sigmoid", "silu", "gelu")       # the other factor's activation
 POWER = {1: "", 2: "²", 3: "³"}

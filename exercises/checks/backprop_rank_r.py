@@ -10,7 +10,6 @@ from exercises.checks.backprop_gated import (OWN_LINE, POWER, SMOOTH, UNIT_FORMU
 
 TITLE = 'Backprop II: a rank-r bilinear unit of your own'
 WRITES = ()
-ROWS = 6
 
 
 def variant(rng):

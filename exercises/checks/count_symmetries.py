@@ -11,7 +11,6 @@ from exercises.checks.exchange_symmetry import SCALARS, predicted_rows
 TITLE = "Count the continuous symmetries: the Jacobian's rank"
 WRITES = ("symmetry_dimension", "output_jacobian", "symmetry_dimension_expected",
           "symmetry_dimension_table")
-ROWS = 14
 COUNT_FORMS = {"mlp": "y = Σ_j φ(x·k_j) v_j", "gated": "y = Σ_j φ(x·q_j) (x·k_j) v_j",
                "rank1": "y = Σ_j φ((x·q_j)(x·k_j)) v_j",
                "rank1 with biases": "y = Σ_j φ((x·q_j + β_j)(x·k_j + γ_j)) v_j"}

@@ -11,7 +11,6 @@ from exercises.checks.common import D_OUT, M, cost_row, draw, fd_truth, is_bool,
 from exercises.checks.backprop_gated import sum_slips
 
 TITLE = 'Capstone: design a variant, predict its symmetries'
-ROWS = 24
 REASONING = 10              # points for the WHY sentences, scored by hand (the review sheet)
 CAPSTONE_SYMMETRIES = claims.SYMMETRIES      # the six keys of KEEPS and WHY (the text lists them)
 CLAIM_TOL = 1e-10                        # a symmetry is kept when the deviation is at most this

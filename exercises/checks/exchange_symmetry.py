@@ -12,7 +12,6 @@ from exercises.checks.common import D, M, D_OUT, draw, pick, sigma, is_bool, set
 
 TITLE = 'Exchange symmetry'
 WRITES = ("symmetry_deviation", "transform_params")
-ROWS = 13
 SCALARS = {"z": lambda z: z, "relu": lambda z: np.maximum(z, 0),
            "relu²": lambda z: np.maximum(z, 0) ** 2, "relu³": lambda z: np.maximum(z, 0) ** 3,
            "z²": lambda z: z ** 2, "z³": lambda z: z ** 3, "silu": bn.ACTIVATIONS["silu"].f,

@@ -9,7 +9,6 @@ from exercises.checks.common import draw, is_int
 
 TITLE = 'Full bilinear attention with np.einsum'
 WRITES = ("bilinear_forward",)
-ROWS = 5
 
 
 def check(c):

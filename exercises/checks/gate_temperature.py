@@ -10,7 +10,6 @@ from exercises.checks.backprop_gated import (OWN_LINE, UNIT_FORMULAS, draw_unit,
 
 TITLE = 'Backprop IV: a learned temperature, your own'
 WRITES = ()
-ROWS = 9
 
 
 def variant(rng):

@@ -8,7 +8,6 @@ from exercises.checks.backprop_gated import (BRANCH, OWN_LINE, UNIT_FORMULAS, dr
 
 TITLE = 'Backprop III: a gated unit with biases, your own'
 WRITES = ()
-ROWS = 9
 
 
 def variant(rng):

@@ -9,7 +9,6 @@ from exercises.checks.common import D, M, draw, sigma, is_int, dict_of
 
 TITLE = 'The gated MLP and the GLU family'
 WRITES = ("gated_mlp_forward", "gated_rank_r_forward")
-ROWS = 9
 
 
 def is_str(value):

@@ -10,7 +10,6 @@ from exercises.checks.exchange_symmetry import predicted_rows
 
 TITLE = 'Higher rank: eigendecomposition and truncation'
 WRITES = ("eigen_factors",)
-ROWS = 9
 
 
 def variant(rng):

@@ -10,7 +10,6 @@ from exercises.checks.exchange_symmetry import pair_deviation, pair_rows, pair_v
 
 TITLE = 'Inverse-scaling symmetry'
 WRITES = ("symmetry_deviation", "transform_params")
-ROWS = 12
 
 
 def variant(rng):

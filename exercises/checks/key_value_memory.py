@@ -9,7 +9,6 @@ from exercises.checks.common import draw, sigma, is_int
 
 TITLE = 'The MLP as a key-value memory'
 WRITES = ("mlp_forward", "static_query_mlp_forward")
-ROWS = 9
 
 
 def check(c):

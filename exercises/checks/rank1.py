@@ -9,7 +9,6 @@ from exercises.checks.common import D, M, D_OUT, draw, is_int, is_number
 
 TITLE = 'From full to rank-1: the outer product'
 WRITES = ("rank1_bilinear_forward", "rank_r_bilinear_forward")
-ROWS = 6
 
 
 def all_acts(fn):

@@ -14,7 +14,6 @@ from exercises.checks.exchange_symmetry import predicted_rows, set_text
 
 TITLE = "A trained model's file, read by hand: the balances"
 WRITES = ("symmetry_expected", "symmetry_deviation", "transform_params")
-ROWS = 30
 
 
 def variant(rng):

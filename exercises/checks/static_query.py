@@ -7,7 +7,6 @@ from exercises.checks.common import draw, sigma, is_int, is_bool
 
 TITLE = 'A static global query is absorbed into the keys'
 WRITES = ("static_query_mlp_forward",)
-ROWS = 5
 
 
 def check(c):

@@ -11,7 +11,6 @@ from exercises.checks.conservation import gd_reference
 
 TITLE = 'Tied factors and squared ReLU'
 WRITES = ()
-ROWS = 9
 
 
 def variant(rng):

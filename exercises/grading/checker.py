@@ -492,6 +492,7 @@ class Checks:
     def __init__(self, session, exercise, number, seed=0, answers=None):
         self.session, self.exercise, self.number, self.seed = session, exercise, number, seed
         self.answers, self.rows, self.stuck, self.notes = answers, [], set(), {}
+        self.held = None           # (verdict, message) of the rows added without running
 
     def rng(self, *labels):
         """A generator of this student's own numbers for this exercise (and labels)."""
@@ -536,12 +537,20 @@ class Checks:
         """Keep `value` in the result's notes, for an instructor to read."""
         self.notes[key] = value
 
+    def hold(self, verdict, message):
+        """From here on every row of the check is added without running, `verdict` (SKIPPED: a
+        package is missing; or the verdict of the row the rest needs) and `message` its words:
+        the check still adds all its rows, so that their number never depends on the answers."""
+        self.held = (verdict, message)
+
     def row(self, check, topic, expected, got_fn, compare, mistakes=None):
         """One row: got_fn() (which asks the student's code) judged by compare(got)."""
         hidden = expected is HIDDEN or expected is WHEN_GRADED         # not an array's ==
         shown = expected if hidden else describe(expected)
         failed = lambda verdict, got, text: self.rows.append(   # noqa: E731
             Row(check, topic, shown, got, None, None, verdict, text))
+        if self.held:
+            return failed(self.held[0], "not run", self.held[1])
         if topic in self.stuck:
             return failed("TIMEOUT", "not run", f"not run: {topic} did not return in an "
                           f"earlier check")
@@ -602,6 +611,68 @@ class Checks:
         """Row: SKIPPED, for the reason given (an optional exercise's missing package)."""
         self.row(check, topic, "", lambda: None,
                  lambda got: ("SKIPPED", "not run", None, None, reason))
+
+
+class Counting(Checks):
+    """`c` for counting a check's rows: every row is noted as a stub's would be (TODO, "not
+    run") and its got_fn is never called, so no answer is asked; a request to the student's code
+    outside a row raises NotImplementedError (as a stub's would). Every truth is computed."""
+
+    def __init__(self, exercise, number, folder):
+        super().__init__(None, exercise, number)
+        self.shared = folder
+
+    def row(self, check, topic, expected, got_fn, compare, mistakes=None):
+        self.rows.append(Row(check, topic, "", "not run", None, None, "TODO"))
+
+    def call(self, name, *args, **kwargs):
+        raise NotImplementedError(f"{name}: not asked (counting the rows)")
+
+    def run(self, fn, *args, **kwargs):
+        raise NotImplementedError("not asked (counting the rows)")
+
+    def answer(self, name):
+        raise NotImplementedError(f"{name}: not asked (counting the rows)")
+
+    def fetch(self, kept):
+        raise NotImplementedError("not asked (counting the rows)")
+
+    def folder(self):
+        return self.shared
+
+
+COUNTED = {}                       # (slug, number, check) -> its number of rows, once a process
+
+
+def row_count(number, exercise):
+    """The number of rows exercise `number`'s check(c) adds, whatever the student's answers:
+    the denominator of its points (POINTS x rows passed / rows). Counted by running the check
+    on a Counting `c` (its truths computed, no answer asked), once a process: about a second
+    for the whole course. A check whose count depends on the answers is caught where it runs
+    (run_exercise adds an ERROR row) and by the tests, which run every check on its solution."""
+    key = (exercise.slug, number, exercise.check)
+    if key not in COUNTED:
+        folder = sandbox.temporary_folder("exercises-count-")
+        try:
+            c = Counting(exercise, number, folder)
+            with np.errstate(all="ignore"):
+                exercise.check(c)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        COUNTED[key] = len(c.rows)
+    return COUNTED[key]
+
+
+def counted_rows(number, exercise, rows):
+    """An ERROR row when a check that ran in full added another number of `rows` than
+    row_count (its rows depend on the answers: a bug of the checks), else None."""
+    due = row_count(number, exercise)
+    if len(rows) == due:
+        return None
+    return Row("the checks themselves", "general", f"{due} rows", f"{len(rows)} rows", None,
+               None, "ERROR", f"a bug in exercises/checks/, not in your file: this check added "
+               f"{len(rows)} rows where its rows, counted without any answer, are {due}: the "
+               f"number of its rows must not depend on the answers")
 
 
 # ----- One exercise: its child there, its checks here ----------------------------------------
@@ -708,6 +779,8 @@ def run_exercise(number, exercise, folder, seconds=TIME_LIMIT, files=None, seed=
             c.rows.append(Row("the checks themselves", "general", "-", "crashed", None, None,
                               "ERROR", f"a bug in exercises/checks/, not in your file: "
                               f"{type(error).__name__}: {error}"))
+        else:
+            c.rows += [row for row in [counted_rows(number, exercise, c.rows)] if row]
     finally:
         if own:
             session.finish()
@@ -733,6 +806,8 @@ def parallel(fn, items, jobs=None):
     the processes are forked: they hold the checks, the answers and the course snapshot as
     this process read them."""
     answers()
+    for number, exercise in enumerate(COURSE, start=1):     # counted once, before any fork
+        row_count(number, exercise)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     items = list(items)

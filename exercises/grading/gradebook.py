@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exercises.grading import checker, sandbox
-from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
+from exercises.course import COURSE, MAX_POINTS, POINTS
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"    # 32 signs, no I, O, 0, 1 (typeable)
 NUMBERED = list(enumerate(COURSE, start=1))
@@ -247,9 +247,10 @@ class Graded:
     reasoning: str = ""
 
     def points(self, number):
-        """Exercise `number`'s points: POINTS x rows passed / ROWS (rows not run score 0)."""
-        passed = min(self.results[number - 1].passed, ROWS[number - 1])
-        return POINTS[number - 1] * passed / ROWS[number - 1]
+        """Exercise `number`'s points: POINTS x rows passed / its rows (checker.row_count: the
+        rows its check adds; rows not run score 0)."""
+        rows = checker.row_count(number, COURSE[number - 1])
+        return POINTS[number - 1] * min(self.results[number - 1].passed, rows) / rows
 
     def of(self, number):
         return f"{shown(self.points(number))} of {POINTS[number - 1]}"
@@ -437,7 +438,7 @@ def flags_of(results):
     """What an instructor should look at in one student's Results (docs/course.md): [text]."""
     flags = []
     for n, r in enumerate(results, start=1):
-        verdicts = [w.verdict for w in r.rows]
+        verdicts, due = [w.verdict for w in r.rows], checker.row_count(n, COURSE[n - 1])
         refused = next((w.message for w in r.rows if w.verdict == "ERROR" and w.message.startswith(
             ("you called ", "your code replaced", "your file imports"))), "")
         cost = next((w.got for w in r.rows if w.check.endswith(": cost in forwards")
@@ -448,7 +449,7 @@ def flags_of(results):
             (f"not read: {unread}", unread),
             (f"a backward of {cost} (finite differences?)", cost),
             (f"{verdicts.count('TIMEOUT')} time-out(s)", "TIMEOUT" in verdicts),
-            (f"{len(r.rows)} rows, ROWS is {ROWS[n - 1]}", len(r.rows) > ROWS[n - 1]),
+            (f"{len(r.rows)} rows where its check counts {due}", len(r.rows) > due),
             ("the checks crashed (not the student's fault)",
              any(w.check == "the checks themselves" for w in r.rows))] if due]
     return flags
@@ -517,7 +518,8 @@ def feedback(g):
                   [n, e.title + " (optional, not in the total)" * e.optional, g.of(n), r.status]
                   for (n, e), r in zip(NUMBERED, g.results)])]
     for (n, e), r in zip(NUMBERED, g.results):
-        missing = ROWS[n - 1] - min(len(r.rows), ROWS[n - 1])
+        due = checker.row_count(n, e)
+        missing = due - min(len(r.rows), due)
         hint = checker.advice(r)[:1] if r.rows and r.status not in ("done", "skipped") else []
         blocks += [f"## Exercise {n}: {cell(e.title)}: {g.of(n)} points ({r.status})",
                    f"Your variant: {cell(r.variant)}" if r.variant else "",
@@ -525,7 +527,7 @@ def feedback(g):
                    table(["check", "expected", "got", "verdict", "message"], [
                        [w.check, w.expected, w.got, w.verdict, w.message] for w in r.rows])
                    if r.rows else "",
-                   f"{missing} of its {ROWS[n - 1]} checks did not run: they score 0."
+                   f"{missing} of its {due} checks did not run: they score 0."
                    if missing and r.status != "skipped" else "",
                    f"Hint: {cell(hint[0], 600)}" if hint and hint[0] else ""]
     return "\n\n".join(block for block in blocks if block) + "\n"

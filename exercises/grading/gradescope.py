@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from exercises.grading import checker, gradebook, sandbox
-from exercises.course import COURSE, MAX_POINTS, POINTS, ROWS
+from exercises.course import COURSE, MAX_POINTS, POINTS
 
 TEMPLATES = Path(__file__).resolve().parent / "autograder"   # setup.sh and run_autograder
 PRIVATE = "private"              # in the source: the secret and the roster's ids (root only)
@@ -190,14 +190,15 @@ def exercise_text(number, exercise, result, points, others=()):
         near = [o for o in others if Path(o).name.startswith(f"ex{number:02d}")]
         return (f"missing: no {own} (or its .ipynb) in your upload: 0 of {POINTS[number - 1]} "
                 f"points" + (f". Your {near[0]} is not graded: rename it {own}" if near else ""))
-    lines = [f"{result.status}: {result.passed} of {ROWS[number - 1]} checks ok, {of}"
+    due = checker.row_count(number, exercise)
+    lines = [f"{result.status}: {result.passed} of {due} checks ok, {of}"
              + (" (optional: not counted in the total)" if exercise.optional else ""),
              f"File: {result.note}"]
     lines += [f"Your variant: {result.variant}"] if result.variant else []
     lines += ["", format_rows(result.rows)] if result.rows else []
-    missing = ROWS[number - 1] - min(len(result.rows), ROWS[number - 1])
+    missing = due - min(len(result.rows), due)
     if missing and result.status != "skipped":
-        lines.append(f"{missing} of its {ROWS[number - 1]} checks did not run: they score 0.")
+        lines.append(f"{missing} of its {due} checks did not run: they score 0.")
     hint = checker.advice(result)[:1] if result.status not in ("done", "skipped") else []
     lines += [f"\nHint 1 of 3: {hint[0]}\nMore: python -m exercises check {number} --hint 2"
               ] if hint and hint[0] else []
@@ -216,7 +217,7 @@ def exercise_test(number, exercise, result, graded, visibility, others=()):
             "output": exercise_text(number, exercise, result, points, others),
             "visibility": visibility,
             "extra_data": {"status": result.status, "checks_ok": result.passed,
-                           "rows": ROWS[number - 1], "points": round(points, 2),
+                           "rows": checker.row_count(number, exercise), "points": round(points, 2),
                            "file": result.path.name if result.path else None}}
     return test if exercise.optional else test | {
         "status": "passed" if result.status == "done" else "failed"}
