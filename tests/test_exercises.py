@@ -1087,7 +1087,7 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(so
         long = [row.check for row in result.rows if len(row.check) > 48]
         due = "skipped" if exercise.optional and not HAS_TORCH else "done"
         assert not long and result.status == due, (number, seed, long, rows_of(result))
-    assert "{row.check:<48}" in (ROOT / "exercises" / "grading" / "cli.py").read_text(encoding="utf-8")
+    assert "{row.check:<48}" in (ROOT / "exercises" / "grading" / "checker.py").read_text(encoding="utf-8")
     text = solution_file(COURSE[16]).read_text(encoding="utf-8")
     predict = text.index("## 4. Predict")
     assert "#49-counting" not in text[:predict]           # the table's section: read after

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from exercises.grading import checker, gradebook
-from exercises.grading.cli import format_rows, main, who
+from exercises.grading.checker import format_rows
+from exercises.grading.cli import main, who
 from exercises.checks import common
 from exercises.checks.backprop_gated import sum_slips
 from exercises.course import COURSE, NUMBERS

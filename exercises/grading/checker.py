@@ -829,6 +829,31 @@ def worker_start(subreaper, snapshot, limits):
         sandbox.SUBREAPER = sandbox.become_subreaper()
 
 
+# ----- The rows as a table (check prints it, Gradescope shows it) -----------------------------
+
+
+def cell(text, width=18):
+    """A column of the table: the text, or its start and "…" where it does not fit (the whole
+    text is then shown under the row)."""
+    return f"{text:<{width}}" if len(text) <= width else text[:width - 1] + "…"
+
+
+def format_rows(rows):
+    """The table of rows; under a row, its expected text where the column cuts it (and what
+    it got, when the row is not ok), then its message when not ok (once)."""
+    lines = [f"  {'check':<48} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}  "
+             "verdict", "  " + "-" * 114]
+    for k, row in enumerate(rows):
+        diffs = [f"{'-':>9}" if v is None else f"{v:9.1e}" for v in (row.max_diff, row.rel_err)]
+        lines.append(f"  {row.check:<48} {cell(row.expected)} {cell(row.got)} "
+                     f"{' '.join(diffs)}  {row.verdict}")
+        shown = [("expected", row.expected)] + [("got", row.got)] * (row.verdict != "ok")
+        lines += [f"      {label}: {text}" for label, text in shown if len(text) > 18]
+        if row.message and row.message not in (r.message for r in rows[:k]):
+            lines.append(f"      -> {row.message}")
+    return "\n".join(lines)
+
+
 # ----- What the rows tell the student: three hint levels --------------------------------------
 
 GRADIENT_ROW = re.compile(r"d(\w+) (?:vs|by) |bn\.gradcheck: d(\w+)$")   # "dQ vs ...", "dQ by ..."

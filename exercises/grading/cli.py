@@ -1,5 +1,6 @@
 """The command line of the course, `python -m exercises ...` (exercises/__main__.py runs it; its
-commands: exercises/__init__.py, docs/course.md)."""
+commands: exercises/__init__.py, docs/course.md). The table of rows it prints is
+checker.format_rows (Gradescope shows the same)."""
 
 import argparse
 import json
@@ -53,28 +54,6 @@ def code_in(folder):
         return None
 
 
-def cell(text, width=18):
-    """A column of the table: the text, or its start and "…" where it does not fit (the whole
-    text is then shown under the row)."""
-    return f"{text:<{width}}" if len(text) <= width else text[:width - 1] + "…"
-
-
-def format_rows(rows):
-    """The table of rows; under a row, its expected text where the column cuts it (and what
-    it got, when the row is not ok), then its message when not ok (once)."""
-    lines = [f"  {'check':<48} {'expected':<18} {'got':<18} {'max|diff|':>9} {'rel err':>9}  "
-             "verdict", "  " + "-" * 114]
-    for k, row in enumerate(rows):
-        diffs = [f"{'-':>9}" if v is None else f"{v:9.1e}" for v in (row.max_diff, row.rel_err)]
-        lines.append(f"  {row.check:<48} {cell(row.expected)} {cell(row.got)} "
-                     f"{' '.join(diffs)}  {row.verdict}")
-        shown = [("expected", row.expected)] + [("got", row.got)] * (row.verdict != "ok")
-        lines += [f"      {label}: {text}" for label, text in shown if len(text) > 18]
-        if row.message and row.message not in (r.message for r in rows[:k]):
-            lines.append(f"      -> {row.message}")
-    return "\n".join(lines)
-
-
 def done_line(result):
     """The last line of a done exercise: "Well done." when every row was judged in full; in a
     handout, where reading answers are checked for their form only, "done (N answers checked
@@ -92,7 +71,7 @@ def show_check(number, folder, seconds, level):
     if result.status == "missing":
         print(f"\nmissing: {result.note}")
         return 1
-    print(f"File: {shown(result.path)} ({result.note})\n\n{format_rows(result.rows)}\n\nResult: "
+    print(f"File: {shown(result.path)} ({result.note})\n\n{checker.format_rows(result.rows)}\n\nResult: "
           f"{result.status} ({result.passed} of {len(result.rows)} checks ok, "
           f"{result.seconds:.1f} s)")
     if result.status in ("done", "skipped"):             # skipped: an optional exercise

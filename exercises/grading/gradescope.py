@@ -183,7 +183,6 @@ def exercise_text(number, exercise, result, points, others=()):
     """The text a student reads under exercise `number`: its status and points, the file
     graded, the variant, the rows, the rows that did not run, the first hint. others: the
     upload's files not recognised (one named like this exercise's is pointed out)."""
-    from exercises.grading.cli import format_rows
     of = f"{gradebook.shown(points)} of {POINTS[number - 1]} points"
     if result.status == "missing":
         own = checker.file_name(number, exercise)
@@ -195,7 +194,7 @@ def exercise_text(number, exercise, result, points, others=()):
              + (" (optional: not counted in the total)" if exercise.optional else ""),
              f"File: {result.note}"]
     lines += [f"Your variant: {result.variant}"] if result.variant else []
-    lines += ["", format_rows(result.rows)] if result.rows else []
+    lines += ["", checker.format_rows(result.rows)] if result.rows else []
     missing = due - min(len(result.rows), due)
     if missing and result.status != "skipped":
         lines.append(f"{missing} of its {due} checks did not run: they score 0.")
