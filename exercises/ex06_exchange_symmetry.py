@@ -51,7 +51,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("exchange_symmetry"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Measure the symmetry
@@ -104,7 +104,7 @@ RANK1_KEEPS_FOR_EVERY_SIGMA = None  # TODO: True or False
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
 # z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
 # pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises
-# check 6` prints it at the top; `variant(6)` returns it, a dict with "phi" and "psi".
+# check 6` prints it at the top; `variant("exchange_symmetry")` returns it, a dict with "phi" and "psi".
 # Write `own_keeps_exchange(variant)`: does swapping Q and K leave this unit's output
 # unchanged for every input? Decide it **by the argument above** (what must hold for all a,
 # b?), not by measuring: the checker measures it for your unit and three more of the family
@@ -132,7 +132,7 @@ if __name__ == "__main__":
         z = np.array([-2.0, -1.0, 1.0, 2.0])
         for act in ("identity", "relu", "silu"):
             print(f"sigma(z)/z for {act:<9} at z = {z}:", np.round(sigma_ratio(act, z), 3))
-        mine = variant(6)                          # your unit (seed 0 before `start`)
+        mine = variant("exchange_symmetry")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}: own_keeps_exchange gives {own_keeps_exchange(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

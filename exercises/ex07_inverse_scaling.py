@@ -48,7 +48,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("inverse_scaling"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The transformation
@@ -99,7 +99,7 @@ RELU_NEGATIVE = None  # TODO: "a", "b", "c" or "d"
 #
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with two different
 # functions φ and ψ among z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is
-# relu(z)²; never a pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises check 7` prints it at the top; `variant(7)` returns it,
+# relu(z)²; never a pair the module has, such as z with silu, a SwiGLU unit). `python -m exercises check 7` prints it at the top; `variant("inverse_scaling")` returns it,
 # a dict with "phi" and "psi". Scaling the queries by α > 0 now needs the keys scaled by
 # some power of α: find the exponent `c` for which `(α q_j, α^c k_j)` leaves the output
 # unchanged for every α > 0 and every input, or `None` when no power does. Reason it out
@@ -126,7 +126,7 @@ if __name__ == "__main__":
             for act in bn.ACTIVATIONS:
                 devs = scaling_deviations(forward, x, Q, K, V, act, alphas)
                 print(f"  {name:<7}{act:<10}", " ".join(f"{dev:8.1e}" for dev in devs))
-        mine = variant(7)                          # your unit (seed 0 before `start`)
+        mine = variant("inverse_scaling")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}: own_scaling_exponent gives {own_scaling_exponent(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

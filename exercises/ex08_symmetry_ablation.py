@@ -24,7 +24,7 @@
 #
 #     {"cells": [("gated_mlp", "gelu_tanh"), ...], "keeps": "rank1-gelu", "breaks": "ReGLU"}
 #
-# `python -m exercises check 8` prints yours at the top; here `variant(8)` returns it. Your
+# `python -m exercises check 8` prints yours at the top; here `variant("symmetry_ablation")` returns it. Your
 # functions work for any cell and any comparison: the checker hands them yours. (docs/results.md
 # gives the verdicts of the comparisons it names; yours is never one of them.)
 #
@@ -59,7 +59,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 from experiments.ablation import CELLS, t_975  # CELLS[name][:2]: (formulation, activation)
-from exercises import variant  # variant(8): your cells and comparison, from exercises/student.json
+from exercises import variant  # variant("symmetry_ablation"): your cells and comparison, from exercises/student.json
 
 RESULTS = Path(bn.__file__).resolve().parent / "results" / "ablation.csv"
 
@@ -153,7 +153,7 @@ def effect(rows, keeps, breaks):
 # %% Try it
 if __name__ == "__main__":
     try:
-        mine = variant(8)                             # your cells and comparison (seed 0 before `start`)
+        mine = variant("symmetry_ablation")  # your cells and comparison (seed 0 before `start`)
         print(mine["y"])
         print(f"{'formulation':<18}{'act':<11}{'measured (exchange, scaling)':<31}predicted")
         for formulation, act in mine["cells"]:

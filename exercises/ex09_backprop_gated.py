@@ -7,7 +7,7 @@
 # second activation τ on the other factor. Set your seed once with
 # `python -m exercises start --code CODE` (the code from your instructor; studying alone,
 # `start --name YOU`); `python -m exercises check 9` prints your unit at the top, and in this
-# file `variant(9)` returns it. For example, the variant
+# file `variant("backprop_gated")` returns it. For example, the variant
 #
 #     {"gate": "K", "sigma": "silu", "power": 2, "branch": "sigmoid"}
 #
@@ -67,7 +67,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(9): your unit, from exercises/student.json
+from exercises import variant  # variant("backprop_gated"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. A finite-difference checker
@@ -118,7 +118,7 @@ def unit_backward(dy, x, Q, K, V, variant):
 # %% Try it: your unit, one row per gradient against your finite differences
 if __name__ == "__main__":
     try:
-        mine = variant(9)                             # your variant (seed 0 before `start`)
+        mine = variant("backprop_gated")  # your variant (seed 0 before `start`)
         print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))               # N = 4, d = 5

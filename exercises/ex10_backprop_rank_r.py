@@ -6,7 +6,7 @@
 # `(m, d, r)`. The module's unit (derivations.md §2.4) is `y = σ(s) V` with
 # `s_j = Σ_ρ (x Q_jρ)(x K_jρ)`. **Yours** is drawn from your seed: its rank r (2 or 3), its
 # σ, a square on one projection (or both, or neither) and a power of σ(s). Run
-# `python -m exercises check 10` to see it (at the top), or `variant(10)` in this file. For
+# `python -m exercises check 10` to see it (at the top), or `variant("backprop_rank_r")` in this file. For
 # example `{"r": 2, "sigma": "silu", "square": "K", "power": 2}` is
 #
 #     a[n, j, ρ] = x_n · Q[j, :, ρ]      (N, m, r)    queries
@@ -52,7 +52,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(10): your unit, from exercises/student.json
+from exercises import variant  # variant("backprop_rank_r"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The scores
@@ -85,7 +85,7 @@ def rank_r_bilinear_backward(dy, x, Q, K, V, variant):
 # %% Try it: compare with finite differences of your own forward, one row per gradient
 if __name__ == "__main__":
     try:
-        mine = variant(10)                            # your variant (seed 0 before `start`)
+        mine = variant("backprop_rank_r")  # your variant (seed 0 before `start`)
         print(mine["y"])
         r = mine["r"]
         rng = np.random.default_rng(0)

@@ -53,7 +53,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("conservation"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The residual of the identity
@@ -110,7 +110,7 @@ CONSERVED_GATED = None  # TODO: a set of activation names
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
 # z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
 # pair the module has, such as z with silu, a SwiGLU unit); `python -m
-# exercises check 11` prints it, `variant(11)` returns it (a dict with "phi" and "psi").
+# exercises check 11` prints it, `variant("conservation")` returns it (a dict with "phi" and "psi").
 # Find the numbers `(c_q, c_k)` for which `c_q ‖q_j‖² − c_k ‖k_j‖²` is conserved by
 # gradient flow, for every loss, or `None` when no such pair exists. Derive it: which
 # rescaling of `(q_j, k_j)` leaves the unit unchanged (exercise 7), and what identity between
@@ -147,7 +147,7 @@ if __name__ == "__main__":
             params = bn.FORMULATIONS[name].init(np.random.default_rng(1), 5, 4, 3)
             history = train_balance(name, act, x, T, params, 0.05, steps=200)     # (201, m)
             print(f"  {name:<15}{act:<6}", np.round(history[::50, 0], 4))
-        mine = variant(11)                         # your unit (seed 0 before `start`)
+        mine = variant("conservation")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}: own_conserved gives {own_conserved(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -46,7 +46,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("tied_factors"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Squared ReLU
@@ -96,7 +96,7 @@ STAYS_TIED = None  # TODO: a dict of two sets
 # Your unit, drawn from your seed, is `y = Σ_j φ(x·q_j) ψ(x·k_j) v_j` with φ and ψ among
 # z, z², z³, relu, relu², silu, sigmoid, tanh (`"relu²"` is relu(z)²; never a
 # pair the module has, such as z with silu, a SwiGLU unit); `python -m
-# exercises check 12` prints it, `variant(12)` returns it (a dict with "phi" and "psi").
+# exercises check 12` prints it, `variant("tied_factors")` returns it (a dict with "phi" and "psi").
 # Started tied, `Q = K`, does gradient descent keep `Q = K` at every step, for every loss?
 # Reason it out from the gradients of `q_j` and `k_j` at a tied point (what must hold for
 # them to be equal?); the checker trains your unit and three more of the family and
@@ -122,7 +122,7 @@ if __name__ == "__main__":
         for name in ("rank1_bilinear", "gated_mlp"):
             for act in bn.ACTIVATIONS:
                 print(f"  {name:<15}{act:<10}", tied_gap(name, act, x, T, W, V, 0.05, 30)[::10])
-        mine = variant(12)                         # your unit (seed 0 before `start`)
+        mine = variant("tied_factors")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}: own_stays_tied gives {own_stays_tied(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

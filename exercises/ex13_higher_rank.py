@@ -48,7 +48,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
-from exercises import variant  # variant(13): your unit, from exercises/student.json
+from exercises import variant  # variant("higher_rank"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Eigen-factors
@@ -97,7 +97,7 @@ def predicted_error(lam, r):
 # Your unit's matrix, drawn from your seed, is built as one of `A = B Cᵀ`,
 # `A = B Cᵀ + C Bᵀ` or `A = B Bᵀ + S`, with random `B`, `C` of shape `(d, k)` and a random
 # antisymmetric `S`; `python -m exercises check 13` prints yours (form, d, k), and
-# `variant(13)` returns it. Predict **by reasoning** (which part of A does the unit see,
+# `variant("higher_rank")` returns it. Predict **by reasoning** (which part of A does the unit see,
 # and what is its rank?) the smallest `r` whose truncation error is zero, as a function of
 # the variant: the checker measures it with random matrices for your unit and three more.
 
@@ -122,7 +122,7 @@ if __name__ == "__main__":
             y_r = bn.rank_r_bilinear_forward(x, Q[:, :, :r], K[:, :, :r], V, "identity")[0]
             print(f"{r:2d}   {truncation_error(A, r):12.2e}   {predicted_error(lam, r):9.2e}"
                   f"   {bn.rel_error(y_full, y_r):10.2e}")
-        mine = variant(13)                            # your unit (seed 0 before `start`)
+        mine = variant("higher_rank")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}: own_rank_for_exact gives {own_rank_for_exact(mine)}")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end
         print(f"Try it stops here: {unfinished}")

@@ -5,7 +5,7 @@
 # unit as in exercise 9 (the gate on `x Qᵀ` or on `x Kᵀ`, its σ and power, an activation τ
 # on the other factor) with three biases: `c` (m,) on the gate, either **inside** σ or
 # **outside** it (added after σ and its power), `e` (m,) inside τ, and `f` (d_out,) on the
-# output. Run `python -m exercises check 14` to see yours (at the top), or `variant(14)`
+# output. Run `python -m exercises check 14` to see yours (at the top), or `variant("gated_biases")`
 # here. For example, `{"gate": "Q", "sigma": "silu", "power": 1, "branch": "sigmoid",
 # "bias": "inside"}` is
 #
@@ -51,7 +51,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("gated_biases"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The forward pass
@@ -85,7 +85,7 @@ def gated_bias_backward(dy, x, Q, K, V, c, e, f, variant):
 # %% Try it: your gradients against finite differences, one row per tensor
 if __name__ == "__main__":
     try:
-        mine = variant(14)                            # your variant (seed 0 before `start`)
+        mine = variant("gated_biases")  # your variant (seed 0 before `start`)
         print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))               # N = 4, d = 5

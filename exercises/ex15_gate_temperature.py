@@ -5,7 +5,7 @@
 # from your seed, is a gated unit as in exercise 9 (the gate on `x Qᵀ` or on `x Kᵀ`, its σ,
 # an activation τ on the other factor) whose temperature sits on the **gate** or on the
 # other factor (the **branch**), and **times** it (`β ⊙ z`) or divides it (**over**,
-# `z / β`). Run `python -m exercises check 15` to see yours, or `variant(15)` here. For
+# `z / β`). Run `python -m exercises check 15` to see yours, or `variant("gate_temperature")` here. For
 # example, `{"gate": "Q", "sigma": "silu", "power": 1, "branch": "identity",
 # "beta_on": "gate", "beta_as": "times"}` is Shazeer's Swish_β gate:
 #
@@ -52,7 +52,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(N): your unit, from exercises/student.json
+from exercises import variant  # variant("gate_temperature"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. Forward and backward
@@ -95,7 +95,7 @@ def temperature_residual(Q, K, dQ, dK, beta, dbeta, variant):
 # %% Try it
 if __name__ == "__main__":
     try:
-        mine = variant(15)                            # your variant (seed 0 before `start`)
+        mine = variant("gate_temperature")  # your variant (seed 0 before `start`)
         print(mine["y"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 5))

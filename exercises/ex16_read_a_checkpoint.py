@@ -29,12 +29,12 @@
 # for the symmetry involved, [4.4 Key-value rescaling](../derivations.md#44-key-value-rescaling).
 #
 # **Your file and your unit**, drawn from your seed: `python -m exercises check 16` prints
-# them at the top; here `variant(16)` returns them, e.g.
+# them at the top; here `variant("read_a_checkpoint")` returns them, e.g.
 #
 #     {"file": 48213, "form": "double_gated_mlp", "act": "gelu"}
 #
 # The course makes a tiny file for you (2 layers, `d = 6`, `m = 4`, float32, the names
-# above): `write_tiny_checkpoint(folder, seed=variant(16)["file"])` writes
+# above): `write_tiny_checkpoint(folder, seed=variant("read_a_checkpoint")["file"])` writes
 # `folder/tiny_model.safetensors` and returns its path. Its units are made as weight decay
 # leaves a SwiGLU layer, except one, on purpose. The checker makes its own files (yours and
 # another), in a temporary folder. Your unit (`form` and `act`) is the one section 4 asks about.
@@ -76,7 +76,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
 
-from exercises import variant  # noqa: E402  variant(16): your file and unit (student.json)
+from exercises import variant  # noqa: E402  variant("read_a_checkpoint"): your file and unit (student.json)
 from exercises.tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 # %% [markdown]
@@ -158,7 +158,7 @@ WHY_DECAY = None  # TODO: a sentence
 if __name__ == "__main__":
     try:
         with tempfile.TemporaryDirectory(prefix="tiny-model-") as folder:
-            mine = variant(16)                        # your file and unit (seed 0 before `start`)
+            mine = variant("read_a_checkpoint")  # your file and unit (seed 0 before `start`)
             print(mine["y"])
             path = write_tiny_checkpoint(folder, mine["file"])
             print(f"{path.name}: {path.stat().st_size} bytes")

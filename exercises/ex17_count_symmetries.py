@@ -56,7 +56,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
 import claims  # the paper's claims, measured: claims.py, beside bilinear_numpy.py
-from exercises import variant  # variant(17): your unit, from exercises/student.json
+from exercises import variant  # variant("count_symmetries"): your unit, from exercises/student.json
 
 # %% [markdown]
 # ## 1. The Jacobian, one backward pass per output
@@ -125,7 +125,7 @@ def null_direction(J):
 #
 # with a scalar function φ among relu², relu³, z², z³, tanh (and silu, sigmoid with the
 # biases), and m units (`d = 4`, `d_out = 2`). `python -m exercises check 17` prints yours at the top
-# (`variant(17)` returns it: a dict with "form", "phi", "m", "d", "d_out").
+# (`variant("count_symmetries")` returns it: a dict with "form", "phi", "m", "d", "d_out").
 #
 # Write `predict_count(variant)`: the number of continuous symmetries, **reasoned by hand**,
 # not measured: for each unit, which rescalings of its parameters leave its term unchanged
@@ -153,7 +153,7 @@ if __name__ == "__main__":
         t = null_direction(J)
         print("  null direction, q | k | v:", np.round(t[:5], 3), np.round(t[5:10], 3), np.round(t[10:], 3))
         print("  k, v of the unit:         ", np.round(unit["K"][0], 3), np.round(unit["V"][0], 3))
-        mine = variant(17)                            # your unit (seed 0 before `start`)
+        mine = variant("count_symmetries")  # your unit (seed 0 before `start`)
         print(f"your unit: {mine['y']}\n  your prediction: {predict_count(mine)} "
               f"(python -m exercises check 17 measures it)")
     except NotImplementedError as unfinished:     # a stub: Run All still reaches the end

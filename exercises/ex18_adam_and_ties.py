@@ -12,7 +12,7 @@
 #
 #     {"form": "rank-1 silu", "optimizer": "rmsprop", "decay": "shrink"}
 #
-# `python -m exercises check 18` prints yours at the top; here `variant(18)` returns it. The
+# `python -m exercises check 18` prints yours at the top; here `variant("adam_and_ties")` returns it. The
 # optimizers (each parameter its own state, `None` before the first step; P moves by
 # `−lr` times the direction):
 #
@@ -46,7 +46,7 @@
 #
 # **What is yours to find.** Sections 1 to 3 carry out rules this text gives in full (the two
 # tables above; the key gradient `dQ + dK`): implementation parts, checked row by row. The
-# checker's own code for the same rules is in `exercises/checks/ex18_adam_and_ties.py`
+# checker's own code for the same rules is in `exercises/checks/adam_and_ties.py`
 # (the references its rows compare with: `update` and `train_reference`), so
 # those parts can be copied, and copying them skips no derivation. The question of the
 # exercise is section 4: its answers are in no file, and the checker measures them, for your
@@ -75,7 +75,7 @@ except ModuleNotFoundError:  # run from exercises/: find bilinear_numpy.py in a 
     _root = next(p for p in (_here, *_here.parents) if (p / "bilinear_numpy.py").is_file())
     sys.path.insert(0, str(_root))
     import bilinear_numpy as bn
-from exercises import variant  # variant(18): your pair, from exercises/student.json
+from exercises import variant  # variant("adam_and_ties"): your pair, from exercises/student.json
 
 FORMS = {"ReGLU": ("gated_mlp", "relu"), "Bilinear": ("gated_mlp", "identity"),
          "rank-1 silu": ("rank1_bilinear", "silu"), "rank-1 gelu": ("rank1_bilinear", "gelu"),
@@ -191,7 +191,7 @@ def key_decay_factor(variant):
 # %% Try it
 if __name__ == "__main__":
     try:
-        mine = variant(18)                            # your pair (seed 0 before `start`)
+        mine = variant("adam_and_ties")  # your pair (seed 0 before `start`)
         print(mine["y"])
         lr, lam = RATES[mine["optimizer"]], LAMBDAS[mine["decay"]]
         rng = np.random.default_rng(0)

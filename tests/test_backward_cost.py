@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from exercises import checker, gradebook
+from exercises.grading import checker, gradebook
 from exercises.checks import common
-from exercises.course import COURSE, POINTS, ROWS
+from exercises.course import COURSE, POINTS
+from exercises.grading.release import solution_file
+
+ROWS = [checker.row_count(n, e) for n, e in enumerate(COURSE, start=1)]   # counted
 
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout)")
@@ -117,7 +120,7 @@ def analytic_seed(number):
 
 def hostile_text(kind, number):
     """The solution of exercise `number`, its backward then redefined by the kind's."""
-    text = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[number - 1]).read_text(encoding="utf-8")
     if kind == "solution":
         return text
     if kind == "coloured":

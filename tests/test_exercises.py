@@ -7,6 +7,7 @@ These tests never read the files a student edits (exercises/exNN_*.py). Those th
 solved copies skip when exercises/solutions/ is absent (a handout); the others write small
 student files of their own, which hold no answer."""
 import csv
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -21,18 +22,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exercises import checker, child, release
-from exercises.__main__ import main
+from exercises.grading import checker, child, release
+from exercises.grading.cli import main
 from exercises.checks import common
 from exercises.course import COURSE
-from exercises.release import make_stub, write_stubs
+from exercises.grading.release import make_stub, write_stubs
+from exercises.grading.release import solution_file
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_TORCH = importlib.util.find_spec("torch") is not None     # exercise 20 needs it
 NUMBERED = list(enumerate(COURSE, start=1))
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout)")
-CHECKS = {n: importlib.import_module(f"exercises.checks.ex{n:02d}_{e.slug}") for n, e in NUMBERED}
+CHECKS = {n: importlib.import_module(f"exercises.checks.{e.slug}") for n, e in NUMBERED}
 HINTS = {exercise.slug: exercise.hints for exercise in COURSE}     # each exercise's HINTS
 JOBS = 2 * (os.cpu_count() or 1)       # children mostly wait (start, pipe): more than the cores
 
@@ -51,7 +53,7 @@ def name(number):
 
 
 def solution_text(number):
-    return (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    return solution_file(COURSE[number - 1]).read_text(encoding="utf-8")
 
 
 def solved(folder, number, appended=""):
@@ -115,7 +117,7 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
     assert status == 0, text
     assert (out / "bilinear_numpy.py").is_file() and (out / "tests" / "test_exercises.py").is_file()
     assert (out / "README.md").is_file() and (out / "exercises" / "checks" / "common.py").is_file()
-    assert all((out / "exercises" / "checks" / f"ex{n:02d}_{e.slug}.py").is_file()
+    assert all((out / "exercises" / "checks" / f"{e.slug}.py").is_file()
                for n, e in NUMBERED)
     assert not (out / "exercises" / "solutions").exists()
     assert not (out / "exercises" / "checks.py").exists() and not (out / "exercises" / "hints.json").exists()
@@ -139,6 +141,7 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
                               for n, _ in NUMBERED])
         due = ["skipped" if e.optional and not HAS_TORCH else "not started" for e in COURSE]
         assert [r.status for r in results] == due, [rows_of(r) for r in results]
+        assert [len(r.rows) for r in results] == [checker.row_count(n, e) for n, e in NUMBERED]
     assert release.handout(out) == 2                                # never over a folder
 
 
@@ -146,12 +149,14 @@ SEEDS = (0, 1, 2)          # the solutions are checked for these seeds (one, wit
 
 
 @pytest.fixture(scope="module")
-def solutions():
+def solutions(tmp_path_factory):
     """{(number, seed): the Result of the solution}: seed 0 for every exercise, seeds 1 and 2
     too for those with a variant (the others' rows do not depend on the seed); in parallel."""
     if not SOLVED:
         pytest.skip("no exercises/solutions/ (a handout)")
-    jobs = [(n, checker.SOLUTIONS_FOLDER, checker.TIME_LIMIT, None, seed) for seed in SEEDS
+    solved = tmp_path_factory.mktemp("solved")
+    release.write_solved(solved)                 # the solutions under the student's names
+    jobs = [(n, solved, checker.TIME_LIMIT, None, seed) for seed in SEEDS
             for n, e in NUMBERED if seed == 0 or e.variant is not None]
     return {(job[0], job[4]): result for job, result in zip(jobs, graded_all(jobs))}
 
@@ -164,6 +169,10 @@ def test_every_solution_passes_every_check(solutions):
     assert [r.status for r in results] == due, \
         [(r.number, r.first_failure) for r in results if r.status != "done"]
     assert all(len(r.rows) >= 3 for r in results if r.status == "done")
+    # every check adds as many rows on its solution as counted without any answer (the
+    # denominator of its points), for every seed the solutions are checked with
+    assert all(len(r.rows) == checker.row_count(n, COURSE[n - 1]) for (n, _), r in
+               solutions.items()), [(k, len(r.rows)) for k, r in solutions.items()]
     hints = HINTS                           # hints name the topics checked
     assert set(hints) == {exercise.slug for exercise in COURSE}
     assert all(e.hints is CHECKS[n].HINTS for n, e in NUMBERED)      # from its file of checks
@@ -187,7 +196,9 @@ def test_make_stub_and_the_committed_stubs_follow_the_solutions(tmp_path):
     with pytest.raises(ValueError):
         make_stub("    # BEGIN SOLUTION: never closed\n    pass\n")
     names = {p.name for p in write_stubs(tmp_path)}
-    assert names == {p.name for p in checker.SOLUTIONS_FOLDER.glob("ex[0-9][0-9]_*.py")}
+    assert names == {name(n) for n, _ in NUMBERED}
+    assert {p.stem for p in checker.SOLUTIONS_FOLDER.glob("*.py")} == {e.slug for e in COURSE} | {
+        "answers"}
     for number, _ in NUMBERED:
         anchors = re.findall(r"\]\(\.\./derivations\.md#([\w-]+)\)",
                              (tmp_path / name(number)).read_text(encoding="utf-8"))
@@ -279,7 +290,7 @@ HOSTILE = {
          ("import the file", "ERROR", "TabError")),
     12: (".py", "def squared_relu_forward(x, K, V):\n    raise KeyboardInterrupt\n",
          ("squared_relu_forward = relu(xK^T)^2 V", "ERROR", "KeyboardInterrupt")),
-    13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.__main__ import main\n"
+    13: (".py", "import exercises\nexercises.check(13)\nfrom exercises.grading.cli import main\n"
                 "main(['check', '13'])\ndef own_rank_for_exact(variant):\n    return 'many'\n",
          ("own_rank_for_exact, your unit", "WRONG", "not the answer")),
     14: (".py", "import subprocess, sys\n"      # a process out of the child's reach, holding its output
@@ -473,7 +484,7 @@ def test_run_all_in_a_jupyter_kernel_reaches_the_end_and_checks_once(kind, tmp_p
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("ipykernel")
-    text = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[0]).read_text(encoding="utf-8")
     text = make_stub(text) if kind == "stub" else text
     if kind == "wrong":                                     # the transpose forgotten
         assert text.count("z = x @ K.T") == 1
@@ -570,7 +581,7 @@ def test_ten_seeds_draw_mostly_distinct_variants_none_the_modules_own(number):
             assert (v["keeps"], v["breaks"]) not in CHECKS[8].STATED_COMPARISONS, v
 
 
-FIXED = ("\nimport exercises.checker\nimport exercises.course\nimport exercises as _e\n_mine = _e.checker.own_variant(_e.course.COURSE[{n} - 1], "
+FIXED = ("\nimport exercises.grading.checker\nimport exercises.course\nimport exercises as _e\n_mine = _e.grading.checker.own_variant(_e.course.COURSE[{n} - 1], "
          "{n}, {seed})\n_all = ({names})\n_orig = {{k: globals()[k] for k in _all}}\n"
          "for _k in _all:\n    globals()[_k] = (lambda _f: lambda *a: _f(*a[:-1], _mine))"
          "(_orig[_k])\n")
@@ -647,7 +658,7 @@ def test_exercise_8s_todo_agrees_with_its_text_and_its_csv_has_the_columns_it_na
     # results/ablation.csv, which the checker hands paired_difference, has every column
     # the text tells students to read. The stub's text is made from the solution (the stub
     # itself is the student's to edit).
-    solution = checker.SOLUTIONS_FOLDER / name(8)
+    solution = solution_file(COURSE[7])
     text = make_stub(solution.read_text(encoding="utf-8"))
     todo = next(line for line in text.splitlines() if "TODO" in line and "paired" in line)
     assert "np.array([mean, low, high])" in todo and "dict" not in todo, todo
@@ -957,7 +968,7 @@ def test_a_call_of_the_function_to_write_is_named(tmp_path):
 ])
 def test_a_prediction_measured_with_the_library_is_refused(tmp_path, number, function, call):
     # The module states or measures these answers: a prediction that calls it is refused.
-    text = (checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[number - 1]).read_text(encoding="utf-8")
     head = f"def {function}(formulation, act):\n"
     assert head in text
     (tmp_path / name(number)).write_text(text.replace(head, head + f"    {call}\n"), encoding="utf-8")
@@ -979,7 +990,7 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys, monkeypatch):
     assert main(["--folder", str(subs / "alice"), "start", "--name", "Alice A"]) == 0
     solved(subs / "bob", 1, LOOP)                          # 3 rows time out, the rest kept
     (subs / "bob" / name(2)).write_text(make_stub(
-        (checker.SOLUTIONS_FOLDER / name(2)).read_text(encoding="utf-8")), encoding="utf-8")
+        solution_file(COURSE[1]).read_text(encoding="utf-8")), encoding="utf-8")
     (subs / "carol" / name(3).replace(".py", ".ipynb")).write_text('{"cells": null}',
                                                                    encoding="utf-8")
     capsys.readouterr()
@@ -1012,7 +1023,7 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys, monkeypatch):
 @needs_solutions
 def test_the_capstone_states_its_keys_tolerances_and_pass_rule_and_names_every_argument():
     import claims
-    solution = checker.SOLUTIONS_FOLDER / name(19)        # the stub's text, made from it
+    solution = solution_file(COURSE[18])        # the stub's text, made from it
     text = make_stub(solution.read_text(encoding="utf-8"))
     assert all(f'"{key}"' in text for key in claims.SYMMETRIES) and "six" in text
     assert "five" not in text and "1e-7" in text and "1e-10" in text
@@ -1077,8 +1088,15 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(so
         long = [row.check for row in result.rows if len(row.check) > 48]
         due = "skipped" if exercise.optional and not HAS_TORCH else "done"
         assert not long and result.status == due, (number, seed, long, rows_of(result))
-    assert "{row.check:<48}" in (ROOT / "exercises" / "__main__.py").read_text(encoding="utf-8")
-    text = (checker.SOLUTIONS_FOLDER / name(17)).read_text(encoding="utf-8")
+    # ... and the table keeps a 48-character name in its column: the next column starts
+    # where the header's "expected" does.
+    from exercises.grading import checker
+    longest = dataclasses.replace(result.rows[0], check="c" * 48, expected="EXPECTED",
+                                  got="GOT", verdict="ok")
+    header, _, line = checker.format_rows([longest]).splitlines()[:3]
+    assert line.index("EXPECTED") == header.index("expected")
+    assert line.index("GOT") == header.index("got")
+    text = solution_file(COURSE[16]).read_text(encoding="utf-8")
     predict = text.index("## 4. Predict")
     assert "#49-counting" not in text[:predict]           # the table's section: read after
     try_it = text[text.index("# %% Try it"):]
@@ -1088,7 +1106,6 @@ def test_check_names_fit_their_column_and_no_try_it_prints_a_predicted_answer(so
 def test_no_answer_that_ignores_its_unit_passes_every_predicted_row():
     # A family whose truth is the same for 9 members in 10 (as "no exponent" was in exercise
     # 7, "not kept" in 6 and 12): the four rows of predicted_rows still ask for two answers.
-    import dataclasses
     family = dataclasses.replace(COURSE[6], variant=lambda rng: {"k": int(rng.integers(1000))})
     for seed in range(20):
         c = checker.Checks(None, family, 7, seed=seed)          # no session: nothing asked
@@ -1111,7 +1128,8 @@ def test_the_optional_exercise_is_skipped_without_torch_and_counted_apart(monkey
     unsolved = tmp_path / name(number)                           # not the student's own file
     unsolved.write_text("def torch_forward(*args):\n    pass\n", encoding="utf-8")
     result = graded(number, unsolved)
-    assert result.status == "skipped" and [r.verdict for r in result.rows] == ["SKIPPED"]
+    assert result.status == "skipped" and {r.verdict for r in result.rows} == {"SKIPPED"}
+    assert len(result.rows) == checker.row_count(number, COURSE[number - 1])   # all, not run
     assert "PyTorch is not installed" in result.rows[0].message
     assert sum(not e.optional for e in COURSE) == 19            # the progress counts these
 

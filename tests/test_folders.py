@@ -1,4 +1,4 @@
-"""One folder's fault is its own (exercises/gradebook.py, sandbox.submission_snapshot,
+"""One folder's fault is its own (exercises/grading/gradebook.py, sandbox.submission_snapshot,
 checker.graded_file and read_seed): whatever a folder holds is read within bounds, from one
 snapshot, or becomes that student's ERROR row and flag; rosters as spreadsheets export them are
 read or refused with one line naming the row; every cell the grader writes is text to a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from exercises import checker, gradebook, sandbox
-from exercises.__main__ import main
+from exercises.grading import checker, gradebook, sandbox
+from exercises.grading.cli import main
 from exercises.course import COURSE
 
 SECRET = b"a course secret of the tests, 32b"
@@ -33,7 +33,7 @@ def name(number, suffix=".py"):
 @pytest.mark.parametrize("make, fault", [
     (lambda p: p.symlink_to("/etc/passwd"), "a link"),
     (lambda p: p.symlink_to(p), "a link"),                                  # a loop
-    (lambda p: p.symlink_to(checker.SOLUTIONS_FOLDER / p.name), "a link"),  # the solutions
+    (lambda p: p.symlink_to(checker.SOLUTIONS_FOLDER / (p.stem[5:] + ".py")), "a link"),
     (lambda p: p.mkdir(), "not a regular file"),                            # a subfolder
     (lambda p: os.mkfifo(p), "not a regular file"),                         # reading it waits
     (lambda p: p.write_bytes(b"#" * (sandbox.SUBMISSION_BOUNDS[".py"] + 1)), "larger than 1 MiB"),

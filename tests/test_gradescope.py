@@ -1,4 +1,4 @@
-"""The course on Gradescope (exercises/gradescope.py, docs/course.md "On Gradescope"): the zip
+"""The course on Gradescope (exercises/grading/gradescope.py, docs/course.md "On Gradescope"): the zip
 has the layout Gradescope's "Autograder Specifications" asks for, and its run_autograder, run on
 a fake root (AUTOGRADER_ROOT) with the Python of this test run, grades a solved, an empty, a
 not-on-the-roster and a hostile upload into a results.json of the specification's fields and
@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exercises import checker, gradebook, gradescope, sandbox
-from exercises.__main__ import main
+from exercises.grading import checker, gradebook, gradescope, sandbox
+from exercises.grading.cli import main
 from exercises.course import COURSE, MAX_POINTS, POINTS
+from exercises.grading.release import solution_file
 
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout): "
@@ -206,8 +207,9 @@ def test_the_zip_has_the_scripts_at_its_root_the_course_the_answers_and_no_solut
         assert (infos[script].external_attr >> 16) & 0o777 == 0o755
     for private in ("private/roster.json", "private/course.secret"):
         assert (infos[private].external_attr >> 16) & 0o777 == 0o600
-    assert {"bilinear_numpy.py", "claims.py", "exercises/checker.py", "exercises/gradescope.py",
-            "exercises/checks/ex19_design_a_variant.py", "results/ablation.csv",
+    assert {"bilinear_numpy.py", "claims.py", "exercises/grading/checker.py",
+            "exercises/grading/gradescope.py",
+            "exercises/checks/design_a_variant.py", "results/ablation.csv",
             "exercises/solutions/answers.py", "requirements-gradescope.txt",
             "gradescope.json"} <= set(infos)
     assert [n for n in infos if n.startswith("exercises/solutions/")] == [gradescope.ANSWERS]
@@ -218,7 +220,7 @@ def test_the_zip_has_the_scripts_at_its_root_the_course_the_answers_and_no_solut
 
 @needs_solutions
 def test_a_solved_upload_in_a_folder_gets_every_point_with_the_rosters_variant(graded):
-    upload = {f"my work/exercises/{name(n)}": (checker.SOLUTIONS_FOLDER / name(n)).read_text(
+    upload = {f"my work/exercises/{name(n)}": solution_file(COURSE[n - 1]).read_text(
         "utf-8") for n in range(1, len(COURSE) + 1)}
     upload[f"my work/exercises/{checker.SEED_FILE}"] = json.dumps({"name": "Bob",
                                                                    "seed": seed("s02")})
@@ -239,7 +241,7 @@ def frozen_on(number, student_id):
     """Exercise `number`'s solution, its variant's function ignoring the variant it is given
     and answering for `student_id`'s."""
     chosen = checker.own_variant(COURSE[number - 1], number, seed(student_id))
-    return (checker.SOLUTIONS_FOLDER / name(number)).read_text("utf-8") + (
+    return solution_file(COURSE[number - 1]).read_text("utf-8") + (
         f"\n\nimport functools as _f\n_THEIRS = {chosen!r}\n"
         f"own_rank_for_exact = (lambda _g: _f.wraps(_g)(lambda variant: _g(_THEIRS)))"
         f"(own_rank_for_exact)\n")
@@ -247,12 +249,12 @@ def frozen_on(number, student_id):
 
 @needs_solutions
 def test_the_variant_is_the_rosters_for_the_submitter_not_the_uploaded_student_jsons(graded):
-    from exercises.checks.ex13_higher_rank import exact_rank_truth
+    from exercises.checks.higher_rank import exact_rank_truth
     truth = lambda sid: exact_rank_truth(checker.own_variant(      # noqa: E731
         COURSE[12], 13, seed(sid)), np.random.default_rng(0))
     assert truth("s01") != truth("s02")           # else this test could not fail
-    upload = {name(13): frozen_on(13, "s02"), name(1): (checker.SOLUTIONS_FOLDER / name(
-        1)).read_text("utf-8"), checker.SEED_FILE: json.dumps({"name": "Bob", "seed": seed("s02")})}
+    upload = {name(13): frozen_on(13, "s02"), name(1): solution_file(COURSE[0]).read_text("utf-8"),
+              checker.SEED_FILE: json.dumps({"name": "Bob", "seed": seed("s02")})}
     mine = graded(upload, [{"sid": "s01", "email": "", "id": 1, "name": "A"}])
     theirs = graded(upload, [{"sid": "", "email": "bob@uni.example", "id": 2, "name": "B"}])
     for results in (mine, theirs):

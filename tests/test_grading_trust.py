@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 
 import bilinear_numpy as bn
-from exercises import checker, child
-from exercises import sandbox as exercise_sandbox
-from exercises.course import COURSE
-from exercises.release import make_stub
+from exercises.grading import checker, child
+from exercises.grading import sandbox as exercise_sandbox
+from exercises.course import COURSE, NUMBERS
+from exercises.grading.release import make_stub
+from exercises.grading.release import solution_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
@@ -43,7 +44,7 @@ def stub(number, functions):
     """Exercise `number`'s stub: made from the solution where there is one, else a file
     of its functions, each still to write."""
     if SOLVED:
-        return make_stub((checker.SOLUTIONS_FOLDER / name(number)).read_text(encoding="utf-8"))
+        return make_stub(solution_file(COURSE[number - 1]).read_text(encoding="utf-8"))
     return "".join(f"def {f}(*args, **kwargs):\n    raise NotImplementedError\n\n"
                    for f in functions)
 
@@ -98,13 +99,13 @@ def end_sleepers():
 PRINT_DONE = "print('Result: done (7 of 7 checks ok, 0.1 s)')\nprint('Well done.')\n"
 TAMPER = {
     # number: (the tampering, written at the top of its stub; what it defines after)
-    9: ("import exercises.checker as _c\n"
+    9: ("import exercises.grading.checker as _c\n"
         "_c.Checks.row = lambda self, *a, **k: None\n"             # no row can fail
         "_c.status_of = lambda rows: 'done'\n" + PRINT_DONE, ("unit_forward", "unit_backward")),
     3: ("import numpy as np\nimport bilinear_numpy as bn\n"
         "bn.rel_error.__code__ = (lambda a, b: 0.0).__code__\n" + PRINT_DONE,   # all-zero passes?
         ("bilinear_scores", "bilinear_forward", "symmetric_part")),
-    5: ("import exercises.checker as _c\n"
+    5: ("import exercises.grading.checker as _c\n"
         "_c.compare_close = lambda *a, **k: ('ok', '', 0.0, 0.0, '')\n"
         "_c.compare_equal = lambda *a, **k: ('ok', '', None, None, '')\n"
         "_c.same_value = lambda *a: True\n" + PRINT_DONE, ("gated_mlp_forward",)),
@@ -153,12 +154,12 @@ import os
 from pathlib import Path
 import bilinear_numpy as bn
 GIFT = "\\nstatus_of = lambda rows: 'done'\\ncompare_close = lambda *a, **k: ('ok', '', 0.0, 0.0, '')\\n"
-targets = {Path(bn.__file__).resolve().parent / "exercises" / "checker.py",
-           Path(REPOSITORY) / "exercises" / "checker.py",
+targets = {Path(bn.__file__).resolve().parent / "exercises" / "grading" / "checker.py",
+           Path(REPOSITORY) / "exercises" / "grading" / "checker.py",
            Path(REPOSITORY) / "exercises" / "checks" / "common.py"}
 here = Path.cwd()
 for up in [here, *here.parents]:                      # walking up from the working folder
-    targets.add(up / "exercises" / "checker.py")
+    targets.add(up / "exercises" / "grading" / "checker.py")
 for target in targets:
     try:
         with open(target, "a", encoding="utf-8") as f:
@@ -187,7 +188,7 @@ def untouched_student(folder):
     """A student's honest folder: exercise 1 solved where the solutions are (else its stub),
     exercise 2's stub, a seed."""
     folder.mkdir(parents=True)
-    one = (checker.SOLUTIONS_FOLDER / name(1)).read_text(encoding="utf-8") if SOLVED \
+    one = solution_file(COURSE[0]).read_text(encoding="utf-8") if SOLVED \
         else stub(1, ("mlp_forward",))
     (folder / name(1)).write_text(one, encoding="utf-8")
     (folder / name(2)).write_text(stub(2, ("static_query_forward",)), encoding="utf-8")
@@ -301,7 +302,7 @@ def inline_forward(text):
 
 @needs_solutions
 def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_passes(tmp_path):
-    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[8]).read_text(encoding="utf-8")
     files = {"calls": text + FD_BACKWARD.format(forward="unit_forward"),
              "inline": text + inline_forward(text) + FD_BACKWARD.format(forward="_copied_forward"),
              "solution": text}
@@ -352,7 +353,7 @@ def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, librar
         pytest.importorskip("torch")
     if library == "tinygrad" and importlib.util.find_spec("tinygrad") is not None:
         pytest.skip("tinygrad is installed here")
-    text = (checker.SOLUTIONS_FOLDER / name(9)).read_text(encoding="utf-8")
+    text = solution_file(COURSE[8]).read_text(encoding="utf-8")
     text = text.replace("def unit_backward(", "def _derived_backward(", 1)
     (tmp_path / name(9)).write_text(text + AUTODIFF_BACKWARD.format(library=library), "utf-8")
     if library == "autograd":
@@ -375,7 +376,7 @@ def answers():
     path = checker.SOLUTIONS_FOLDER / "answers.py"
     if not path.is_file():
         pytest.skip("no exercises/solutions/answers.py (a handout)")
-    return checker.load_answers()
+    return {NUMBERS[slug]: table for slug, table in checker.load_answers().items()}   # by slug
 
 
 def wrong(value):
@@ -402,7 +403,7 @@ def wrong(value):
 HANDOUT_VERDICTS = """
 import json, sys
 from pathlib import Path
-from exercises import checker
+from exercises.grading import checker
 from exercises.course import COURSE
 assert checker.answers() is None, "the handout's checker has the answers"
 found = {}
@@ -423,7 +424,7 @@ def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path)
     right.mkdir()
     bad.mkdir()
     for number in truths:
-        path = checker.SOLUTIONS_FOLDER / name(number)
+        path = solution_file(COURSE[number - 1])
         solved = path.read_text(encoding="utf-8")
         module = child.load_module(path)          # the solution's own answers, made wrong
         (right / name(number)).write_text(solved, encoding="utf-8")
@@ -494,7 +495,7 @@ def test_values_cross_as_data_and_come_back_the_same():
     # once crashed the checks that read it back.
     import numpy as np
 
-    from exercises import protocol
+    from exercises.grading import protocol
     values = [np.float64("nan"), float("inf"), -np.float32(np.inf), 2 ** 70, 1 + 2j, True,
               np.int64(3), np.bool_(False), "σ", None, (1, [2.0, {"a": {3}}]),
               np.arange(6.0, dtype=np.float32).reshape(2, 3), np.array([], dtype=np.int8)]

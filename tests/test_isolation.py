@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from exercises import checker, sandbox
+from exercises.grading import checker, sandbox
 from exercises.course import COURSE
 from test_grading_trust import name, stub                  # (tests/ is on the path)
 from test_grading_trust import untouched_student as honest
@@ -118,7 +118,7 @@ REPOSITORY, OTHER, SLEEP, MARK = {repository!r}, {other!r}, {sleep!r}, {mark!r}
 parent = os.getppid()
 stolen = ""
 for where in (f"/proc/{{parent}}/cwd", REPOSITORY, f"/proc/{{parent}}/root" + REPOSITORY):
-    for part in ("exercises/solutions/ex01_key_value_memory.py", "exercises/solutions/answers.py"):
+    for part in ("exercises/solutions/key_value_memory.py", "exercises/solutions/answers.py"):
         try:
             stolen = stolen or Path(where, part).read_text()
         except OSError:
@@ -270,7 +270,7 @@ def test_grade_without_isolation_refuses_in_one_line_and_unsafe_flags_every_row(
     out_csv = home / "g.csv"
     try:
         if how == "patched":
-            from exercises.__main__ import main
+            from exercises.grading.cli import main
             monkeypatch.setattr(os, "geteuid", lambda: 1000)
             monkeypatch.setenv("EXERCISES_NO_BWRAP", "1")
             sandbox.bwrap_works.cache_clear()
@@ -367,7 +367,7 @@ def test_sizes_are_read_as_an_instructor_writes_them(text, expected):
 
 
 def test_a_bad_limit_is_one_line_and_exit_2(capsys):
-    from exercises.__main__ import main
+    from exercises.grading.cli import main
     assert main(["--memory-limit", "lots", "check", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --memory-limit"), err

@@ -112,7 +112,7 @@ def test_cells_are_py_percent_and_each_step_draws_one_figure():
 def test_the_course_does_not_grade_the_tour():
     # The files the checker grades, one per exercise of the course's table, exist in
     # exercises/, and the tour is not one of them.
-    from exercises.checker import file_name
+    from exercises.grading.checker import file_name
     from exercises.course import COURSE
     graded = [file_name(number, exercise) for number, exercise in enumerate(COURSE, start=1)]
     assert graded and all((TOUR.parent / name).is_file() for name in graded)
