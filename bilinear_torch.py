@@ -332,15 +332,24 @@ def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
     """Backward of gated_rank_r_forward (derivations.md 3.7): (dx, dQ, dK (m, d, r), dV)."""
     X, dY, N = _rows(x), _rows(dy), len(_rows(x))
     a, b = (t.reshape(N, Q.shape[0], Q.shape[2]) for t in cache[:2])   # (N, m, r)
-    sigma_a = act.f(a)                            # (N, m, r)    recomputed (autograd keeps it)
     dV = _rows(cache[2]).T @ dY                   # (m, d_out)   3.7: R1 on Y = hV
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    3.7: R1; R4, every rho gets dh_j
-    da = act.chain(dh * b, a).reshape(N, -1)      # (N, m r)     3.7: R3, then R2
-    db = (dh * sigma_a).reshape(N, -1)            # (N, m r)     3.7: R3
+    da = _by_row_blocks(lambda n: act.chain(dh[n] * b[n], a[n]), N)   # (N, m r)  3.7: R3, then R2
+    db = _by_row_blocks(lambda n: dh[n] * act.f(a[n]), N)   # (N, m r)  3.7: R3, sigma(a) recomputed
     dQ = _like_Q(X.T @ da, Q)                     # (m, d, r)    3.7: R1 on a = x Q_j (sum over n)
     dK = _like_Q(X.T @ db, K)                     # (m, d, r)    3.7: R1 on b = x K_j
     dX = torch.addmm(da @ _flat(Q).T, db, _flat(K).T)   # (N, d)  3.7: R1 twice, then R4
     return dX.reshape(x.shape), dQ, dK, dV
+
+
+def _by_row_blocks(step, N, rows=256):
+    # Speed: step(n) is an elementwise step of a backward on the rows n (a slice of the N
+    # tokens), run on rows 256 at a time and joined by torch.cat, flat as (N, -1): sigma(a),
+    # sigma'(a) and dh * b then never exist whole. A fresh tensor above 32 MB (glibc's largest
+    # mmap threshold) comes from the system with a page fault per 4 kB at its first write,
+    # about 20 ms for each 45 MB temporary at experiments/bench_torch.py's sizes; a block
+    # (2.8 MB there) is reused from the heap and read again while in the CPU cache.
+    return torch.cat([step(slice(i, i + rows)) for i in range(0, N, rows)]).reshape(N, -1)
 
 
 def double_gated_mlp_forward(x, Q, K, V, act):
