@@ -19,7 +19,8 @@ is m d^2 and whose x (x) x is N d^2, at d = 64; rank-r forms at r = 2), it measu
 
 It prints one markdown table headed by the machine, torch version and load average, for
 docs/pytorch.md. Targets: the Function saves no more than autograd and takes no
-more than 1.05 times its time (the paired ratio). Exit status 1 if a row misses a target.
+more than 1.05 times its time (the paired wall ratio; the CPU ratio is shown, not judged).
+Exit status 1 if a row misses a target.
 A measurement, never a test: the tests (tests/test_torch_*.py) check the numbers and the
 saved bytes, not the clock.
 """
