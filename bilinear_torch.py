@@ -50,21 +50,21 @@ class TorchActivation:
     """An activation in torch (derivations.md 3.10): name (a key of bilinear_numpy.ACTIVATIONS);
     f, df: z -> sigma(z), sigma'(z) elementwise (z's shape and dtype; identity's f returns z
     itself). chain(dh, z) is the chain rule through sigma (R2): it returns dh * sigma'(z),
-    written into dh's memory (SiLU's fused kernel, used where no graph is recorded, returns a
-    fresh tensor instead), so dh must be a fresh tensor of z's shape that nothing else holds,
-    and the caller reads what chain returns."""
+    written into dh's memory (torch's fused kernels, ReLU's and SiLU's where no graph is
+    recorded, return a fresh tensor instead), so dh must be a fresh tensor of z's shape that
+    nothing else holds, and the caller reads what chain returns."""
 
     name: str
     f: Callable[[torch.Tensor], torch.Tensor]
     df: Callable[[torch.Tensor], torch.Tensor]
 
     def chain(self, dh, z):
-        """dh * sigma'(z) (R2), in place in dh (no new tensor of z's size for relu, identity)
-        except for SiLU without a recorded graph (one fresh tensor, one pass)."""
+        """dh * sigma'(z) (R2), in place in dh, or for ReLU, and SiLU without a recorded
+        graph, by torch's fused kernel (one pass, one fresh tensor)."""
         if self.name == "identity":
             return dh                             # sigma' = 1
-        if self.name == "relu":
-            return dh.mul_(z > 0)                 # relu'(z) = [z > 0], a mask; relu'(0) = 0
+        if self.name == "relu":                   # relu'(z) = [z > 0]; relu'(0) = 0
+            return torch.ops.aten.threshold_backward(dh, z, 0)   # dh where z > 0, else 0
         if self.name == "silu" and not torch.is_grad_enabled():
             return _silu_chain_fused(dh, z)       # speed: one pass, one sigmoid
         return dh.mul_(self.df(z))
