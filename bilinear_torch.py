@@ -95,11 +95,12 @@ def _silu_chain_fused(dh, z):
     # Speed: dh * silu'(z) = dh sigmoid(z) (1 + z (1 - sigmoid(z))), the formula of
     # _silu_grad, by torch's fused kernel (the one autograd's SiLU calls): one pass and one
     # sigmoid per element, into one fresh tensor, where dh.mul_(_silu_grad(z)) makes two
-    # temporaries of z's size in six passes (gated_rank_r's backward: 1.07 -> 0.99 of
-    # autograd's time, experiments/bench_torch.py). The kernel has no derivative of its own
-    # ("derivative for aten::silu_backward is not implemented"), so chain calls it only where
-    # no graph of the backward is recorded: under create_graph the formula runs. Not its out=
-    # form into dh: that has no vmap rule (gradcheck's batched gradients).
+    # temporaries of z's size in six passes (gated_rank_r's row of experiments/bench_torch.py,
+    # 1.07 -> 0.99 to 1.06 of autograd's time, on a busy machine). The kernel has no
+    # derivative of its own ("derivative for aten::silu_backward is not implemented"), so
+    # chain calls it only where no graph of the backward is recorded: under create_graph the
+    # formula runs. Not its out= form into dh: that has no vmap rule (gradcheck's batched
+    # gradients).
     return torch.ops.aten.silu_backward(dh, z)
 
 
