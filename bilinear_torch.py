@@ -49,19 +49,24 @@ import bilinear_numpy as bn
 class TorchActivation:
     """An activation in torch (derivations.md 3.10): name (a key of bilinear_numpy.ACTIVATIONS);
     f, df: z -> sigma(z), sigma'(z) elementwise (z's shape and dtype; identity's f returns z
-    itself). chain(dh, z) is the chain rule through sigma (R2), dh * sigma'(z), written into
-    dh's memory: dh must be a fresh tensor of z's shape that nothing else holds."""
+    itself). chain(dh, z) is the chain rule through sigma (R2): it returns dh * sigma'(z),
+    written into dh's memory (torch's fused kernels, ReLU's and SiLU's where no graph is
+    recorded, return a fresh tensor instead), so dh must be a fresh tensor of z's shape that
+    nothing else holds, and the caller reads what chain returns."""
 
     name: str
     f: Callable[[torch.Tensor], torch.Tensor]
     df: Callable[[torch.Tensor], torch.Tensor]
 
     def chain(self, dh, z):
-        """dh * sigma'(z) (R2), in place in dh (no new tensor of z's size for relu, identity)."""
+        """dh * sigma'(z) (R2), in place in dh, or for ReLU, and SiLU without a recorded
+        graph, by torch's fused kernel (one pass, one fresh tensor)."""
         if self.name == "identity":
             return dh                             # sigma' = 1
-        if self.name == "relu":
-            return dh.mul_(z > 0)                 # relu'(z) = [z > 0], a mask; relu'(0) = 0
+        if self.name == "relu":                   # relu'(z) = [z > 0]; relu'(0) = 0
+            return torch.ops.aten.threshold_backward(dh, z, 0)   # dh where z > 0, else 0
+        if self.name == "silu" and not torch.is_grad_enabled():
+            return _silu_chain_fused(dh, z)       # speed: one pass, one sigmoid
         return dh.mul_(self.df(z))
 
 
@@ -84,6 +89,19 @@ def _sigmoid_grad(z):
 def _silu_grad(z):
     sg = torch.sigmoid(z)
     return (1 - sg).mul_(z).add_(1).mul_(sg)      # sigmoid(z) (1 + z (1 - sigmoid(z)))
+
+
+def _silu_chain_fused(dh, z):
+    # Speed: dh * silu'(z) = dh sigmoid(z) (1 + z (1 - sigmoid(z))), the formula of
+    # _silu_grad, by torch's fused kernel (the one autograd's SiLU calls): one pass and one
+    # sigmoid per element, into one fresh tensor, where dh.mul_(_silu_grad(z)) makes two
+    # temporaries of z's size in six passes (gated_rank_r's row of experiments/bench_torch.py,
+    # 1.07 -> 0.99 to 1.06 of autograd's time, on a busy machine). The kernel has no
+    # derivative of its own ("derivative for aten::silu_backward is not implemented"), so
+    # chain calls it only where no graph of the backward is recorded: under create_graph the
+    # formula runs. Not its out= form into dh: that has no vmap rule (gradcheck's batched
+    # gradients).
+    return torch.ops.aten.silu_backward(dh, z)
 
 
 def _normal_cdf(z):
@@ -315,15 +333,24 @@ def gated_rank_r_backward(dy, x, Q, K, V, cache, act):
     """Backward of gated_rank_r_forward (derivations.md 3.7): (dx, dQ, dK (m, d, r), dV)."""
     X, dY, N = _rows(x), _rows(dy), len(_rows(x))
     a, b = (t.reshape(N, Q.shape[0], Q.shape[2]) for t in cache[:2])   # (N, m, r)
-    sigma_a = act.f(a)                            # (N, m, r)    recomputed (autograd keeps it)
     dV = _rows(cache[2]).T @ dY                   # (m, d_out)   3.7: R1 on Y = hV
     dh = (dY @ V.T)[:, :, None]                   # (N, m, 1)    3.7: R1; R4, every rho gets dh_j
-    da = act.chain(dh * b, a).reshape(N, -1)      # (N, m r)     3.7: R3, then R2
-    db = (dh * sigma_a).reshape(N, -1)            # (N, m r)     3.7: R3
+    da = _by_row_blocks(lambda n: act.chain(dh[n] * b[n], a[n]), N)   # (N, m r)  3.7: R3, then R2
+    db = _by_row_blocks(lambda n: dh[n] * act.f(a[n]), N)   # (N, m r)  3.7: R3, sigma(a) recomputed
     dQ = _like_Q(X.T @ da, Q)                     # (m, d, r)    3.7: R1 on a = x Q_j (sum over n)
     dK = _like_Q(X.T @ db, K)                     # (m, d, r)    3.7: R1 on b = x K_j
     dX = torch.addmm(da @ _flat(Q).T, db, _flat(K).T)   # (N, d)  3.7: R1 twice, then R4
     return dX.reshape(x.shape), dQ, dK, dV
+
+
+def _by_row_blocks(step, N, rows=256):
+    # Speed: step(n) is an elementwise step of a backward on the rows n (a slice of the N
+    # tokens), run on rows 256 at a time and joined by torch.cat, flat as (N, -1): sigma(a),
+    # sigma'(a) and dh * b then never exist whole. A fresh tensor above 32 MB (glibc's largest
+    # mmap threshold) comes from the system with a page fault per 4 kB at its first write,
+    # about 20 ms for each 45 MB temporary at experiments/bench_torch.py's sizes; a block
+    # (2.8 MB there) is reused from the heap and read again while in the CPU cache.
+    return torch.cat([step(slice(i, i + rows)) for i in range(0, N, rows)]).reshape(N, -1)
 
 
 def double_gated_mlp_forward(x, Q, K, V, act):

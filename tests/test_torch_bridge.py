@@ -52,12 +52,18 @@ def test_activations_match_numpy_into_the_tails_and_torch_builtins_on_the_whole(
     slope_floor = 1e-15 if name not in ("silu", "gelu", "gelu_tanh") else 1e-14   # sums
     assert bn.rel_error(zg.grad.numpy(), ref.df(zs)) < slope_floor
     assert bn.rel_error(TORCH_OWN[name](zg).detach().numpy(), ref.f(zs)) < 1e-15
-    # chain: dh * sigma'(z), written into dh's memory (no copy of dh).
-    dh = torch.tensor(np.random.default_rng(0).standard_normal(z.shape))
-    expected = dh.numpy() * ref.df(z)
-    out = act.chain(dh, zt)
-    assert out.data_ptr() == dh.data_ptr()
-    assert np.all(np.abs(out.numpy() - expected) <= np.maximum(1e-12 * np.abs(expected), tiny))
+    # chain: dh * sigma'(z), written into dh's memory (no copy of dh), but for torch's fused
+    # kernels, fresh tensors: ReLU's (threshold_backward, which has a derivative) always,
+    # SiLU's (silu_backward, which has none) where no graph of it is recorded.
+    for recorded in (True, False):
+        dh = torch.tensor(np.random.default_rng(0).standard_normal(z.shape))
+        expected = dh.numpy() * ref.df(z)
+        with torch.set_grad_enabled(recorded):
+            out = act.chain(dh, zt)
+        fused = name == "relu" or (name == "silu" and not recorded)
+        assert (out.data_ptr() == dh.data_ptr()) == (not fused), recorded
+        assert np.all(np.abs(out.numpy() - expected) <= np.maximum(1e-12 * np.abs(expected),
+                                                                   tiny)), recorded
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])

@@ -76,6 +76,21 @@ def test_a_gradient_penalty_hvp_and_hessian_agree_with_autograd(formulation):
     assert float(expected.abs().max()) > 1e-3 and _err(got, expected) < 1e-10
 
 
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "relu"])
+def test_gated_rank_r_backward_over_several_blocks_of_rows(act):
+    # gated_rank_r's backward takes its elementwise steps 256 rows at a time (for speed,
+    # bilinear_torch's _by_row_blocks); no other test gives it more than 30 tokens, one block.
+    # 2 x 301 = 602 tokens are two whole blocks and a part: against NumPy in a plain backward
+    # (SiLU's fused kernel), and under create_graph (sigma' by its formula, recorded) a
+    # gradient penalty against the autograd route.
+    for route, (error, tensor) in tr.check_parity("gated_rank_r", act, x_shape=(2, 301, 5)).items():
+        assert error <= tr.PARITY_TOL[torch.float64], (route, tensor, error)
+    fn, ag = _pair("gated_rank_r", act)
+    x = _x((2, 301, 5))
+    for got, expected in zip(_penalty_grads(fn, x), _penalty_grads(ag, x), strict=True):
+        assert float(expected.abs().max()) > 1e-3 and _err(got, expected) < 1e-10
+
+
 @pytest.mark.parametrize("inside", [False, True], ids=["backward_outside", "backward_inside"])
 @pytest.mark.parametrize("formulation", list(bt.MODULES))
 def test_autocast_bfloat16_gradients_agree_with_autograd(formulation, inside):
