@@ -336,7 +336,7 @@ def memory_contributions(*args):
 def test_a_memory_hog_and_a_fork_loop_are_their_own_rows(tmp_path):
     # Limits smaller than the defaults (test_the_default_limits_are_the_documented_ones), the
     # same rlimits: 256 MiB of memory against a hog of 512 MiB, 32 processes. Where the process
-    # limit holds no child of root, the fork loop runs to its time limit: 5 s (the checker's
+    # limit holds no child of root, the fork loop runs to its time limit: 3 s (the checker's
     # start of a child and its numpy take well under it), not the hog's 20.
     for key, text in (("hog", MEMORY_HOG), ("forks", FORK_LOOP)):
         (tmp_path / key).mkdir()
@@ -345,7 +345,7 @@ def test_a_memory_hog_and_a_fork_loop_are_their_own_rows(tmp_path):
     sandbox.LIMITS = sandbox.Limits(memory=2 ** 28, processes=32)
     try:
         results = [checker.run_exercise(1, COURSE[0], tmp_path / key, seconds)
-                   for key, seconds in (("hog", 20), ("forks", 5))]
+                   for key, seconds in (("hog", 20), ("forks", 3))]
     finally:
         sandbox.LIMITS = saved
     hog, forks = ({r.check: r for r in result.rows} for result in results)
