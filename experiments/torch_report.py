@@ -4,9 +4,11 @@
 
 Optional: needs PyTorch. For every formulation x activation, in float64 and float32, the worst
 relative error between bilinear_numpy's plain pair and each torch route (check_parity); then
-torch.autograd.gradcheck and gradgradcheck of every Function (check_gradcheck). It prints the
-tables docs/pytorch.md shows and exits with status 1 if a cell fails (CI runs it). The tests
-(tests/test_torch_bridge.py, test_torch_dropin.py) assert the same cells.
+torch.autograd.gradcheck and gradgradcheck of every Function (check_gradcheck); then GatedMLP
+compiled by inductor against eager, both routes (check_compiled). It prints the tables
+docs/pytorch.md shows and exits with status 1 if a cell fails (CI runs it). The tests
+(tests/test_torch_bridge.py, test_torch_dropin.py, test_torch_module.py) assert the same
+cells, the compiled one on aot_eager (inductor's compilation costs seconds a route).
 """
 
 from __future__ import annotations
@@ -131,10 +133,57 @@ def parity_table(formulations=None, dtypes=(torch.float64, torch.float32), out=p
     return failures
 
 
+COMPILE_TOL = 1e-5          # fused float32 kernels against eager float32
+
+
+def check_compiled(backward, backend="inductor", seed=0):
+    """The worst relative error between GatedMLP (silu, float32; d = 16, m = 24, d_out = 16)
+    compiled whole, torch.compile(module, fullgraph=True, backend=backend), and the same
+    module in eager mode, over y and the gradients of sum(y * w) (w fixed, random) w.r.t. x
+    (4, 16) and every parameter. Inductor (the default backend) generates and compiles fused
+    kernels: seconds of compilation each route, which is why CI runs it here (main) and the
+    test suite runs this function on aot_eager (tests/test_torch_module.py).
+    Args: backward: "function" or "autograd" (the module's route); backend: a torch.compile
+        backend; seed: int, the draw of the parameters, x and w.
+    Returns: float, the largest bn.rel_error (pass: at most COMPILE_TOL, 1e-5).
+    Raises: torch._dynamo's error if the module does not compile whole (a graph break).
+    Source: torch.compile's fullgraph; docs/pytorch.md, "torch.compile"."""
+    draw = torch.Generator().manual_seed(seed)
+    module = bt.GatedMLP(16, 24, d_out=16, act="silu", backward=backward, dtype=torch.float32,
+                         generator=draw)
+    x = torch.randn((4, 16), generator=draw)
+    w = torch.randn((4, 16), generator=draw)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, backend=backend)
+
+    def grads(fn):
+        xt = x.clone().requires_grad_()
+        y = fn(xt)
+        return [y, *torch.autograd.grad((y * w).sum(), [xt, *module.parameters()])]
+    return max(bn.rel_error(a.detach().double().numpy(), b.detach().double().numpy())
+               for a, b in zip(grads(compiled), grads(module), strict=True))
+
+
+def compile_table(routes=("function", "autograd"), backend="inductor", out=print):
+    """Print check_compiled for each route (a name in "function", "autograd") with `backend`
+    (a torch.compile backend, its name or a callable); return the number of routes whose error
+    is over COMPILE_TOL (or NaN)."""
+    out("")
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", backend)
+    out(f"torch.compile(fullgraph=True, backend={name!r}) against eager, GatedMLP silu "
+        f"float32 (tol {COMPILE_TOL:.0e})")
+    failures = 0
+    for route in routes:
+        error = check_compiled(route, backend)
+        failures += not error <= COMPILE_TOL
+        out(f"  {route:<18}{error:>10.1e}{'!' if not error <= COMPILE_TOL else ' '}")
+    return failures
+
+
 def main():
-    """Print the tables; return 1 if a cell fails, else 0."""
+    """Print the tables; return 1 if a cell or a compiled route fails, else 0."""
     print(f"bilinear_torch: torch {torch.__version__}, numpy {np.__version__}")
-    return 1 if parity_table() else 0
+    return 1 if parity_table() + compile_table() else 0
 
 
 if __name__ == "__main__":

@@ -27,6 +27,36 @@ def verify_report():
     return failures, lines
 
 
+SEEDS = (0, 1, 2)           # the solutions are graded for these seeds (one, without a variant)
+
+
+@pytest.fixture(scope="session")
+def solutions(tmp_path_factory):
+    """{(number, seed): the Result of the solution of exercise `number`}, graded once for every
+    test that reads it (test_exercises.py, test_backward_cost.py, test_class.py): seed 0 for
+    every exercise, seeds 1 and 2 too for those with a variant (the others' rows do not depend
+    on the seed), each with the checker's own time limit, from a folder of the solutions under
+    the student's names (release.write_solved). Run as the progress view and grade run them:
+    the exercises of one seed shared among 2 x cores children (checker.check_job, one child a
+    share), that many at a time (checker.parallel). Skips without the solutions (a handout)."""
+    from exercises.course import COURSE
+    from exercises.grading import checker, release
+    if not checker.SOLUTIONS_FOLDER.is_dir():
+        pytest.skip("no exercises/solutions/ (a handout)")
+    solved = tmp_path_factory.mktemp("solved")
+    release.write_solved(solved)
+    jobs = 2 * (os.cpu_count() or 1)         # children mostly wait (start, pipe): past the cores
+    numbers = {seed: [n for n, e in enumerate(COURSE, start=1)
+                      if seed == 0 or e.variant is not None] for seed in SEEDS}
+    shares = [(seed, numbers[seed][k::jobs]) for seed in SEEDS for k in range(jobs)
+              if numbers[seed][k::jobs]]
+    tasks = [(share, solved, checker.TIME_LIMIT, None, seed) for seed, share in shares]
+    found = {}
+    for (seed, share), results in zip(shares, checker.parallel(checker.check_job, tasks, jobs)):
+        found.update({(n, seed): result for n, result in zip(share, results)})
+    return found
+
+
 # ----- real processes, started early ---------------------------------------------------------
 # pytest runs the tests one after another on one core (one BLAS thread, above); a test of a
 # real process mostly waits for it. Such a process is declared in its test module as

@@ -145,20 +145,9 @@ def test_handout_is_the_repository_without_answers_and_nothing_is_done(tmp_path)
     assert release.handout(out) == 2                                # never over a folder
 
 
-SEEDS = (0, 1, 2)          # the solutions are checked for these seeds (one, without a variant)
-
-
-@pytest.fixture(scope="module")
-def solutions(tmp_path_factory):
-    """{(number, seed): the Result of the solution}: seed 0 for every exercise, seeds 1 and 2
-    too for those with a variant (the others' rows do not depend on the seed); in parallel."""
-    if not SOLVED:
-        pytest.skip("no exercises/solutions/ (a handout)")
-    solved = tmp_path_factory.mktemp("solved")
-    release.write_solved(solved)                 # the solutions under the student's names
-    jobs = [(n, solved, checker.TIME_LIMIT, None, seed) for seed in SEEDS
-            for n, e in NUMBERED if seed == 0 or e.variant is not None]
-    return {(job[0], job[4]): result for job, result in zip(jobs, graded_all(jobs))}
+# The solutions' Results: the fixture `solutions` of conftest.py (seed 0 for every exercise,
+# 1 and 2 for those with a variant), graded once for this file, test_backward_cost.py and
+# test_class.py.
 
 
 @needs_solutions

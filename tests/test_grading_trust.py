@@ -300,17 +300,30 @@ def inline_forward(text):
                                                                "def _copied_forward(", 1)
 
 
+@pytest.fixture(scope="module")
+def solution9(tmp_path_factory):
+    """_run9 of exercise 9's solution, in a folder of its own: the file every backward of
+    this section is told apart from, graded once for them all (the same limit, the same
+    seed)."""
+    if not SOLVED:
+        pytest.skip("no exercises/solutions/ (a handout)")
+    folder = tmp_path_factory.mktemp("solution9")
+    (folder / name(9)).write_text(solution_file(COURSE[8]).read_text(encoding="utf-8"),
+                                  encoding="utf-8")
+    return _run9(folder)
+
+
 @needs_solutions
-def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_passes(tmp_path):
+def test_a_finite_difference_backward_is_wrong_by_its_cost_and_the_solution_passes(tmp_path,
+                                                                                    solution9):
     text = solution_file(COURSE[8]).read_text(encoding="utf-8")
     files = {"calls": text + FD_BACKWARD.format(forward="unit_forward"),
-             "inline": text + inline_forward(text) + FD_BACKWARD.format(forward="_copied_forward"),
-             "solution": text}
+             "inline": text + inline_forward(text) + FD_BACKWARD.format(forward="_copied_forward")}
     for key, body in files.items():
         (tmp_path / key).mkdir()
         (tmp_path / key / name(9)).write_text(body, encoding="utf-8")
     results = checker.parallel(_run9, [tmp_path / key for key in files], len(files))
-    for key, result in zip(files, results):
+    for key, result in zip([*files, "solution"], [*results, solution9]):
         rows = {row.check: row for row in result.rows}
         cost = rows["unit_backward: cost in forwards"]
         gradients = [r for r in result.rows if re.match(r"d\w+ vs finite differences", r.check)]
@@ -346,7 +359,7 @@ def unit_backward(dy, x, Q, K, V, variant):
 
 @needs_solutions
 @pytest.mark.parametrize("library", ["autograd", "tinygrad", "torch"])
-def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, library):
+def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, library, solution9):
     # autograd: a module of the folder by that name; tinygrad: not installed, so the import
     # fails, and the row says the same (a student need not install it to learn it is refused).
     if library == "torch":
@@ -363,11 +376,9 @@ def test_a_backward_by_a_library_that_differentiates_is_refused(tmp_path, librar
     assert result.rows[0].verdict == "ERROR" and result.rows[0].got == "refused", result.rows[0]
     assert result.rows[0].message.startswith(
         f"your file imports {library}, which computes gradients for you"), result.rows[0]
-    honest = tmp_path / "honest"
-    honest.mkdir()
-    (honest / name(9)).write_text(text.replace("def _derived_backward(", "def unit_backward("),
-                                  encoding="utf-8")
-    assert _run9(honest).status == "done"
+    honest = text.replace("def _derived_backward(", "def unit_backward(")   # no import: done
+    assert honest == solution_file(COURSE[8]).read_text(encoding="utf-8")
+    assert solution9.status == "done", solution9.rows
 
 
 # ----- (e) A handout holds no reading answer, and judges their form alone -------------------
@@ -432,11 +443,16 @@ def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path)
             f"{answer} = {wrong(getattr(module, answer))!r}\n" for answer in truths[number]),
             encoding="utf-8")
     numbers = json.dumps(sorted(truths))
-    runs = [subprocess.run([sys.executable, "-c", HANDOUT_VERDICTS, str(folder), numbers],
-                           cwd=out, capture_output=True, text=True, timeout=240)
-            for folder in (right, bad)]
-    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
-    in_handout = [json.loads(r.stdout) for r in runs]
+    started = [subprocess.Popen([sys.executable, "-c", HANDOUT_VERDICTS, str(folder), numbers],
+                                cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for folder in (right, bad)]    # both at once
+    try:
+        runs = [(*p.communicate(timeout=240), p.returncode) for p in started]
+    finally:
+        for p in started:
+            p.kill()                                      # one still running (a timeout)
+    assert all(code == 0 for _, _, code in runs), [err for _, err, _ in runs]
+    in_handout = [json.loads(stdout) for stdout, _, _ in runs]
     assert in_handout[0] == in_handout[1]                 # the same verdicts, word for word
     assert all(v[0] == "done" for v in in_handout[0].values()), in_handout[0]
     assert any(checker.WHEN_GRADED in row[2] for v in in_handout[0].values() for row in v[1:])

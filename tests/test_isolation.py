@@ -312,7 +312,7 @@ def test_grade_without_isolation_refuses_in_one_line_and_unsafe_flags_every_row(
 MEMORY_HOG = """
 import numpy as np
 def mlp_forward(x, K, V, act):
-    hog = np.ones(2 ** 31 // 8 + 2 ** 20)          # 2 GiB and more of float64, touched
+    hog = np.ones(2 ** 29 // 8 + 2 ** 20)          # 512 MiB and more of float64, touched
     return hog[:1]
 def memory_contributions(*args):
     return 0
@@ -334,19 +334,24 @@ def memory_contributions(*args):
 
 @pytest.mark.skipif(not LINUX, reason="the limits are Linux's rlimits (macOS enforces some)")
 def test_a_memory_hog_and_a_fork_loop_are_their_own_rows(tmp_path):
+    # Limits smaller than the defaults (test_the_default_limits_are_the_documented_ones), the
+    # same rlimits: 256 MiB of memory against a hog of 512 MiB, 32 processes. Where the process
+    # limit holds no child of root, the fork loop runs to its time limit: 3 s (the checker's
+    # start of a child and its numpy take well under it), not the hog's 20.
     for key, text in (("hog", MEMORY_HOG), ("forks", FORK_LOOP)):
         (tmp_path / key).mkdir()
         (tmp_path / key / name(1)).write_text(text, encoding="utf-8")
     saved = sandbox.LIMITS
-    sandbox.LIMITS = sandbox.Limits(memory=2 ** 30, processes=32)
+    sandbox.LIMITS = sandbox.Limits(memory=2 ** 28, processes=32)
     try:
-        results = [checker.run_exercise(1, COURSE[0], tmp_path / key, 20) for key in ("hog", "forks")]
+        results = [checker.run_exercise(1, COURSE[0], tmp_path / key, seconds)
+                   for key, seconds in (("hog", 20), ("forks", 3))]
     finally:
         sandbox.LIMITS = saved
     hog, forks = ({r.check: r for r in result.rows} for result in results)
     first = next(iter(hog.values()))
     assert first.verdict == "ERROR", first
-    assert "used more than 1 GiB of memory (the limit: --memory-limit)" in first.message, first
+    assert "used more than 256 MiB of memory (the limit: --memory-limit)" in first.message, first
     first = next(iter(forks.values()))
     # As a user of its own ("uid", or bwrap run as one) or any user but root, the fork loop
     # meets RLIMIT_NPROC; as root it is not enforced, and the time limit ends it.
@@ -357,6 +362,14 @@ def test_a_memory_hog_and_a_fork_loop_are_their_own_rows(tmp_path):
         assert first.verdict in ("ERROR", "TIMEOUT"), first
     # the other rows of the same exercise went on in a new child
     assert any(r.check.startswith("memory_contributions") for r in results[1].rows), results[1].rows
+
+
+def test_the_default_limits_are_the_documented_ones():
+    # The test above sets smaller limits; the defaults are docs/course.md's table.
+    table = (ROOT / "docs" / "course.md").read_text(encoding="utf-8")
+    assert sandbox.Limits().memory == 2 ** 31 and "| `--memory-limit SIZE` | 2G |" in table
+    assert sandbox.Limits().processes == 256 and "| `--process-limit N` | 256 |" in table
+    assert sandbox.parse_size("2G") == sandbox.Limits().memory
 
 
 @pytest.mark.parametrize("text, expected", [("2G", 2 ** 31), ("512M", 2 ** 29), ("0", 0),
