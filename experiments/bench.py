@@ -98,7 +98,7 @@ COLUMNS = ["formulation", "activation", "dtype", "N", "d", "m", "r", "d_out",
            "forward_ms", "forward_floor_ms", "forward_ratio",
            "fb_ms", "fb_floor_ms", "fb_ratio", "fb_ratio_min", "fb_ratio_max",
            "time_target", "time_ok", "peak_mib", "reference_mib", "memory_ratio",
-           "memory_ok", "repeats", "load", "machine", "numpy", "blas", "threads", "freed_memory"]
+           "memory_ok", "repeats", "load", "machine", "numpy", "blas", "threads"]
 
 
 def machine_info():
@@ -106,8 +106,7 @@ def machine_info():
 
     Returns:
         {"machine": CPU model and core count, "numpy": version, "blas": name and version
-        from numpy.show_config, "threads": the BLAS thread setting, "freed_memory": whether
-        malloc keeps freed memory (experiments/runtime.py)}.
+        from numpy.show_config, "threads": the BLAS thread setting}.
     Source: numpy.show_config(mode="dicts") (NumPy >= 1.25); os.cpu_count.
     """
     cpu = platform.processor() or platform.machine()
@@ -131,7 +130,7 @@ def machine_info():
     return {"machine": f"{cpu}, {usable} of {os.cpu_count()} CPUs usable",
             "numpy": np.__version__,
             "blas": f"{blas.get('name', 'unknown')} {blas.get('version', '')}".strip(),
-            "threads": threads, "freed_memory": runtime.freed_memory_setting()}
+            "threads": threads}
 
 
 def load_average():
@@ -469,7 +468,7 @@ def _measure_and_write(config, tokens, repeats, dtypes, formulations, activation
                f"ratio = time / GEMM floor; memory = peak / reference; "
                f"load average {load_average():.2f}")
     print_line(f"machine: {info['machine']}; NumPy {info['numpy']}; BLAS {info['blas']}; "
-               f"threads: {info['threads']}; freed memory: {info['freed_memory']}")
+               f"threads: {info['threads']}; freed memory: {runtime.freed_memory_setting()}")
     print_line(HEADER)
     rows = []
     partial = path.with_name(f"{path.stem}.partial{path.suffix}")
