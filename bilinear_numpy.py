@@ -43,6 +43,7 @@ never modified. Parameter gradients are summed over every leading axis of x.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
@@ -83,9 +84,9 @@ class Activation:
     any other dtype: complex, integer, bool, object, str); linear: sigma(z) = c z (identity only);
     positively_homogeneous: sigma(alpha z) = alpha sigma(z) for alpha > 0 (identity, relu);
     kink: sigma' jumps (relu at 0), so gradcheck keeps its probes away; f_and_df: z ->
-    (sigma(z), sigma'(z)) in one pass, or None. The activations of ACTIVATIONS are written
-    once, as f_and_df, and their f and df are its two halves; one of your own can give f
-    and df alone (the pairs then call both).
+    (sigma(z), sigma'(z)), what the pairs of section 2 call. The activations of ACTIVATIONS
+    are written once, as f_and_df, and their f and df are its two halves; one of your own
+    can give f and df alone (f_and_df then calls both).
     Source: Breslow (arXiv 2606.22172), the symmetries; derivations.md, section 3.10.
     """
 
@@ -96,6 +97,14 @@ class Activation:
     positively_homogeneous: bool
     kink: bool = False
     f_and_df: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def __post_init__(self):
+        if self.f_and_df is None:                 # f and df given alone: f_and_df calls both
+            object.__setattr__(self, "f_and_df", functools.partial(_f_then_df, self.f, self.df))
+
+
+def _f_then_df(f, df, z):
+    return f(z), df(z)
 
 
 # Each activation below returns (sigma(z), sigma'(z)): what both need is computed once
@@ -227,11 +236,11 @@ def get_activation(act: str | Activation) -> Activation:
 #   x=x, ...)`: the cache is those tensors, read-only, with the forward's name and act;
 # - a backward starts with `dY = _checked_dy(dy, cache, "NAME_forward")`: the cache comes from
 #   that forward, dy has y's shape and dtype; dY is dy as (N, d_out) rows.
-# The cache also keeps sigma's arguments (z, s or a), which gradcheck (section 3) reads to
-# keep its probes away from a kink (relu at 0).
-# What speed or memory needs (sigma and sigma' in blocks, the full bilinear form's outer
-# products in blocks, the rank-r layout) is a helper named for what it computes, after the
-# pairs; docs/speed.md gives the measured gain of each.
+# The cache also keeps sigma's arguments (z, s, a, or a and b: Formulation.sigma_args), which
+# gradcheck (section 3) reads to keep its probes away from a kink (relu at 0).
+# What speed or memory needs (the full bilinear form's outer products in blocks, the rank-r
+# layout) is a helper named for what it computes, after the pairs; docs/speed.md gives the
+# measured gain of each, and of the helpers that were dropped for gaining too little.
 
 # ----- (1) key-value memory MLP ---------------------------------------------
 _MLP_AXES = {"K": "m d", "V": "m d_out"}                       # the axes, for the checks
@@ -249,7 +258,7 @@ def mlp_forward(x, K, V, act="relu"):
     x, act, K, V = _checked_inputs(x, act, _MLP_AXES, K=K, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)       the tokens as rows
     z = X @ K.T                                   # (N, m)       z = x K^T
-    h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
+    h, sigma_prime = act.f_and_df(z)             # (N, m)       h = sigma(z); sigma'(z)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("mlp_forward", act, x=x, K=K, V=V, z=z, h=h, sigma_prime=sigma_prime)
     return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
@@ -279,17 +288,17 @@ def static_query_mlp_forward(x, Q, K, V, act="relu"):
     It adds no expressivity: x Q K^T = x (K Q^T)^T, so K' = K Q^T gives the same MLP.
 
     Args: x (..., d); Q (d, d), the global query; K (m, d); V (m, d_out); one float dtype.
-    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, xQ (N, d), z, h, sigma_prime
+    Returns: y (..., d_out); cache {forward, act, x, Q, K, V, p (N, d), z, h, sigma_prime
         (N, m)}.
     Source: Breslow (arXiv 2606.22172), the static global query; derivations.md, section 2.2.
     """
     x, act, Q, K, V = _checked_inputs(x, act, _STATIC_QUERY_AXES, Q=Q, K=K, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)
-    xQ = X @ Q                                    # (N, d)       the query p = x Q
-    z = xQ @ K.T                                  # (N, m)       z = p K^T
-    h, sigma_prime = _sigma_and_slope(act, z)     # (N, m)       h = sigma(z); sigma'(z)
+    p = X @ Q                                     # (N, d)       the query p = x Q
+    z = p @ K.T                                   # (N, m)       z = p K^T
+    h, sigma_prime = act.f_and_df(z)             # (N, m)       h = sigma(z); sigma'(z)
     y = h @ V                                     # (N, d_out)   y = h V
-    cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, xQ=xQ, z=z, h=h,
+    cache = _frozen_cache("static_query_mlp_forward", act, x=x, Q=Q, K=K, V=V, p=p, z=z, h=h,
                           sigma_prime=sigma_prime)
     return y.reshape(x.shape[:-1] + V.shape[1:]), cache   # y as (..., d_out)
 
@@ -299,15 +308,15 @@ def static_query_mlp_backward(dy, cache):
     in y's dtype, -> {"x": dx (..., d), "Q": dQ (d, d), "K": dK (m, d), "V": dV (m, d_out)}."""
     dY = _checked_dy(dy, cache, "static_query_mlp_forward")   # (N, d_out)
     x, Q, K, V = cache["x"], cache["Q"], cache["K"], cache["V"]
-    xQ, h, sigma_prime = cache["xQ"], cache["h"], cache["sigma_prime"]
+    p, h, sigma_prime = cache["p"], cache["h"], cache["sigma_prime"]
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = dY @ V.T                                 # (N, m)       R1 on y = h V
     dz = dh * sigma_prime                         # (N, m)       R2 on h = sigma(z)
-    dK = dz.T @ xQ                                # (m, d)       R1 on z = p K^T
-    dxQ = dz @ K                                  # (N, d)       dp: R1 on z = p K^T
-    dQ = X.T @ dxQ                                # (d, d)       R1 on p = x Q
-    dX = dxQ @ Q.T                                # (N, d)       R1 on p = x Q
+    dK = dz.T @ p                                 # (m, d)       R1 on z = p K^T
+    dp = dz @ K                                   # (N, d)       R1 on z = p K^T
+    dQ = X.T @ dp                                 # (d, d)       R1 on p = x Q
+    dX = dp @ Q.T                                 # (N, d)       R1 on p = x Q
     return {"x": dX.reshape(x.shape), "Q": dQ, "K": dK, "V": dV}
 
 
@@ -329,7 +338,7 @@ def bilinear_forward(x, A, V, act="identity"):
     x, act, A, V = _checked_inputs(x, act, _BILINEAR_AXES, A=A, V=V)
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     s = _outer_products_times(X, A)               # (N, m)       s = (X (x) X) A_flat^T: x A_j x^T
-    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(s); sigma'(s)
+    h, sigma_prime = act.f_and_df(s)             # (N, m)       h = sigma(s); sigma'(s)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("bilinear_forward", act, x=x, A=A, V=V, s=s, h=h,
                           sigma_prime=sigma_prime)
@@ -373,7 +382,7 @@ def rank_r_bilinear_forward(x, Q, K, V, act="identity"):
     a = _as_units(X @ _as_columns(Q), m, r)       # (N, m, r)    queries a_j = x Q_j
     b = _as_units(X @ _as_columns(K), m, r)       # (N, m, r)    keys    b_j = x K_j
     s = np.einsum("nmr,nmr->nm", a, b)            # (N, m)       s_j = sum_rho a_jrho b_jrho
-    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(s); sigma'(s)
+    h, sigma_prime = act.f_and_df(s)             # (N, m)       h = sigma(s); sigma'(s)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("rank_r_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s,
                           h=h, sigma_prime=sigma_prime)
@@ -421,7 +430,7 @@ def rank1_bilinear_forward(x, Q, K, V, act="identity"):
     a = X @ Q.T                                   # (N, m)       a = x Q^T  (queries)
     b = X @ K.T                                   # (N, m)       b = x K^T  (keys)
     s = a * b                                     # (N, m)       s = a * b
-    h, sigma_prime = _sigma_and_slope(act, s)     # (N, m)       h = sigma(a * b); sigma'(s)
+    h, sigma_prime = act.f_and_df(s)             # (N, m)       h = sigma(a * b); sigma'(s)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("rank1_bilinear_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, s=s, h=h,
                           sigma_prime=sigma_prime)
@@ -467,7 +476,7 @@ def gated_mlp_forward(x, Q, K, V, act="silu"):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     a = X @ Q.T                                   # (N, m)       a = x Q^T  (gate)
     b = X @ K.T                                   # (N, m)       b = x K^T  (linear)
-    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m) sigma(a); sigma'(a)
+    sigma_a, sigma_prime_a = act.f_and_df(a)      # (N, m)       sigma(a); sigma'(a)
     h = sigma_a * b                               # (N, m)       h = sigma(a) * b
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
@@ -513,8 +522,11 @@ def double_gated_mlp_forward(x, Q, K, V, act="silu"):
     X = x.reshape(-1, x.shape[-1])                # (N, d)
     a = X @ Q.T                                   # (N, m)       a = x Q^T
     b = X @ K.T                                   # (N, m)       b = x K^T
-    # h = sigma(a) * sigma(b) and its slopes, all the backward reads of sigma (3.8):
-    h, slope_a, slope_b = _double_gate(act, a, b)  # (N, m)  h; sigma'(a) sigma(b); sigma(a) sigma'(b)
+    sigma_a, sigma_prime_a = act.f_and_df(a)      # (N, m)       sigma(a); sigma'(a)
+    sigma_b, sigma_prime_b = act.f_and_df(b)      # (N, m)       sigma(b); sigma'(b)
+    h = sigma_a * sigma_b                         # (N, m)       h = sigma(a) * sigma(b)
+    slope_a = sigma_prime_a * sigma_b             # (N, m)       dh/da = sigma'(a) sigma(b)  (3.8)
+    slope_b = sigma_a * sigma_prime_b             # (N, m)       dh/db = sigma(a) sigma'(b)  (3.8)
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("double_gated_mlp_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b, h=h,
                           slope_a=slope_a, slope_b=slope_b)
@@ -555,7 +567,7 @@ def gated_rank_r_forward(x, Q, K, V, act="silu"):
     m, d, r = Q.shape
     a = _as_units(X @ _as_columns(Q), m, r)       # (N, m, r)    gates        a_j = x Q_j
     b = _as_units(X @ _as_columns(K), m, r)       # (N, m, r)    linear parts b_j = x K_j
-    sigma_a, sigma_prime_a = _sigma_and_slope(act, a)   # (N, m, r) sigma(a); sigma'(a)
+    sigma_a, sigma_prime_a = act.f_and_df(a)      # (N, m, r)    sigma(a); sigma'(a)
     h = np.einsum("nmr,nmr->nm", sigma_a, b)      # (N, m)       h_j = sum_rho sigma(a_jrho) b_jrho
     y = h @ V                                     # (N, d_out)   y = h V
     cache = _frozen_cache("gated_rank_r_forward", act, x=x, Q=Q, K=K, V=V, a=a, b=b,
@@ -573,7 +585,7 @@ def gated_rank_r_backward(dy, cache):
     N, (m, _, r) = len(X), Q.shape
     dV = h.T @ dY                                 # (m, d_out)   R1 on y = h V
     dh = (dY @ V.T)[:, None, :]                   # (N, 1, m)    R1; R4: every rho gets dh_j
-    # R3, then R2; laid out (N, r m) as X @ _as_columns(Q) is
+    # R3 and R2 (as in 3.6; b sigma'(a) first, then dh_j); laid out (N, r m) as X @ _as_columns(Q)
     da = (dh * (b * sigma_prime_a).transpose(0, 2, 1)).reshape(N, r * m)   # dh_j b_jrho sigma'(a_jrho)
     db = (dh * sigma_a.transpose(0, 2, 1)).reshape(N, r * m)               # dh_j sigma(a_jrho)
     dQ = _from_columns(X.T @ da, m, r)            # (m, d, r)    R1 on a = x Q_j
@@ -586,7 +598,6 @@ def gated_rank_r_backward(dy, cache):
 # Each computes what its name says, as the pairs' comments write it; docs/speed.md gives the
 # measurement that keeps it (at the benchmark's sizes, in alternation with the plain form).
 
-_ACT_BLOCK = 2 ** 15    # elements per block of an activation: 256 KiB of float64
 _OUTER_BLOCK = 2 ** 16  # full bilinear: at least this many outer-product numbers per block
 
 
@@ -594,34 +605,6 @@ def _blocks(n, width, size):
     # Slices covering range(n), each of about size / width rows (a row has width elements).
     rows = max(1, size // max(1, width))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-
-
-def _sigma_and_slope(act, z):
-    # (sigma(z), sigma'(z)): act.f_and_df(z) (an Activation of your own may give f and df
-    # alone), computed over blocks of rows of _ACT_BLOCK elements, so that the activation's
-    # temporaries (about ten) stay in the CPU cache instead of each making its own pass
-    # through memory. sigma acts element by element: the blocks change no number.
-    f_and_df = act.f_and_df or (lambda zb: (act.f(zb), act.df(zb)))
-    f, df = np.empty_like(z), np.empty_like(z)
-    for rows in _blocks(len(z), z.size // max(1, len(z)), _ACT_BLOCK):
-        f[rows], df[rows] = f_and_df(z[rows])
-    return f, df
-
-
-def _double_gate(act, a, b):
-    # (h, slope_a, slope_b) = (sigma(a) sigma(b), sigma'(a) sigma(b), sigma(a) sigma'(b)), each
-    # (N, m): the double-gated forward's product and its slopes in a and in b (derivations.md
-    # 2.8, 3.8), over blocks of rows of _ACT_BLOCK elements, so that the four factors sigma(a),
-    # sigma'(a), sigma(b), sigma'(b) of a block are multiplied while in the CPU cache and never
-    # exist whole (four (N, m) arrays fewer: 18 % of float64 forward + backward, docs/speed.md).
-    h, slope_a, slope_b = np.empty_like(a), np.empty_like(a), np.empty_like(a)
-    for rows in _blocks(len(a), a.shape[1], _ACT_BLOCK):
-        sigma_a, sigma_prime_a = _sigma_and_slope(act, a[rows])
-        sigma_b, sigma_prime_b = _sigma_and_slope(act, b[rows])
-        np.multiply(sigma_a, sigma_b, out=h[rows])
-        np.multiply(sigma_prime_a, sigma_b, out=slope_a[rows])
-        np.multiply(sigma_a, sigma_prime_b, out=slope_b[rows])
-    return h, slope_a, slope_b
 
 
 def _outer_products_times(X, A):

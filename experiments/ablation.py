@@ -328,7 +328,10 @@ def read_csv(path):
 # ----- the run ----------------------------------------------------------------------
 
 
-def _make_task(name, image):
+def make_task(name, image):
+    """The task `name` ("text" or "image", train.TASKS) that run_ablation trains on; image:
+    the image file's path for "image" (None: the default). Returns a train task object.
+    Raises what train.TASKS[name] raises for an unreadable image (OSError, ValueError)."""
     return train.TASKS[name](path=image) if name == "image" else train.TASKS[name]()
 
 
@@ -400,7 +403,7 @@ def _train_and_write(mode, seeds, steps, variants, lr, image, tasks, results, fi
     info = outputs.provenance(f"train ablation{flag} (seeds {seeds}, steps {steps}, variants "
                               f"{','.join(variants)}, tasks {','.join(tasks)}"
                               + (f", lr {lr})" if lr is not None else ")"))
-    made = {name: _make_task(name, image) for name in tasks}   # an unreadable image: before work
+    made = {name: make_task(name, image) for name in tasks}   # an unreadable image: before work
     progress = train.Progress(total * steps, stream=progress_stream)
     rows, start = [], time.perf_counter()
     try:

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
-from experiments import outputs
+from experiments import outputs, runtime
 
 
 # Sizes (d, m, r) per formulation, with d_out = d, and the number of tokens N.
@@ -468,7 +468,7 @@ def _measure_and_write(config, tokens, repeats, dtypes, formulations, activation
                f"ratio = time / GEMM floor; memory = peak / reference; "
                f"load average {load_average():.2f}")
     print_line(f"machine: {info['machine']}; NumPy {info['numpy']}; BLAS {info['blas']}; "
-               f"threads: {info['threads']}")
+               f"threads: {info['threads']}; freed memory: {runtime.freed_memory_setting()}")
     print_line(HEADER)
     rows = []
     partial = path.with_name(f"{path.stem}.partial{path.suffix}")

@@ -17,14 +17,12 @@ import math
 import os
 import sys
 
-# One BLAS thread unless the caller asks for more, set before NumPy loads its BLAS (this
-# module is the first that `python bilinear_numpy.py` imports): our matrices are small, so
-# threads cost more than they save, and on a busy machine threads that wait for each other
-# spin: measured 8-15x slower training on 2 shared cores. (Imported after NumPy, as by the
-# tests, it changes nothing.)
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS"):
-    os.environ.setdefault(_name, "1")
+from experiments import runtime  # noqa: E402  (imports no NumPy)
+
+# One BLAS thread unless the caller asks for more, set before NumPy loads its BLAS (this module
+# is the first that `python bilinear_numpy.py` imports): experiments/runtime.py says why.
+# (Imported after NumPy, as by the tests, it changes nothing.) main() also keeps freed memory.
+runtime.one_blas_thread()
 
 import bilinear_numpy as bn  # noqa: E402  (after the BLAS threads are set)
 import claims  # noqa: E402
@@ -440,6 +438,7 @@ def main(argv=None):
     before any work, 3 a claim disagrees with theory, 130 stopped by Ctrl-C.
     """
     _console_prints_anything()
+    runtime.keep_freed_memory()               # freed arrays' pages reused: runtime.py
     try:
         try:
             args = build_parser().parse_args(argv)

@@ -15,7 +15,9 @@ over the pairs, and each version's median time over the cell's GEMM floor (bench
 in the same alternation). `--clock cpu` times with the process's CPU time instead of the wall
 clock: on a machine whose other work keeps the cores busy (load well above the core count),
 wall times measure the scheduler more than the code, and CPU time of one BLAS thread does not
-(cache and memory bandwidth are still shared). Run from the repository's root (the current
+(cache and memory bandwidth are still shared). `--freed-memory default` leaves glibc's malloc
+as it is, where `bench` keeps freed memory (experiments/runtime.py): a run of each, the old file
+being this one, measures what keeping it pays. Run from the repository's root (the current
 version is imported from there).
 """
 
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import bilinear_numpy as bn
+from experiments import runtime
 from experiments.bench import FULL, floor_operands, load_average, run_products, sizes_of
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -126,7 +129,12 @@ def main(argv=None):
                         help="timed pairs per cell, an integer >= 1")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time (default) or the process's CPU time")
+    parser.add_argument("--freed-memory", choices=("kept", "default"), default="kept",
+                        help="kept (default, as `bench` runs: experiments/runtime.py) or the C "
+                             "library's default, to measure what keeping it pays")
     args = parser.parse_args(argv)
+    if args.freed_memory == "kept":
+        runtime.keep_freed_memory()
     for cell in args.cells:                   # every cell checked before the first is timed
         parts = cell.split(":")
         if (len(parts) != 3 or parts[0] not in bn.FORMULATIONS or parts[1] not in bn.ACTIVATIONS
@@ -138,7 +146,8 @@ def main(argv=None):
         parser.error(f"old: expected the path of a bilinear_numpy.py, got {args.old!r}")
     old = load_module(args.old)
     print(f"old: {args.old}; new: {bn.__file__}; N = {FULL['tokens']}; pairs: {args.pairs}; "
-          f"clock: {args.clock}; load average {load_average():.2f}")
+          f"clock: {args.clock}; freed memory: {runtime.freed_memory_setting()}; "
+          f"load average {load_average():.2f}")
     for cell in args.cells:
         name, act, dtype = cell.split(":")
         res = compare(old, name, act, dtype, args.pairs, clock=args.clock)

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import os
 
+from experiments import runtime  # noqa: E402  (imports no NumPy)
+
 # One BLAS / OpenMP thread per process, set before NumPy and torch load them (as
 # bilinear_numpy.py does when run): small matrices, and two processes share two cores.
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS"):
-    os.environ.setdefault(_name, "1")
+runtime.one_blas_thread()
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
@@ -180,6 +180,7 @@ def main(argv=None):
     """Run NumPy and torch (and, under torchrun, torch on every process); print the losses side
     by side, the largest relative difference and the step times; return 0 if every run is
     within TOL of NumPy, else 1."""
+    runtime.keep_freed_memory()               # freed arrays' pages reused: runtime.py
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--variant", default="SwiGLU",

@@ -156,7 +156,7 @@ def test_tiny_run_writes_the_csv_and_the_grid(tmp_path, capsys, monkeypatch):
         task.val_positions, task.curve_positions = task.val_positions[:2048], task.curve_positions[:512]
         return task
 
-    monkeypatch.setattr(ablation, "_make_task", small_task)
+    monkeypatch.setattr(ablation, "make_task", small_task)
     status = cli.main(["train", "ablation", "--quick", "--seeds", "2", "--steps", "2",
                       "--variants", "double-gated-silu,SwiGLU", "--out", str(tmp_path)])
     assert status == 0

@@ -4,8 +4,9 @@ section 2 of bilinear_numpy.py shows, and its numbers are those of the equations
 The equations are computed here a second way, from derivations.md's formulas with plain
 NumPy: bit for bit where the operations are the same (so that any change of a pair's
 arithmetic, even of its rounding, fails here), to rounding where the route differs
-(einsum sums in another order). The helpers' blocks (section 2's speed steps) change no
-number: the pairs give the same equations at sizes where they cut the work in parts."""
+(einsum sums in another order). The full bilinear helpers' blocks (section 2's one speed step
+with a loop) change no number: the pairs give the same equations at sizes where they cut the
+work in parts."""
 import numpy as np
 import pytest
 
@@ -117,10 +118,10 @@ def test_pair_gives_the_einsum_route_to_rounding(name, dtype):
             assert bn.rel_error(grads[key], grads_e[key]) < TOL[dtype], (act, key)
 
 
-# Sizes at which the helpers' blocks (section 2, after the pairs) cut the work in several
-# parts: N m (or N m r) above the 2^15 elements of an activation block, and for the full
-# bilinear form N d^2 above its outer-product block, 2^16 numbers, with d rows i of dA in
-# two blocks. Blocks change no number: the same equations as at one block.
+# Sizes at which the full bilinear helpers' blocks (section 2, after the pairs) cut the work in
+# several parts: N d^2 above the outer-product block, 2^16 numbers, with d rows i of dA in two
+# blocks. Blocks change no number: the same equations as at one block. The other forms have no
+# blocks; they run at a size of their own here, bit for bit the equations.
 SEVERAL_BLOCKS = {"bilinear": dict(N=1100, d=9, m=2, r=1, d_out=3),
                   "rank_r_bilinear": dict(N=300, d=5, m=40, r=3, d_out=4),
                   "gated_rank_r": dict(N=300, d=5, m=40, r=3, d_out=4)}
