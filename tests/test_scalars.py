@@ -7,10 +7,12 @@ same dtype, whether the number is a Python float, an np.float64 or an np.float32
 numbers used here are exact in float32 (0.875, 2**-10, ...), so all three kinds carry the
 same value and the results must be identical, not only of the same dtype.
 """
+import ast
 import functools
 import importlib
 import inspect
 import io
+import pathlib
 import pkgutil
 
 import numpy as np
@@ -266,13 +268,25 @@ def test_a_gradient_or_moment_of_another_dtype_than_its_parameter_is_refused():
 NUMBER_NAMES = {"dloss", "alpha", "eta", "lr", "baseline", "eps", "h", "tol", "sigma"}
 
 
+def _imports_torch(module_name):
+    """True if the experiments module imports torch at its top level (found by parsing it)."""
+    path = pathlib.Path(experiments.__path__[0]) / f"{module_name}.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
 def _public_functions():
-    # train_torch, bench_torch and torch_report need PyTorch (optional): train_torch's numbers
-    # go to train.TextTask (swept here), bench_torch is a script of fixed sizes, torch_report's
-    # draws are tested by tests/test_torch_bridge.py.
-    modules = [bn, claims] + [importlib.import_module(f"experiments.{m.name}")
-                              for m in pkgutil.iter_modules(experiments.__path__)
-                              if m.name not in ("train_torch", "bench_torch", "torch_report")]
+    # The drivers that import PyTorch (optional) are left out, so the sweep runs where torch is
+    # absent: train_torch's numbers go to train.TextTask (swept here), bench_torch and
+    # numpy_vs_torch are scripts of fixed sizes, torch_report's draws are tested by
+    # tests/test_torch_bridge.py.
+    names = [m.name for m in pkgutil.iter_modules(experiments.__path__)]
+    modules = [bn, claims] + [importlib.import_module(f"experiments.{name}")
+                              for name in names if not _imports_torch(name)]
     for module in modules:
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
