@@ -142,21 +142,17 @@ def wrong(value):
     return set()
 
 
-@pytest.fixture(scope="module")
-def reading_runs(tmp_path_factory):
-    """{"stub": [Result], k: [Result]}: the stubs of the exercises with reading answers, and
-    their solutions with the k-th answer wrong, graded as the repository grades them."""
-    truths = reading_answers()
-    if not SOLVED:
-        pytest.skip("no exercises/solutions/ (a handout)")
+def reading_jobs(truths, new_folder):
+    """The jobs of run_all for reading_runs: {"stub": the stubs of the exercises with reading
+    answers, k: their solutions with the k-th answer wrong}, each in a new_folder(name)."""
     numbers = sorted(truths)
     jobs = {}
-    stubs = tmp_path_factory.mktemp("stubs")
+    stubs = new_folder("stubs")
     for n in numbers:
         (stubs / name(n)).write_text(make_stub(solution_text(n)), encoding="utf-8")
     jobs["stub"] = (numbers, stubs, 0)
     for k in range(max(len(t) for t in truths.values())):
-        folder, mine = tmp_path_factory.mktemp(f"wrong{k}"), []
+        folder, mine = new_folder(f"wrong{k}"), []
         for n in numbers:
             answers = list(truths[n])
             if k < len(answers):
@@ -165,7 +161,28 @@ def reading_runs(tmp_path_factory):
                                               encoding="utf-8")
                 mine.append(n)
         jobs[k] = (mine, folder, 0)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """{("slip", slip): [Result]} of slip_jobs and {("reading", key): [Result]} of reading_jobs,
+    graded in one run_all (the children of both share the cores; the slips, longest, first)."""
+    if not SOLVED:
+        pytest.skip("no exercises/solutions/ (a handout)")
+    jobs = {("slip", key): job for key, job in slip_jobs(tmp_path_factory.mktemp).items()}
+    if checker.answers() is not None:                        # else reading_runs skips
+        jobs |= {("reading", key): job for key, job in reading_jobs(
+            reading_answers(), tmp_path_factory.mktemp).items()}
     return run_all(jobs)
+
+
+@pytest.fixture(scope="module")
+def reading_runs(graded):
+    """{"stub": [Result], k: [Result]}: the stubs of the exercises with reading answers, and
+    their solutions with the k-th answer wrong, graded as the repository grades them."""
+    reading_answers()                                        # skips in a handout
+    return {key: results for (kind, key), results in graded.items() if kind == "reading"}
 
 
 @needs_solutions
@@ -304,17 +321,22 @@ SLIPS = {
 }
 
 
-@pytest.fixture(scope="module")
-def slip_runs(tmp_path_factory):
-    if not SOLVED:
-        pytest.skip("no exercises/solutions/ (a handout)")
+def slip_jobs(new_folder):
+    """The jobs of run_all for slip_runs: {slip: its exercise's solution with the slip}, each
+    in a new_folder(name)."""
     jobs = {}
     for k, (slip, (number, pattern, replacement, count, seed)) in enumerate(SLIPS.items()):
-        folder = tmp_path_factory.mktemp(f"slip{k}")
+        folder = new_folder(f"slip{k}")
         (folder / name(number)).write_text(planted(number, pattern, replacement, count),
                                            encoding="utf-8")
         jobs[slip] = ([number], folder, seed)
-    return {slip: results[0] for slip, results in run_all(jobs).items()}
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def slip_runs(graded):
+    """{slip: Result} of every slip of SLIPS (graded with the reading runs: `graded`)."""
+    return {key: results[0] for (kind, key), results in graded.items() if kind == "slip"}
 
 
 def no_code(levels):
