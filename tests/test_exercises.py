@@ -711,21 +711,37 @@ FIXED_NAMES = {9: "'unit_forward', 'unit_backward'",
 SEED_A = 1
 
 
+class HeldAfterFirstFailure(checker.Checks):
+    """The Checks of a grading whose status and first failure alone are read: after its first
+    row that is not ok, every row is added without running (c.hold, as where a package is
+    missing), its status and first failure those of the full grading."""
+
+    def row(self, *args, **kwargs):
+        super().row(*args, **kwargs)
+        if self.held is None and self.rows[-1].verdict != "ok":
+            self.hold("SKIPPED", "not run: this test reads the first failure alone")
+
+
 @pytest.fixture(scope="module")
 def fixed_runs(tmp_path_factory):
     """{number: (result for seed A, result for seed B)} of the solution with seed A's variant
-    written in, every exercise of FIXED_NAMES, in parallel. The files are one student's
-    folder (each exercise's file has its own name), so the exercises of one seed share
-    children, as the progress view and grade check a folder."""
+    written in, every exercise of FIXED_NAMES, in parallel; seed B's graded until its first
+    failure (HeldAfterFirstFailure: its gradients by differences and its cost rows are not
+    run). The files are one student's folder (each exercise's file has its own name), so the
+    exercises of one seed share children, as the progress view and grade check a folder."""
     if not SOLVED:
         pytest.skip("no exercises/solutions/ (a handout)")
-    jobs, folder = [], tmp_path_factory.mktemp("fixed")
+    mine, other, folder = [], [], tmp_path_factory.mktemp("fixed")
     for number, names in FIXED_NAMES.items():
         solved(folder, number, FIXED.format(n=number, seed=SEED_A, names=names))
         seed_b = next(s for s in range(2, 50) if draws(number, [s]) != draws(number, [SEED_A]))
-        jobs += [(number, folder, checker.TIME_LIMIT, None, seed) for seed in (SEED_A, seed_b)]
-    results = graded_all(jobs)
-    return {n: (results[2 * k], results[2 * k + 1]) for k, n in enumerate(FIXED_NAMES)}
+        mine.append((number, folder, checker.TIME_LIMIT, None, SEED_A))
+        other.append((number, folder, checker.TIME_LIMIT, None, seed_b))
+    mine = graded_all(mine)
+    with pytest.MonkeyPatch.context() as patch:       # in the children of this grading
+        patch.setattr(checker, "Checks", HeldAfterFirstFailure)
+        other = graded_all(other)
+    return {n: pair for n, pair in zip(FIXED_NAMES, zip(mine, other))}
 
 
 @needs_solutions
