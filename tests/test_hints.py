@@ -11,7 +11,9 @@ These tests never read the files a student edits; those that plant slips in the 
 (found there at test time by the rule they break: this file holds no solution line) or read
 the reading answers' truths skip when exercises/solutions/ is absent (a handout)."""
 import json
+import pickle
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +29,7 @@ from exercises.course import COURSE, NUMBERS
 from exercises.grading.release import make_stub
 from exercises.grading.release import solution_file
 
+ROOT = Path(__file__).resolve().parent.parent
 SOLVED = checker.SOLUTIONS_FOLDER.is_dir()
 needs_solutions = pytest.mark.skipif(not SOLVED, reason="no exercises/solutions/ (a handout): "
                                      "the reading answers' truths are not here")
@@ -47,13 +50,6 @@ def planted(number, pattern, replacement, count=1):
     text, found = re.subn(pattern, replacement, solution_text(number), flags=re.M)
     assert found == count, (number, pattern, found)
     return text
-
-
-def run_all(jobs):
-    """{key: [Result]} of jobs {key: (numbers, folder, seed)}: a child per job, in parallel."""
-    tasks = [(numbers, folder, checker.TIME_LIMIT, None, seed) for numbers, folder, seed
-             in jobs.values()]
-    return dict(zip(jobs, checker.parallel(checker.check_job, tasks)))
 
 
 def rows_of(result):
@@ -142,21 +138,17 @@ def wrong(value):
     return set()
 
 
-@pytest.fixture(scope="module")
-def reading_runs(tmp_path_factory):
-    """{"stub": [Result], k: [Result]}: the stubs of the exercises with reading answers, and
-    their solutions with the k-th answer wrong, graded as the repository grades them."""
-    truths = reading_answers()
-    if not SOLVED:
-        pytest.skip("no exercises/solutions/ (a handout)")
+def reading_jobs(truths, new_folder):
+    """The jobs of graded_run for reading_runs: {"stub": the stubs of the exercises with reading
+    answers, k: their solutions with the k-th answer wrong}, each in a new_folder(name)."""
     numbers = sorted(truths)
     jobs = {}
-    stubs = tmp_path_factory.mktemp("stubs")
+    stubs = new_folder("stubs")
     for n in numbers:
         (stubs / name(n)).write_text(make_stub(solution_text(n)), encoding="utf-8")
     jobs["stub"] = (numbers, stubs, 0)
     for k in range(max(len(t) for t in truths.values())):
-        folder, mine = tmp_path_factory.mktemp(f"wrong{k}"), []
+        folder, mine = new_folder(f"wrong{k}"), []
         for n in numbers:
             answers = list(truths[n])
             if k < len(answers):
@@ -165,7 +157,53 @@ def reading_runs(tmp_path_factory):
                                               encoding="utf-8")
                 mine.append(n)
         jobs[k] = (mine, folder, 0)
-    return run_all(jobs)
+    return jobs
+
+
+def graded_run(folder):
+    """The gradings of this file, slip_jobs then reading_jobs, each job as check_job grades a
+    folder (its exercises in one child), one job after the other: {(kind, key): [Result]},
+    pickled to folder/run.pickle. Run beside the tests, on the other core (REAL_PROCESSES, at
+    the end of this file), with no pool: this process counts the rows of the exercises it
+    grades alone."""
+    jobs = {}
+    if SOLVED:
+        def new_folder(name):
+            (Path(folder) / name).mkdir()
+            return Path(folder) / name
+        jobs = {("slip", key): job for key, job in slip_jobs(new_folder).items()}
+        if checker.answers() is not None:                    # else reading_runs skips
+            jobs |= {("reading", key): job for key, job in reading_jobs(
+                reading_answers(), new_folder).items()}
+    (Path(folder) / "run.pickle").write_bytes(pickle.dumps(
+        {key: checker.check_job((numbers, job_folder, checker.TIME_LIMIT, None, seed))
+         for key, (numbers, job_folder, seed) in jobs.items()}))
+
+
+def start_graded(folder):
+    """graded_run(folder) in a process of its own (`python -W error`: every warning an error)."""
+    code = (f"import sys; sys.path[0:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]; "
+            f"import {Path(__file__).stem} as tests; tests.graded_run(sys.argv[1])")
+    return [sys.executable, "-W", "error", "-c", code, str(folder)], {"cwd": folder,
+                                                                       "timeout": 600}
+
+
+@pytest.fixture(scope="module")
+def graded(real_processes):
+    """What graded_run kept."""
+    if not SOLVED:
+        pytest.skip("no exercises/solutions/ (a handout)")
+    proc = real_processes.result("graded")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode("utf-8", "replace")
+    return pickle.loads((proc.folder / "run.pickle").read_bytes())
+
+
+@pytest.fixture(scope="module")
+def reading_runs(graded):
+    """{"stub": [Result], k: [Result]}: the stubs of the exercises with reading answers, and
+    their solutions with the k-th answer wrong, graded as the repository grades them."""
+    reading_answers()                                        # skips in a handout
+    return {key: results for (kind, key), results in graded.items() if kind == "reading"}
 
 
 @needs_solutions
@@ -304,17 +342,22 @@ SLIPS = {
 }
 
 
-@pytest.fixture(scope="module")
-def slip_runs(tmp_path_factory):
-    if not SOLVED:
-        pytest.skip("no exercises/solutions/ (a handout)")
+def slip_jobs(new_folder):
+    """The jobs of graded_run for slip_runs: {slip: its exercise's solution with the slip}, each
+    in a new_folder(name)."""
     jobs = {}
     for k, (slip, (number, pattern, replacement, count, seed)) in enumerate(SLIPS.items()):
-        folder = tmp_path_factory.mktemp(f"slip{k}")
+        folder = new_folder(f"slip{k}")
         (folder / name(number)).write_text(planted(number, pattern, replacement, count),
                                            encoding="utf-8")
         jobs[slip] = ([number], folder, seed)
-    return {slip: results[0] for slip, results in run_all(jobs).items()}
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def slip_runs(graded):
+    """{slip: Result} of every slip of SLIPS (graded with the reading runs: `graded`)."""
+    return {key: results[0] for (kind, key), results in graded.items() if kind == "slip"}
 
 
 def no_code(levels):
@@ -526,3 +569,7 @@ def test_only_a_forward_right_before_the_gradient_rows_is_put_first():
     rows += [row(f"d{t} vs finite differences", "WRONG") for t in "xQKV"]
     levels = checker.advice(checker.Result(9, exercise, None, "failing", rows))
     assert levels == exercise.hints["numerical_gradient"], levels
+
+
+# Started early, on the other core (conftest.py, RealProcesses): graded_run.
+REAL_PROCESSES = {"graded": start_graded}
