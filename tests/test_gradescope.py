@@ -406,7 +406,8 @@ def test_the_variant_is_the_rosters_for_the_submitter_not_the_uploaded_student_j
         assert results["tests"][0]["score"] == POINTS[0]
     assert mine["extra_data"]["seed"] == seed("s01") and theirs["extra_data"]["seed"] == seed("s02")
     assert "Graded as student s01 (found by your student ID)" in mine["output"]
-    variant = lambda sid: f"Your variant: {checker.variant_text(COURSE[12], 13, seed(sid))}\n"  # noqa: E731
+    variant = lambda sid: (                                          # noqa: E731
+        f"Your variant: {checker.variant_text(COURSE[12], 13, seed(sid))}\n")
     assert variant("s01") != variant("s02")
     assert variant("s01") in mine["tests"][12]["output"]
     assert variant("s02") in theirs["tests"][12]["output"]
