@@ -7,7 +7,14 @@ types, each against the variant of the submitter's roster id.
 The zip needs the reading answers (exercises/solutions/answers.py) and the solved uploads the
 solutions: those tests skip without them (a handout). Every file is written in temporary
 folders; the fake roots are world-readable folders, as /autograder is, so only the grader's
-own locks keep a child out of the private files."""
+own locks keep a child out of the private files.
+
+The uploads graded (solved, one of another's variant, empty, hostile) are real processes
+started early, one at a time on the other core (conftest.py, RealProcesses): each builds its
+own zip, runs run_autograder once, and its tests read the results.json it wrote."""
+import atexit
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -48,20 +55,19 @@ def autograder(tmp_path_factory):
     if not SOLVED:
         pytest.skip("no exercises/solutions/ (a handout): the zip needs the reading answers")
     folder = tmp_path_factory.mktemp("course")
-    (folder / "class.csv").write_text("student_id,name,email\n" + "".join(
-        f"{i},{n},{e}\n" for i, n, e in ROSTER), encoding="utf-8")
-    (folder / "class.secret").write_bytes(SECRET + b"\n")
-    out = folder / "autograder.zip"
+    zipped = make_autograder(folder)
+    out = folder / "by-the-command-line.zip"
     assert main(["gradescope", str(out), "--roster", str(folder / "class.csv"),
                  "--time-limit", "5"]) == 0
+    assert zip_entries(out) == zip_entries(zipped)      # the one the runs below are given
     return out
 
 
-def run_autograder(archive, upload, users, root=None):
-    """Gradescope's run, on a fake root (default: a new one): the zip unpacked in ROOT/source,
-    `upload` ({relative path: text}) in ROOT/submission, `users` in submission_metadata.json;
-    run_autograder run by bash as Gradescope runs it. Returns (results.json read, the root,
-    the run's stdout); the caller removes the root."""
+def fake_root(archive, upload, users, root=None):
+    """Gradescope's layout on a fake root (default: a new one): the zip unpacked in
+    ROOT/source, `upload` ({relative path: text}) in ROOT/submission, `users` in
+    submission_metadata.json. Returns (the root, the argv and options of run_autograder run by
+    bash as Gradescope runs it); the caller removes the root."""
     root = Path(root or tempfile.mkdtemp(prefix="gradescope-root-"))
     root.chmod(0o755)                                   # as /autograder: open to all
     with zipfile.ZipFile(archive) as z:
@@ -75,10 +81,74 @@ def run_autograder(archive, upload, users, root=None):
     (root / "tmp").mkdir()             # the run's temporary folders: removed with the root
     env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
                         "TMPDIR": str(root / "tmp")}
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return json.loads((root / "results" / "results.json").read_text("utf-8")), root, done.stdout
+    return root, (["bash", str(root / "source" / "run_autograder")],
+                  {"cwd": root, "env": env, "timeout": 600})
+
+
+def results_of(root, done):
+    """results.json of the run `done` (a CompletedProcess, its output as text or bytes) on
+    the fake root, after run_autograder ended with 0."""
+    err = done.stderr.decode("utf-8", "replace") if isinstance(done.stderr, bytes) \
+        else done.stderr
+    assert done.returncode == 0, err
+    return json.loads((root / "results" / "results.json").read_text("utf-8"))
+
+
+def run_autograder(archive, upload, users, root=None):
+    """run_autograder on a fake root (fake_root), here and now. Returns (results.json read,
+    the root, the run's stdout); the caller removes the root."""
+    root, (argv, options) = fake_root(archive, upload, users, root)
+    done = subprocess.run(argv, capture_output=True, text=True, **options)
+    return results_of(root, done), root, done.stdout
+
+
+def make_autograder(folder):
+    """The zip `gradescope` writes for ROSTER, made in `folder` (gradescope.make_zip, as the
+    command line calls it): its path."""
+    (folder / "class.csv").write_text("student_id,name,email\n" + "".join(
+        f"{i},{n},{e}\n" for i, n, e in ROSTER), encoding="utf-8")
+    (folder / "class.secret").write_bytes(SECRET + b"\n")
+    with contextlib.redirect_stdout(io.StringIO()):          # its "wrote ..." line
+        assert gradescope.make_zip(folder / "autograder.zip", folder / "class.csv", seconds=5) == 0
+    return folder / "autograder.zip"
+
+
+def zip_entries(archive):
+    """[(name, mode, contents)] of a zip, gradescope.json's time of making aside."""
+    with zipfile.ZipFile(archive) as z:
+        return [(i.filename, i.external_attr, json.loads(z.read(i)) | {"made": ""}
+                 if i.filename == gradescope.CONFIG_FILE else z.read(i)) for i in z.infolist()]
+
+
+ROOTS = {}                             # a real process's name -> its fake root (and leak folder)
+
+
+def upload_run(key, upload, users):
+    """REAL_PROCESSES' start of the upload graded as `key`: in its folder the zip, on a new
+    fake root `upload(root, leak)` ({relative path: text}; leak: a new folder any user may
+    write) for the submitter `users`. finished() removes both (else the end of the session)."""
+    def start(folder):
+        archive = make_autograder(folder)
+        root = Path(tempfile.mkdtemp(prefix="gradescope-root-"))    # named in a hostile file
+        leak = Path(tempfile.mkdtemp(prefix="gradescope-leak-"))
+        leak.chmod(0o777)
+        for path in (root, leak):
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+        ROOTS[key] = root, leak
+        return fake_root(archive, upload(root, leak), users, root)[1]
+    return start
+
+
+def finished(real_processes, name):
+    """(results.json, the leak folder's files {name: bytes}) of the upload run `name`, once it
+    ended; its root and leak folder removed once read."""
+    done = real_processes.result(name)
+    root, leak = ROOTS[name]
+    try:
+        return results_of(root, done), {p.name: p.read_bytes() for p in leak.iterdir()}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(leak, ignore_errors=True)
 
 
 @pytest.fixture
@@ -218,25 +288,6 @@ def test_the_zip_has_the_scripts_at_its_root_the_course_the_answers_and_no_solut
     assert roster == {"students": [{"student_id": i, "email": e} for i, _, e in ROSTER]}
 
 
-@needs_solutions
-def test_a_solved_upload_in_a_folder_gets_every_point_with_the_rosters_variant(graded):
-    upload = {f"my work/exercises/{name(n)}": solution_file(COURSE[n - 1]).read_text(
-        "utf-8") for n in range(1, len(COURSE) + 1)}
-    upload[f"my work/exercises/{checker.SEED_FILE}"] = json.dumps({"name": "Bob",
-                                                                   "seed": seed("s02")})
-    results = graded(upload, [{"sid": "s01", "email": "ann@uni.example", "id": 1, "name": "A"}])
-    assert_specification(results, len(COURSE))
-    assert results["score"] >= MAX_POINTS - 7     # a busy machine may fail a timed cost row
-    assert sum(t.get("status") == "passed" for t in results["tests"]) >= len(COURSE) - 2
-    assert results["extra_data"]["seed"] == seed("s01") and results["extra_data"]["flags"] == []
-    assert f"names seed {seed('s02')}; the roster's seed for s01 is {seed('s01')}" in \
-        results["output"]
-    optional = results["tests"][-1]                 # 20: apart, its points in its extra_data
-    assert "(optional, not counted)" in optional["name"] and optional["max_score"] == 0
-    assert optional["extra_data"]["status"] in ("done", "skipped")
-    assert results["extra_data"]["optional_points"] == {"20": optional["extra_data"]["points"]}
-
-
 def frozen_on(number, student_id):
     """Exercise `number`'s solution, its variant's function ignoring the variant it is given
     and answering for `student_id`'s."""
@@ -247,49 +298,26 @@ def frozen_on(number, student_id):
         f"(own_rank_for_exact)\n")
 
 
-@needs_solutions
-def test_the_variant_is_the_rosters_for_the_submitter_not_the_uploaded_student_jsons(graded):
-    from exercises.checks.higher_rank import exact_rank_truth
-    truth = lambda sid: exact_rank_truth(checker.own_variant(      # noqa: E731
-        COURSE[12], 13, seed(sid)), np.random.default_rng(0))
-    assert truth("s01") != truth("s02")           # else this test could not fail
-    upload = {name(13): frozen_on(13, "s02"), name(1): solution_file(COURSE[0]).read_text("utf-8"),
-              checker.SEED_FILE: json.dumps({"name": "Bob", "seed": seed("s02")})}
-    mine = graded(upload, [{"sid": "s01", "email": "", "id": 1, "name": "A"}])
-    theirs = graded(upload, [{"sid": "", "email": "bob@uni.example", "id": 2, "name": "B"}])
-    for results in (mine, theirs):
-        assert_specification(results, len(COURSE))
-        assert results["tests"][0]["score"] == POINTS[0]
-    assert mine["extra_data"]["seed"] == seed("s01") and theirs["extra_data"]["seed"] == seed("s02")
-    verdict = lambda results: next(line.split()[-1] for line in results["tests"][12][   # noqa: E731
-        "output"].splitlines() if "own_rank_for_exact, your unit" in line)
-    assert verdict(mine) == "WRONG" and mine["tests"][12]["score"] < POINTS[12]
-    assert verdict(theirs) == "ok"                 # for the student it was written for
+def solved_upload(root, leak):
+    """Every exercise solved, in a folder of a folder, with another's student.json (Ann's:
+    s01's seed); graded for s02."""
+    upload = {f"my work/exercises/{name(n)}": solution_file(COURSE[n - 1]).read_text("utf-8")
+              for n in range(1, len(COURSE) + 1)}
+    upload[f"my work/exercises/{checker.SEED_FILE}"] = json.dumps({"name": "Ann",
+                                                                   "seed": seed("s01")})
+    return upload
 
 
-@needs_solutions
-def test_an_empty_upload_gets_zero_and_says_each_file_is_missing(graded):
-    renamed = name(6).replace(".py", " (1).py")                  # as a browser saves a copy
-    results = graded({renamed: "x = 1\n"}, [{"sid": "s03", "email": "", "id": 3, "name": "C"}])
-    assert_specification(results, len(COURSE))
-    assert results["score"] == 0 and "No file of the course was found" in results["output"]
-    assert "Not graded (not a name of the course's files" in results["output"]
-    assert all(t["output"].startswith("missing: no ex") for t in results["tests"])
-    assert results["tests"][5]["output"].endswith(f"Your {renamed} is not graded: rename it "
-                                                  f"{name(6)}")
+def of_another(root, leak):
+    """Exercise 1 solved and exercise 13 written for s02's variant, with s02's student.json,
+    at the upload's top."""
+    return {name(13): frozen_on(13, "s02"), name(1): solution_file(COURSE[0]).read_text("utf-8"),
+            checker.SEED_FILE: json.dumps({"name": "Bob", "seed": seed("s02")})}
 
 
-@needs_solutions
-def test_a_submitter_not_on_the_roster_gets_zero_and_what_to_do(graded):
-    results = graded({name(1): "x = 1\n"}, [{"sid": "zz9", "email": "zz@x.example", "id": 9,
-                                              "name": "Z"}])
-    assert_specification(results, 0)
-    assert results["score"] == 0 and "'zz9'" in results["output"]
-    assert "not on this course's roster" in results["output"] and "submit again" in \
-        results["output"]
+def renamed(number):
+    return name(number).replace(".py", " (1).py")                  # as a browser saves a copy
 
-
-# ----- A hostile upload: it reads, writes and kills; nothing succeeds ----------------------------
 
 HOSTILE = '''
 import os, pathlib, signal
@@ -309,22 +337,111 @@ os.kill(os.getppid(), signal.SIGKILL)
 '''
 
 
+# Each upload graded once, in a real process started early (conftest.py): the solved one by
+# s02, found by email; another's variant by s01, found by student ID; an empty one by s03; a
+# hostile one by s01, whose exercise 1 reads the private files into a folder any user may
+# write, writes results.json and kills its parent.
+REAL_PROCESSES = {} if not SOLVED else {
+    "solved_run": upload_run("solved_run", solved_upload,
+                             [{"sid": "", "email": "bob@uni.example", "id": 2, "name": "B"}]),
+    "another_run": upload_run("another_run", of_another,
+                              [{"sid": "s01", "email": "", "id": 1, "name": "A"}]),
+    "empty_run": upload_run("empty_run", lambda root, leak: {renamed(6): "x = 1\n"},
+                            [{"sid": "s03", "email": "", "id": 3, "name": "C"}]),
+    "hostile": upload_run("hostile", lambda root, leak: {name(1): HOSTILE.format(
+        root=str(root), leak=str(leak))}, [{"sid": "s01", "email": "", "id": 1, "name": "A"}]),
+}
+
+
 @pytest.fixture(scope="module")
-def hostile(autograder):
-    """run_autograder on an upload whose exercise 1 reads the private files into a folder any
-    user may write, writes results.json and kills its parent: (results.json, that folder's
-    files {name: bytes})."""
-    leak = Path(tempfile.mkdtemp(prefix="gradescope-leak-"))
-    leak.chmod(0o777)
-    root = Path(tempfile.mkdtemp(prefix="gradescope-root-"))   # named in the hostile file
-    try:
-        results, _, _ = run_autograder(autograder, {name(1): HOSTILE.format(
-            root=str(root), leak=str(leak))}, [{"sid": "s01", "email": "", "id": 1,
-                                                "name": "A"}], root)
-        yield results, {p.name: p.read_bytes() for p in leak.iterdir()}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(leak, ignore_errors=True)
+def solved_run(real_processes):
+    return finished(real_processes, "solved_run")[0]
+
+
+@pytest.fixture(scope="module")
+def another_run(real_processes):
+    return finished(real_processes, "another_run")[0]
+
+
+@pytest.fixture(scope="module")
+def empty_run(real_processes):
+    return finished(real_processes, "empty_run")[0]
+
+
+@pytest.fixture(scope="module")
+def hostile(real_processes):
+    """(results.json, the leak folder's files {name: bytes}) of the hostile upload."""
+    return finished(real_processes, "hostile")
+
+
+@needs_solutions
+def test_a_solved_upload_in_a_folder_gets_every_point_with_the_rosters_variant(solved_run):
+    results = solved_run
+    assert_specification(results, len(COURSE))
+    assert results["score"] >= MAX_POINTS - 7     # a busy machine may fail a timed cost row
+    assert sum(t.get("status") == "passed" for t in results["tests"]) >= len(COURSE) - 2
+    assert results["extra_data"]["seed"] == seed("s02") and results["extra_data"]["flags"] == []
+    assert "Graded as student s02 (found by your email, on the roster)" in results["output"]
+    assert f"names seed {seed('s01')}; the roster's seed for s02 is {seed('s02')}" in \
+        results["output"]
+    optional = results["tests"][-1]                 # 20: apart, its points in its extra_data
+    assert "(optional, not counted)" in optional["name"] and optional["max_score"] == 0
+    assert optional["extra_data"]["status"] in ("done", "skipped")
+    assert results["extra_data"]["optional_points"] == {"20": optional["extra_data"]["points"]}
+
+
+@needs_solutions
+def test_the_variant_is_the_rosters_for_the_submitter_not_the_uploaded_student_jsons(
+        another_run, solved_run, tmp_path):
+    # An exercise 13 written for s02's variant, uploaded by s01 with s02's student.json, is
+    # graded for s01's: WRONG, though it is right for s02's (graded so here); the solved upload,
+    # by s02 with s01's student.json, is graded for s02's variant.
+    from exercises.checks.higher_rank import exact_rank_truth
+    truth = lambda sid: exact_rank_truth(checker.own_variant(      # noqa: E731
+        COURSE[12], 13, seed(sid)), np.random.default_rng(0))
+    assert truth("s01") != truth("s02")           # else this test could not fail
+    mine, theirs = another_run, solved_run
+    for results in (mine, theirs):
+        assert_specification(results, len(COURSE))
+        assert results["tests"][0]["score"] == POINTS[0]
+    assert mine["extra_data"]["seed"] == seed("s01") and theirs["extra_data"]["seed"] == seed("s02")
+    assert "Graded as student s01 (found by your student ID)" in mine["output"]
+    variant = lambda sid: (                                          # noqa: E731
+        f"Your variant: {checker.variant_text(COURSE[12], 13, seed(sid))}\n")
+    assert variant("s01") != variant("s02")
+    assert variant("s01") in mine["tests"][12]["output"]
+    assert variant("s02") in theirs["tests"][12]["output"]
+    own = "own_rank_for_exact, your unit"
+    verdict = lambda results: next(line.split()[-1] for line in results["tests"][12][   # noqa: E731
+        "output"].splitlines() if own in line)
+    assert verdict(mine) == "WRONG" and mine["tests"][12]["score"] < POINTS[12]
+    (tmp_path / name(13)).write_text(of_another(None, None)[name(13)], encoding="utf-8")
+    for_theirs = checker.run_exercise(13, COURSE[12], tmp_path, seed=seed("s02"))
+    assert next(r.verdict for r in for_theirs.rows if r.check == own) == "ok"
+
+
+@needs_solutions
+def test_an_empty_upload_gets_zero_and_says_each_file_is_missing(empty_run):
+    results = empty_run
+    assert_specification(results, len(COURSE))
+    assert results["score"] == 0 and "No file of the course was found" in results["output"]
+    assert "Not graded (not a name of the course's files" in results["output"]
+    assert all(t["output"].startswith("missing: no ex") for t in results["tests"])
+    assert results["tests"][5]["output"].endswith(f"Your {renamed(6)} is not graded: rename it "
+                                                  f"{name(6)}")
+
+
+@needs_solutions
+def test_a_submitter_not_on_the_roster_gets_zero_and_what_to_do(graded):
+    results = graded({name(1): "x = 1\n"}, [{"sid": "zz9", "email": "zz@x.example", "id": 9,
+                                              "name": "Z"}])
+    assert_specification(results, 0)
+    assert results["score"] == 0 and "'zz9'" in results["output"]
+    assert "not on this course's roster" in results["output"] and "submit again" in \
+        results["output"]
+
+
+# ----- A hostile upload: it reads, writes and kills; nothing succeeds ----------------------------
 
 
 @needs_solutions

@@ -214,28 +214,31 @@ SLEEPER = ("import subprocess\n"
 
 @pytest.mark.parametrize("sandbox", ["as found", "off"])
 def test_a_hostile_folder_changes_no_other_grade_and_no_file_of_the_instructor(tmp_path, sandbox):
-    # In a copy of the course (the repository's own files are never written). "as found": the
-    # isolation this machine has (bubblewrap, or a user of its own as root), or none, --unsafe
-    # ("off", EXERCISES_NO_SANDBOX=1): then the file does write the copy's checker.py; grade
+    # In copies of the course (the repository's own files are never written): alice alone in
+    # one, the class in another, both graded at once. "as found": the isolation this machine
+    # has (bubblewrap, or a user of its own as root), or none, --unsafe ("off",
+    # EXERCISES_NO_SANDBOX=1): then the file does write the class's copy's checker.py; grade
     # puts it back and warns, and with two jobs at a time no student's row (its flags) says it.
     from test_isolation import course_copy, shared_tmpdir   # (tests/ is on the path)
     env = {"EXERCISES_NO_SANDBOX": "1"} if sandbox == "off" else {}
     isolated = sandbox != "off" and exercise_sandbox.mode() != "none"
-    course = course_copy(tmp_path / "instructor")
+    course, apart = course_copy(tmp_path / "instructor"), course_copy(tmp_path / "alone-copy")
     hashes, status = course_hashes(course), git_status()
+    assert course_hashes(apart) == hashes
     alone, together = tmp_path / "alone", tmp_path / "class"
     untouched_student(alone / "alice")
     untouched_student(together / "alice")
     hostile_student(together / "aaron", course)           # graded first, in the same pool
-    tmp = shared_tmpdir()
+    tmp, runs = shared_tmpdir(), {}
     try:
-        for subs in (alone, together):                   # one after the other: each its
-            (tmp / subs.name).mkdir()                    # snapshot clean
-            code, out = done(grade(course, subs, tmp_path / f"{subs.name}.csv",
-                                   tmp / subs.name, env))
-            assert code == 0, out
+        for subs, copy in ((alone, apart), (together, course)):     # each in its own copy
+            (tmp / subs.name).mkdir()
+            runs[subs.name] = grade(copy, subs, tmp_path / f"{subs.name}.csv", tmp / subs.name, env)
+        outs = {key: done(proc) for key, proc in runs.items()}
+        assert all(code == 0 for code, _ in outs.values()), outs
+        out = outs["class"][1]
         assert ("changed the course's files" in out) == (not isolated), out
-        assert course_hashes(course) == hashes            # nothing of the instructor's written
+        assert course_hashes(course) == hashes == course_hashes(apart)   # nothing written
         if status is not None:
             assert git_status() == status                 # (empty on a clean checkout)
         graded = rows_by_student(tmp_path / "class.csv")
@@ -246,6 +249,10 @@ def test_a_hostile_folder_changes_no_other_grade_and_no_file_of_the_instructor(t
         assert sleepers() == []                           # (c), after grade too
         assert os.listdir(tmp / "alone") == os.listdir(tmp / "class") == []
     finally:
+        for proc in runs.values():
+            if proc.poll() is None:                       # one still running (a timeout)
+                proc.kill()
+                proc.communicate()
         end_sleepers()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -426,26 +433,40 @@ print(json.dumps(found))
 
 
 @needs_solutions
-def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path):
+def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path, solutions):
     truths = answers()
     out = tmp_path / "handout"
-    code, text = done(cli("handout", str(out)))
+    making = cli("handout", str(out))                     # while the answers are made wrong
+    try:
+        right, bad = tmp_path / "right", tmp_path / "wrong"
+        right.mkdir()
+        bad.mkdir()
+        for number in truths:
+            path = solution_file(COURSE[number - 1])
+            solved = path.read_text(encoding="utf-8")
+            module = child.load_module(path)          # the solution's own answers, made wrong
+            (right / name(number)).write_text(solved, encoding="utf-8")
+            (bad / name(number)).write_text(solved + "\n" + "".join(
+                f"{answer} = {wrong(getattr(module, answer))!r}\n" for answer in truths[number]),
+                encoding="utf-8")
+        # The instructor's checker (the answers beside the solutions) tells them apart: the
+        # solutions, graded for seed 0 by it (conftest.py), are done; the wrong answers,
+        # graded here as the handout's are below, are WRONG.
+        assert all(solutions[number, 0].status == "done" for number in truths)
+        numbers = sorted(truths)
+        for result in checker.check_job((numbers, bad, checker.TIME_LIMIT, None, 0)):
+            failing = {row.check for row in result.rows if row.verdict == "WRONG"}
+            assert set(truths[result.number]) <= failing, (result.number, failing)
+        code, text = done(making)
+    finally:
+        if making.poll() is None:                         # a failure above: not left running
+            making.kill()
+            making.communicate()
     assert code == 0, text
-    right, bad = tmp_path / "right", tmp_path / "wrong"
-    right.mkdir()
-    bad.mkdir()
-    for number in truths:
-        path = solution_file(COURSE[number - 1])
-        solved = path.read_text(encoding="utf-8")
-        module = child.load_module(path)          # the solution's own answers, made wrong
-        (right / name(number)).write_text(solved, encoding="utf-8")
-        (bad / name(number)).write_text(solved + "\n" + "".join(
-            f"{answer} = {wrong(getattr(module, answer))!r}\n" for answer in truths[number]),
-            encoding="utf-8")
-    numbers = json.dumps(sorted(truths))
-    started = [subprocess.Popen([sys.executable, "-c", HANDOUT_VERDICTS, str(folder), numbers],
-                                cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for folder in (right, bad)]    # both at once
+    started = [subprocess.Popen([sys.executable, "-c", HANDOUT_VERDICTS, str(folder),
+                                 json.dumps(numbers)], cwd=out, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+               for folder in (right, bad)]                # both at once
     try:
         runs = [(*p.communicate(timeout=240), p.returncode) for p in started]
     finally:
@@ -456,14 +477,6 @@ def test_a_handout_holds_no_reading_answer_and_judges_their_form_alone(tmp_path)
     assert in_handout[0] == in_handout[1]                 # the same verdicts, word for word
     assert all(v[0] == "done" for v in in_handout[0].values()), in_handout[0]
     assert any(checker.WHEN_GRADED in row[2] for v in in_handout[0].values() for row in v[1:])
-    # The instructor's checker (the answers beside the solutions) tells them apart.
-    graded = [r for results in checker.parallel(checker.check_job, [
-        (sorted(truths), f, checker.TIME_LIMIT, None, 0) for f in (right, bad)]) for r in results]
-    half = len(truths)
-    assert all(r.status == "done" for r in graded[:half])
-    for result in graded[half:]:
-        failing = {row.check for row in result.rows if row.verdict == "WRONG"}
-        assert set(truths[result.number]) <= failing, (result.number, failing)
     # No literal answer under the handout's exercises/ and tests/ (NAME = truth, "NAME":
     # truth), and no count or ratio of 100 or more under exercises/ (tests/ slice arrays).
     assert not (out / "exercises" / "solutions").exists()

@@ -249,8 +249,11 @@ class Graded:
     def points(self, number):
         """Exercise `number`'s points: POINTS x rows passed / its rows (checker.row_count: the
         rows its check adds; rows not run score 0)."""
+        passed = self.results[number - 1].passed
+        if not passed:                   # 0 whatever the rows: none counted for it
+            return 0.0
         rows = checker.row_count(number, COURSE[number - 1])
-        return POINTS[number - 1] * min(self.results[number - 1].passed, rows) / rows
+        return POINTS[number - 1] * min(passed, rows) / rows
 
     def of(self, number):
         return f"{shown(self.points(number))} of {POINTS[number - 1]}"
@@ -438,6 +441,8 @@ def flags_of(results):
     """What an instructor should look at in one student's Results (docs/course.md): [text]."""
     flags = []
     for n, r in enumerate(results, start=1):
+        if not r.rows:                   # no row, no flag (and no count)
+            continue
         verdicts, due = [w.verdict for w in r.rows], checker.row_count(n, COURSE[n - 1])
         refused = next((w.message for w in r.rows if w.verdict == "ERROR" and w.message.startswith(
             ("you called ", "your code replaced", "your file imports"))), "")
@@ -460,6 +465,9 @@ def grade_class(students, seconds, jobs):
     from the snapshots submissions_of took; returns the course files a child changed (each
     put back after its folder)."""
     handed = [g for g in students if g.folder]
+    for n, e in NUMBERED:            # counted once, before any fork (as checker.parallel):
+        if any(checker.graded_file(n, e, g.folder, g.files)[0] for g in handed):
+            checker.row_count(n, e)  # each worker has it; an exercise nobody hands in, never
     tasks = [(list(range(1, len(COURSE) + 1)), g.folder, seconds, g.files, g.seed)
              for g in handed]
     workers = min(jobs or os.cpu_count() or 1, len(tasks)) or 1
