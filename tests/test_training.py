@@ -309,9 +309,12 @@ def test_same_seed_same_numbers():
 
 
 def test_best_variant_beats_the_baselines(text_task, image_task):
-    text = train.train_run(text_task, "SwiGLU", 0, 120)["row"]
+    # The final scores alone (n_evals=1: the curve's points in between, which do not change
+    # the training or the row, are not scored; the curves are test_same_seed_same_numbers'
+    # and the tiny runs').
+    text = train.train_run(text_task, "SwiGLU", 0, 120, n_evals=1)["row"]
     assert text["val_bpc"] < text["baseline_bpc"] - 0.5            # measured: 2.99 vs 4.67
-    image = train.train_run(image_task, "SwiGLU", 0, 120)["row"]
+    image = train.train_run(image_task, "SwiGLU", 0, 120, n_evals=1)["row"]
     assert image["psnr_db"] > image["baseline_psnr_db"] + 3        # measured: 16.8 vs 11.0
 
 
